@@ -1,0 +1,59 @@
+"""Frozen configuration of an engine deployment (cache, scheduler, kernel plan)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KERNEL_PLANS = ("invariant", "fast")
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """Paged KV cache shape. Invariant: `block_size >= 1`, `num_kv_blocks >= 1`."""
+
+    block_size: int = 16
+    num_kv_blocks: int = 2048
+    enable_prefix_caching: bool = True
+
+    def __post_init__(self) -> None:
+        _require_positive("block_size", self.block_size)
+        _require_positive("num_kv_blocks", self.num_kv_blocks)
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Per-step budgets. Invariant: both budgets are at least 1."""
+
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 512
+    max_model_len: int = 2048
+
+    def __post_init__(self) -> None:
+        _require_positive("max_num_seqs", self.max_num_seqs)
+        _require_positive("max_num_batched_tokens", self.max_num_batched_tokens)
+        _require_positive("max_model_len", self.max_model_len)
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """Static facts the kernel plan is chosen from (never runtime state)."""
+
+    kernel_plan: str = "invariant"
+    dtype: str = "float32"
+    device: str = "cpu"
+    num_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kernel_plan not in KERNEL_PLANS:
+            raise ValueError(f"kernel_plan must be one of {KERNEL_PLANS}, got {self.kernel_plan!r}")
+        if self.dtype not in ("float32",):
+            raise ValueError(f"dtype must be 'float32' on the CPU backend, got {self.dtype!r}")
+        if self.device != "cpu":
+            raise ValueError(f"device must be 'cpu' (GPU plans are not built yet), got {self.device!r}")
+        if self.num_threads is not None:
+            _require_positive("num_threads", self.num_threads)
+
+
+def _require_positive(name: str, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")

@@ -1,0 +1,1 @@
+"""CPU kernels: batch-invariant (`invariant`) and stock-torch (`fast`) implementations."""

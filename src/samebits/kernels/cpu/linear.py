@@ -1,0 +1,73 @@
+"""Linear layers on BLAS with a fixed set of row-tile shapes.
+
+The reduction order inside a BLAS call is the library's. We make it deployment-static by
+never calling it with a data-dependent shape: rows are padded to a multiple of `quantum` and
+cut greedily into tiles from a fixed set, and each tile is one `torch.mm` of shape
+(tile, K) x (K, N). That every row's result is independent of its tile size, its position
+in the tile and its neighbours is *qualified* at start-up by `qualify` (evidence class:
+qualification, a measurement recorded in the fingerprint), not proven.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+PROBE_ROW_COUNTS = (1, 2, 3, 5, 8, 13, 21, 33, 64, 100, 128)
+
+
+def split_rows(num_rows: int, tiles: Sequence[int]) -> list[int]:
+    """Greedy cut of `num_rows` (a multiple of min(tiles)) into tile sizes, largest first."""
+    sizes: list[int] = []
+    rest = num_rows
+    for tile in tiles:
+        while rest >= tile:
+            sizes.append(tile)
+            rest -= tile
+    if rest:
+        raise ValueError(f"{num_rows} rows cannot be cut into tiles {tuple(tiles)}")
+    return sizes
+
+
+class TiledLinear:
+    """y = x @ weight.T (+ bias) with static row tiles. weight: [N, K] float32 contiguous."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, tiles: Sequence[int]):
+        self.weight = weight.contiguous()
+        self.bias = bias
+        self.tiles = tuple(sorted(tiles, reverse=True))
+        self.quantum = self.tiles[-1]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.weight.shape)  # type: ignore[return-value]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.shape[0]
+        padded = -(-rows // self.quantum) * self.quantum
+        xp = torch.zeros((padded, x.shape[1]), dtype=x.dtype)
+        xp[:rows] = x
+        y = torch.empty((padded, self.weight.shape[0]), dtype=x.dtype)
+        wt = self.weight.t()
+        start = 0
+        for size in split_rows(padded, self.tiles):
+            torch.mm(xp[start : start + size], wt, out=y[start : start + size])
+            start += size
+        y = y[:rows]
+        return y + self.bias if self.bias is not None else y
+
+
+def qualify(linear: TiledLinear, seed: int = 0) -> bool:
+    """Probe: every row of `linear(X[o:o+m])` equals the same row of `linear(X)` bit for bit,
+    for the row counts in PROBE_ROW_COUNTS at several offsets (so every tile size and many
+    in-tile positions and neighbours are exercised)."""
+    gen = torch.Generator().manual_seed(seed)
+    total = 160
+    x = torch.randn((total, linear.weight.shape[1]), generator=gen)
+    ref = linear(x)
+    for i, m in enumerate(PROBE_ROW_COUNTS):
+        offset = (7 * i) % (total - m + 1)
+        if not torch.equal(linear(x[offset : offset + m]), ref[offset : offset + m]):
+            return False
+    return True

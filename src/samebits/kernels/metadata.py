@@ -1,0 +1,34 @@
+"""Flat batch layout shared by the runner, the model and the attention kernels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class FlatBatch:
+    """All scheduled tokens of all requests of one step, flattened.
+
+    Invariants: `positions[i]` is the absolute position of token i in its request;
+    `query_req[i]` indexes `block_tables`; `slot_mapping[i]` is the KV slot of token i
+    (= block_tables[query_req[i], positions[i] // block_size] * block_size + positions[i] % block_size);
+    `query_start_loc[r]:query_start_loc[r+1]` are request r's tokens; `seq_lens[r]` is the number
+    of positions request r has after this step; `logits_indices` are the rows whose logits are returned.
+    """
+
+    input_ids: torch.Tensor  # [N] int64
+    positions: np.ndarray  # [N] int64
+    query_req: np.ndarray  # [N] int64
+    query_start_loc: np.ndarray  # [R + 1] int64
+    seq_lens: np.ndarray  # [R] int64
+    slot_mapping: torch.Tensor  # [N] int64
+    block_tables: np.ndarray  # [R, max_blocks] int64
+    block_size: int
+    logits_indices: torch.Tensor  # [S] int64
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.positions.shape[0])

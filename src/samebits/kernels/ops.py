@@ -1,0 +1,116 @@
+"""The two op sets a KernelPlan can select: `InvariantOps` (batch-invariant) and `FastOps`
+(stock torch: MKL/oneDNN, SDPA — fast, and *not* batch-invariant)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from samebits.kernels.cpu import attention as cpu_attention
+from samebits.kernels.cpu import rowwise
+from samebits.kernels.cpu.linear import TiledLinear
+from samebits.kernels.metadata import FlatBatch
+
+Linear = Callable[[torch.Tensor], torch.Tensor]
+
+
+class InvariantOps:
+    """Row-local kernels whose reduction order depends only on the plan and the element's
+    logical position (see kernels/cpu/*.py for the per-op invariant)."""
+
+    def __init__(self, linear_tiles: tuple[int, ...], key_tile: int):
+        self.linear_tiles = linear_tiles
+        self.key_tile = key_tile
+
+    def linear(self, weight: torch.Tensor, bias: torch.Tensor | None) -> TiledLinear:
+        return TiledLinear(weight, bias, self.linear_tiles)
+
+    def rms_norm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+        out = torch.empty_like(x)
+        rowwise.rms_norm(x.numpy(), w.numpy(), eps, out.numpy())
+        return out
+
+    def add_rms_norm(self, x, residual, w, eps):
+        out = torch.empty_like(x)
+        rowwise.add_rms_norm(x.numpy(), residual.numpy(), w.numpy(), eps, out.numpy())
+        return out, residual
+
+    def head_rms_norm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> None:
+        rowwise.head_rms_norm(x.numpy(), w.numpy(), eps)
+
+    def rope(self, x: torch.Tensor, positions, cos: torch.Tensor, sin: torch.Tensor) -> None:
+        rowwise.rope(x.numpy(), positions, cos.numpy(), sin.numpy())
+
+    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        out = torch.empty((gate_up.shape[0], gate_up.shape[1] // 2), dtype=gate_up.dtype)
+        rowwise.silu_mul(gate_up.numpy(), out.numpy())
+        return out
+
+    def attention(self, q, k_cache, v_cache, batch: FlatBatch, scale: float) -> torch.Tensor:
+        out = torch.empty_like(q)
+        cpu_attention.paged_attention(
+            q.numpy(), k_cache.numpy(), v_cache.numpy(), batch.positions, batch.query_req,
+            batch.block_tables, batch.block_size, self.key_tile, scale, out.numpy(),
+        )  # fmt: skip
+        return out
+
+
+class FastOps:
+    """Stock torch ops. Correct, but reductions follow the library's shape-dependent choices."""
+
+    def linear(self, weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
+        return lambda x: F.linear(x, weight, bias)
+
+    def rms_norm(self, x, w, eps):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+    def add_rms_norm(self, x, residual, w, eps):
+        residual.add_(x)
+        return self.rms_norm(residual, w, eps), residual
+
+    def head_rms_norm(self, x, w, eps) -> None:
+        x.copy_(self.rms_norm(x, w, eps))
+
+    def rope(self, x, positions, cos, sin) -> None:
+        pos = torch.from_numpy(positions)
+        c = cos[pos].unsqueeze(1)
+        s = sin[pos].unsqueeze(1)
+        half = x.shape[-1] // 2
+        a, b = x[..., :half].clone(), x[..., half:].clone()
+        x[..., :half] = a * c - b * s
+        x[..., half:] = b * c + a * s
+
+    def silu_mul(self, gate_up):
+        inter = gate_up.shape[1] // 2
+        return F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
+
+    def attention(self, q, k_cache, v_cache, batch: FlatBatch, scale: float) -> torch.Tensor:
+        out = torch.empty_like(q)
+        group = q.shape[1] // k_cache.shape[1]
+        for r in range(len(batch.seq_lens)):
+            lo, hi = int(batch.query_start_loc[r]), int(batch.query_start_loc[r + 1])
+            if lo == hi:
+                continue
+            slots = _request_slots(batch, r)
+            k = k_cache[slots].repeat_interleave(group, 1).transpose(0, 1)
+            v = v_cache[slots].repeat_interleave(group, 1).transpose(0, 1)
+            pos = torch.from_numpy(batch.positions[lo:hi])
+            mask = torch.arange(len(slots))[None, :] <= pos[:, None]
+            qr = q[lo:hi].transpose(0, 1)
+            o = F.scaled_dot_product_attention(qr, k, v, attn_mask=mask, scale=scale)
+            out[lo:hi] = o.transpose(0, 1)
+        return out
+
+
+def _request_slots(batch: FlatBatch, r: int) -> torch.Tensor:
+    n = int(batch.seq_lens[r])
+    pos = torch.arange(n)
+    table = torch.from_numpy(batch.block_tables[r])
+    return table[pos // batch.block_size] * batch.block_size + pos % batch.block_size
+
+
+def default_scale(head_dim: int) -> float:
+    return 1.0 / math.sqrt(head_dim)

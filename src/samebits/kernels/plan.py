@@ -1,0 +1,75 @@
+"""The KernelPlan: one kernel and one static configuration per op, chosen once at start-up.
+
+Invariant: a plan is built from static facts only (plan name, thread count, model shapes) and
+is never consulted with runtime state (batch size, chunk length, cache placement).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from samebits.kernels.ops import FastOps, InvariantOps
+
+LINEAR_TILES = (64, 32, 16, 8, 4)
+KEY_TILE = 32
+
+INVARIANT_OPS = {
+    "embedding": "torch.index_select (data movement, no arithmetic)",
+    "linear": f"torch.mm (MKL) on fixed row tiles {LINEAR_TILES}, rows padded to a multiple of "
+    f"{LINEAR_TILES[-1]}; qualified at start-up",
+    "rms_norm": "numba row kernel, float64 sum of squares in index order (fused residual add)",
+    "rope": "numba, rotate-half with cos/sin tables per absolute position",
+    "silu_mul": "numba row kernel, scalar libm exp",
+    "attention": f"numba paged attention, key tiles of {KEY_TILE} aligned to absolute positions, "
+    "online softmax in tile order, one thread per (token, head)",
+    "final_norm_logits": "numba RMSNorm + tiled torch.mm on sampled rows only",
+}
+FAST_OPS = {
+    "embedding": "torch.index_select",
+    "linear": "torch.nn.functional.linear on all rows (MKL/oneDNN, shape-dependent)",
+    "rms_norm": "torch pow/mean/rsqrt",
+    "rope": "torch elementwise",
+    "silu_mul": "torch.nn.functional.silu",
+    "attention": "torch scaled_dot_product_attention per request",
+    "final_norm_logits": "torch ops on sampled rows",
+}
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """Which kernel runs each op, with its static configuration."""
+
+    name: str
+    num_threads: int
+    linear_tiles: tuple[int, ...]
+    attention_key_tile: int
+    ops: dict[str, str] = field(hash=False)
+
+    def make_ops(self) -> InvariantOps | FastOps:
+        if self.name == "invariant":
+            return InvariantOps(self.linear_tiles, self.attention_key_tile)
+        return FastOps()
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> str:
+        lines = [f"kernel plan: {self.name} (threads={self.num_threads})"]
+        lines += [f"  {op:<18} {kernel}" for op, kernel in self.ops.items()]
+        return "\n".join(lines)
+
+
+def build_plan(name: str = "invariant", num_threads: int | None = None) -> KernelPlan:
+    """Build the plan and apply its thread count to torch and numba (process-wide)."""
+    if name not in ("invariant", "fast"):
+        raise ValueError(f"kernel_plan must be 'invariant' or 'fast', got {name!r}")
+    threads = num_threads or min(os.cpu_count() or 1, 8)
+    torch.set_num_threads(threads)
+    from samebits.kernels.cpu.numba_env import numba
+
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    ops = INVARIANT_OPS if name == "invariant" else FAST_OPS
+    return KernelPlan(name, threads, LINEAR_TILES, KEY_TILE, dict(ops))

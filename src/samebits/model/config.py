@@ -1,0 +1,251 @@
+"""Frozen model configuration (llama family) and its parsing from a HF `config.json` dict.
+
+`ModelConfig` describes one decoder: llama, mistral (full attention only), qwen2 (qkv bias) and
+qwen3 (per-head q/k RMSNorm). Every field is validated in `__post_init__`; a bad value raises
+`ValueError` naming the field. The GGUF loader builds the same dataclass from GGUF metadata.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+}
+DEFAULT_ROPE_THETA = 10000.0
+DEFAULT_RMS_NORM_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """Llama-3 style RoPE frequency scaling (the only kind supported).
+
+    Invariants: `rope_type == "llama3"`, `factor > 0`, `0 < low_freq_factor < high_freq_factor`,
+    `original_max_position_embeddings >= 1`.
+    """
+
+    rope_type: str
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+
+    def __post_init__(self) -> None:
+        if self.rope_type != "llama3":
+            raise ValueError(
+                f"rope_scaling.rope_type {self.rope_type!r} is not supported (only 'llama3')"
+            )
+        _require_positive_float("rope_scaling.factor", self.factor)
+        _require_positive_float("rope_scaling.low_freq_factor", self.low_freq_factor)
+        _require_positive_float("rope_scaling.high_freq_factor", self.high_freq_factor)
+        if self.high_freq_factor <= self.low_freq_factor:
+            raise ValueError(
+                "rope_scaling.high_freq_factor must be greater than low_freq_factor, got "
+                f"{self.high_freq_factor} <= {self.low_freq_factor}"
+            )
+        _require_positive_int(
+            "rope_scaling.original_max_position_embeddings", self.original_max_position_embeddings
+        )
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape and numerics of a llama-family decoder.
+
+    Invariants: all sizes are positive ints; `num_attention_heads % num_key_value_heads == 0`;
+    `head_dim` is even (RoPE rotates pairs); `rms_norm_eps > 0`; `rope_theta > 0`.
+    `head_dim * num_attention_heads` may differ from `hidden_size` (qwen3 does this).
+    `attention_bias` means q/k/v projections carry a bias (never o_proj); `qk_norm` means a
+    per-head RMSNorm on q and k before RoPE.
+    """
+
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    rope_scaling: RopeScaling | None
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    attention_bias: bool
+    qk_norm: bool
+
+    def __post_init__(self) -> None:
+        if self.model_type not in MODEL_TYPES:
+            raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {self.model_type!r}")
+        for name in _INT_FIELDS:
+            _require_positive_int(name, getattr(self, name))
+        if self.num_attention_heads % self.num_key_value_heads != 0:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"num_key_value_heads ({self.num_key_value_heads})"
+            )
+        if self.head_dim % 2 != 0:
+            raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
+        _require_positive_float("rms_norm_eps", self.rms_norm_eps)
+        _require_positive_float("rope_theta", self.rope_theta)
+        if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
+            raise ValueError(f"rope_scaling must be a RopeScaling or None, got {self.rope_scaling!r}")
+        for name in ("tie_word_embeddings", "attention_bias", "qk_norm"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+
+    @property
+    def q_size(self) -> int:
+        """Width of the query projection output: `num_attention_heads * head_dim`."""
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        """Width of each key/value projection output: `num_key_value_heads * head_dim`."""
+        return self.num_key_value_heads * self.head_dim
+
+
+_INT_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+)
+
+
+def model_config_from_hf(raw: Mapping[str, Any]) -> ModelConfig:
+    """Build a `ModelConfig` from a parsed HF `config.json`.
+
+    Accepts both the `rope_theta` + `rope_scaling` layout and transformers 5's
+    `rope_parameters`. Raises `ValueError` naming the field for an unsupported architecture,
+    activation, bias layout, RoPE type or sliding-window attention.
+    """
+    model_type = _model_type(raw)
+    _check_supported_features(raw, model_type)
+    hidden_size = _required(raw, "hidden_size")
+    num_heads = _required(raw, "num_attention_heads")
+    rope_theta, rope_scaling = _rope_from_hf(raw)
+    return ModelConfig(
+        model_type=model_type,
+        vocab_size=_required(raw, "vocab_size"),
+        hidden_size=hidden_size,
+        intermediate_size=_required(raw, "intermediate_size"),
+        num_hidden_layers=_required(raw, "num_hidden_layers"),
+        num_attention_heads=num_heads,
+        num_key_value_heads=raw.get("num_key_value_heads") or num_heads,
+        head_dim=raw.get("head_dim") or _derived_head_dim(hidden_size, num_heads),
+        rms_norm_eps=float(raw.get("rms_norm_eps", DEFAULT_RMS_NORM_EPS)),
+        rope_theta=rope_theta,
+        rope_scaling=rope_scaling,
+        max_position_embeddings=_required(raw, "max_position_embeddings"),
+        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        attention_bias=model_type == "qwen2",
+        qk_norm=model_type == "qwen3",
+    )
+
+
+def _model_type(raw: Mapping[str, Any]) -> str:
+    model_type = raw.get("model_type")
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"model_type {model_type!r} is not supported (supported: {MODEL_TYPES})")
+    for arch in raw.get("architectures") or ():
+        if ARCHITECTURES.get(arch) != model_type:
+            raise ValueError(
+                f"architectures entry {arch!r} is not supported for model_type {model_type!r} "
+                f"(supported: {sorted(ARCHITECTURES)})"
+            )
+    return model_type
+
+
+def _check_supported_features(raw: Mapping[str, Any], model_type: str) -> None:
+    """Reject config switches that change the math beyond what `ModelConfig` describes."""
+    if raw.get("hidden_act", "silu") != "silu":
+        raise ValueError(f"hidden_act {raw.get('hidden_act')!r} is not supported (only 'silu')")
+    if raw.get("mlp_bias"):
+        raise ValueError("mlp_bias=true is not supported")
+    if model_type in ("llama", "qwen3", "mistral") and raw.get("attention_bias"):
+        raise ValueError(f"attention_bias=true is not supported for model_type {model_type!r}")
+    layer_types = raw.get("layer_types") or ()
+    if any(kind != "full_attention" for kind in layer_types):
+        raise ValueError(f"layer_types {list(layer_types)} is not supported (full attention only)")
+    if "use_sliding_window" in raw:
+        if raw["use_sliding_window"]:
+            raise ValueError("use_sliding_window=true is not supported (full attention only)")
+        return
+    window = raw.get("sliding_window")
+    if window is not None and window < raw.get("max_position_embeddings", math.inf):
+        raise ValueError(
+            f"sliding_window={window} is not supported (full attention only; "
+            "null or >= max_position_embeddings is fine)"
+        )
+
+
+def _rope_from_hf(raw: Mapping[str, Any]) -> tuple[float, RopeScaling | None]:
+    params = raw.get("rope_parameters")
+    if isinstance(params, Mapping):
+        theta = params.get("rope_theta", raw.get("rope_theta", DEFAULT_ROPE_THETA))
+        return float(theta), _rope_scaling(params)
+    theta = float(raw.get("rope_theta", DEFAULT_ROPE_THETA))
+    scaling = raw.get("rope_scaling")
+    return theta, None if scaling is None else _rope_scaling(scaling)
+
+
+def _rope_scaling(params: Mapping[str, Any]) -> RopeScaling | None:
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type == "default":
+        return None
+    if rope_type != "llama3":
+        raise ValueError(f"rope_scaling.rope_type {rope_type!r} is not supported (only 'llama3')")
+    try:
+        return RopeScaling(
+            rope_type=rope_type,
+            factor=float(params["factor"]),
+            low_freq_factor=float(params["low_freq_factor"]),
+            high_freq_factor=float(params["high_freq_factor"]),
+            original_max_position_embeddings=int(params["original_max_position_embeddings"]),
+        )
+    except KeyError as exc:
+        raise ValueError(f"rope_scaling is missing field {exc.args[0]!r}") from None
+
+
+def _required(raw: Mapping[str, Any], name: str) -> Any:
+    if raw.get(name) is None:
+        raise ValueError(f"required field {name!r} is missing")
+    return raw[name]
+
+
+def _derived_head_dim(hidden_size: int, num_heads: int) -> int:
+    if not isinstance(hidden_size, int) or not isinstance(num_heads, int) or num_heads <= 0:
+        raise ValueError(
+            f"cannot derive head_dim from hidden_size={hidden_size!r}, "
+            f"num_attention_heads={num_heads!r}"
+        )
+    if hidden_size % num_heads != 0:
+        raise ValueError(
+            f"head_dim is missing and hidden_size ({hidden_size}) is not a multiple of "
+            f"num_attention_heads ({num_heads})"
+        )
+    return hidden_size // num_heads
+
+
+def _require_positive_int(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _require_positive_float(name: str, value: object) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")

@@ -1,0 +1,98 @@
+"""What the engine returns per request: `RequestOutput` holding `CompletionOutput`s.
+
+Outputs are cumulative (each carries everything generated so far). Every sampled position
+carries the SHA-256 digest of the float32 logits row the sampler used, so two outputs can be
+compared bit for bit without shipping the rows; `return_logits` ships the rows themselves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+FINISH_REASONS = ("stop", "length", "abort")
+
+
+def logits_row_bytes(row: np.ndarray) -> bytes:
+    """The row's canonical bytes: little-endian float32, C order.
+
+    Raises ValueError unless `row` is a 1-D float32 numpy array (either byte order).
+    """
+    if not isinstance(row, np.ndarray) or row.ndim != 1:
+        raise ValueError(f"logits row must be a 1-D numpy array, got {_describe(row)}")
+    if row.dtype.kind != "f" or row.dtype.itemsize != 4:
+        raise ValueError(f"logits row must have dtype float32, got {row.dtype}")
+    return np.ascontiguousarray(row, dtype="<f4").tobytes()
+
+
+def logits_digest(row: np.ndarray) -> str:
+    """Hex SHA-256 of `logits_row_bytes(row)`."""
+    return hashlib.sha256(logits_row_bytes(row)).hexdigest()
+
+
+def logits_digests(rows: np.ndarray) -> list[str]:
+    """`logits_digest` of each row of a 2-D float32 array."""
+    _check_rows(rows)
+    return [logits_digest(row) for row in rows]
+
+
+@dataclass
+class CompletionOutput:
+    """One choice of a request.
+
+    `token_ids[i]` was sampled from the logits row whose digest is `logits_digests[i]` (and,
+    with `return_logits`, which is `logits[i]`). `text` may end before the last token when a
+    stop string matched. `seed` is the seed this choice was sampled with (replayable).
+    `logprobs[i]` maps token ids to log-probabilities of the raw row at position i.
+    """
+
+    index: int
+    text: str
+    token_ids: list[int]
+    logprobs: list[dict[int, float]] | None
+    finish_reason: str | None
+    stop_reason: str | int | None
+    seed: int
+    logits_digests: list[str] = field(default_factory=list)
+    logits: np.ndarray | None = field(default=None, compare=False)
+    cumulative_logprob: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.finish_reason is not None and self.finish_reason not in FINISH_REASONS:
+            raise ValueError(
+                f"CompletionOutput.finish_reason must be None or one of {FINISH_REASONS}, "
+                f"got {self.finish_reason!r}"
+            )
+        if self.logits is not None:
+            _check_rows(self.logits)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class RequestOutput:
+    """Cumulative output of one request. `fingerprint` identifies the deployment that ran it."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool
+    fingerprint: str
+
+
+def _check_rows(rows: np.ndarray) -> None:
+    if not isinstance(rows, np.ndarray) or rows.ndim != 2:
+        raise ValueError(f"logits must be a 2-D numpy array [n, vocab], got {_describe(rows)}")
+    if rows.dtype.kind != "f" or rows.dtype.itemsize != 4:
+        raise ValueError(f"logits must have dtype float32, got {rows.dtype}")
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, np.ndarray):
+        return f"array of shape {value.shape} and dtype {value.dtype}"
+    return type(value).__name__
