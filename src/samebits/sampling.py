@@ -264,6 +264,8 @@ def sample(
     min_p) and return the argmax of `scaled + Gumbel(uniform_noise(seed, position))` over the
     kept ids (ties -> lowest id).
     """
+    _check_int("seed", seed, 0, SEED_LIMIT - 1)
+    _check_nonnegative("position", position)
     x = apply_penalties(logits, params, prompt_token_ids, output_token_ids)
     if params.temperature == 0.0:
         return int(np.argmax(x))
@@ -370,10 +372,12 @@ def _check_row_values(x: np.ndarray, what: str) -> None:
 
 
 def _token_array(name: str, ids: Sequence[int], vocab_size: int) -> np.ndarray:
-    array = np.asarray(ids, dtype=np.int64).reshape(-1)
-    if array.size and (array.min() < 0 or array.max() >= vocab_size):
-        raise ValueError(f"{name} must be token ids in [0, {vocab_size}), got {list(ids)[:8]}...")
-    return array
+    array = np.asarray(ids).reshape(-1)
+    if array.size == 0:
+        return array.astype(np.int64)
+    if array.dtype.kind not in "iu" or array.min() < 0 or array.max() >= vocab_size:
+        raise ValueError(f"{name} must be int token ids in [0, {vocab_size}), got {list(ids)[:8]}")
+    return array.astype(np.int64)
 
 
 def _describe(value: object) -> str:

@@ -358,6 +358,10 @@ def test_sample_rejects_bad_inputs():
         sample(np.full(3, -np.inf, dtype=np.float32), params, 0, 0, [], [])
     with pytest.raises(ValueError, match="output_token_ids"):
         sample(ok, params, 0, 0, [], [4])
+    with pytest.raises(ValueError, match="prompt_token_ids"):
+        sample(ok, params, 0, 0, [1.5], [])
+    with pytest.raises(ValueError, match="seed"):
+        sample(ok, SamplingParams(temperature=0.0), SEED_LIMIT, 0, [], [])
     with pytest.raises(ValueError, match="position"):
         sample(ok, params, 0, -1, [], [])
     with pytest.raises(ValueError, match="seed"):

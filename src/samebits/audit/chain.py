@@ -21,7 +21,9 @@ SEQ_KEY = "seq"
 
 def canonical_json(obj: Any) -> str:
     """Deterministic JSON text of `obj` (raises ValueError on NaN/Infinity)."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    )
 
 
 def compute_entry_hash(entry: dict[str, Any]) -> str:

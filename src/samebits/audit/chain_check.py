@@ -53,7 +53,9 @@ def _check_entry(logged: LoggedEntry, prev_hash: str, prev_seq: int) -> list[Cha
     issues = []
     if compute_entry_hash(entry) != entry["entry_hash"]:
         issues.append(
-            ChainIssue("edited", logged.where, f"seq {entry['seq']}: content does not match its hash")
+            ChainIssue(
+                "edited", logged.where, f"seq {entry['seq']}: content does not match its hash"
+            )
         )
     if entry["prev_hash"] != prev_hash:
         issues.append(_link_issue(logged, prev_seq))
@@ -64,7 +66,9 @@ def _link_issue(logged: LoggedEntry, prev_seq: int) -> ChainIssue:
     seq = logged.entry["seq"]
     base = f"seq {seq} after seq {prev_seq}: prev_hash does not match the previous entry"
     if not isinstance(seq, int) or seq == prev_seq + 1:
-        return ChainIssue("inserted", logged.where, base + " (entry inserted or replaced before it)")
+        return ChainIssue(
+            "inserted", logged.where, base + " (entry inserted or replaced before it)"
+        )
     if seq > prev_seq + 1:
         gap = seq - prev_seq - 1
         return ChainIssue("dropped", logged.where, base + f" ({gap} entries missing before it)")

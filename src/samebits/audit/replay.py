@@ -10,6 +10,7 @@ Digests are hex SHA-256 of the float32 rows, so equal strings mean equal bytes.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -125,9 +126,6 @@ def _result(
     return ReplayResult(int(logged.entry.get("seq", -1)), logged.where, ok, message, n, at)
 
 
-
 def _abort_quietly(engine: ReplayEngine, request_id: str) -> None:
-    try:
+    with contextlib.suppress(Exception):  # best effort: the engine is already in trouble
         engine.abort_request(request_id)
-    except Exception:  # best effort: the engine is already in trouble
-        pass

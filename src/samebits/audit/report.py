@@ -12,7 +12,9 @@ def format_result(result: ReplayResult) -> str:
 
 
 def format_header(report: VerifyReport, log_path: str) -> list[str]:
-    lines = [f"audit log: {log_path} ({report.num_entries} entries, {report.num_requests} requests)"]
+    lines = [
+        f"audit log: {log_path} ({report.num_entries} entries, {report.num_requests} requests)"
+    ]
     for problem in report.read_problems:
         label = "warning" if problem.kind == "torn" else "FAIL"
         lines.append(f"{label}: line {problem.line_no} of {problem.segment}: {problem.message}")

@@ -114,21 +114,37 @@ def verify_log(
     on_result: Callable[[ReplayResult], None] | None = None,
 ) -> VerifyReport:
     """Check the chain, refuse on a foreign fingerprint, else replay the sample."""
-    requests = request_entries(contents)
-    report = VerifyReport(
+    report = check_log(contents, engine.fingerprint, spec, expected_head)
+    if not report.refused:
+        replay_sample(report, contents, engine, spec, on_result)
+    return report
+
+
+def check_log(
+    contents: LogContents, local_fingerprint: str, spec: SampleSpec, expected_head: str | None
+) -> VerifyReport:
+    """The checks that need no replay: read problems, chain, fingerprints."""
+    return VerifyReport(
         num_entries=len(contents.entries),
-        num_requests=len(requests),
+        num_requests=len(request_entries(contents)),
         read_problems=list(contents.problems),
         chain_issues=check_chain(contents.entries, expected_head),
-        foreign_fingerprints=foreign_fingerprints(contents, engine.fingerprint),
-        local_fingerprint=engine.fingerprint,
+        foreign_fingerprints=foreign_fingerprints(contents, local_fingerprint),
+        local_fingerprint=local_fingerprint,
         sample_seed=spec.seed if spec.seed is not None else secrets.randbits(63),
     )
-    if report.refused:
-        return report
-    for logged in choose_sample(requests, spec, report.sample_seed):
+
+
+def replay_sample(
+    report: VerifyReport,
+    contents: LogContents,
+    engine: ReplayEngine,
+    spec: SampleSpec,
+    on_result: Callable[[ReplayResult], None] | None = None,
+) -> None:
+    """Replay the sample chosen by `report.sample_seed`, appending to `report.results`."""
+    for logged in choose_sample(request_entries(contents), spec, report.sample_seed):
         result = replay_entry(engine, logged)
         report.results.append(result)
         if on_result is not None:
             on_result(result)
-    return report

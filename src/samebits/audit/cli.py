@@ -1,0 +1,108 @@
+"""`samebits verify AUDIT_LOG`: command-line arguments and entry point.
+
+Exit codes: 0 every check passed; 1 a chain problem, a corrupt line or a replay mismatch;
+2 refused (the log's fingerprint is not the local deployment's) or the log is unreadable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from samebits.audit.reader import LogContents, read_log
+from samebits.audit.replay import ReplayEngine
+from samebits.audit.report import format_header, format_refusal, format_result, format_summary
+from samebits.audit.verify import SampleSpec, check_log, replay_sample
+
+EngineFactory = Callable[[dict[str, Any]], ReplayEngine]
+FINGERPRINT_ARGS = ("kernel_plan", "dtype", "num_threads", "max_model_len")
+
+
+def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `samebits verify`."""
+    parser.add_argument("audit_log", metavar="AUDIT_LOG", help="audit log (active segment path)")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--sample-rate", type=float, metavar="P", help="replay a fraction P")
+    group.add_argument("--sample", type=int, metavar="K", help="replay K random entries")
+    parser.add_argument("--seed", type=int, help="seed of the random sample (default: random)")
+    parser.add_argument("--head", help="published head hash the log must end with")
+    parser.add_argument("--model", help="model to replay with (default: the one in the log)")
+    parser.add_argument("--kernel-plan", choices=("invariant", "fast"), default=None)
+    parser.add_argument("--num-threads", type=int, default=None)
+    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def verify_main(args: argparse.Namespace) -> int:
+    """Entry point of `samebits verify`; returns the exit code."""
+    return run_verify(args, build_engine)
+
+
+def build_engine(engine_args: dict[str, Any]) -> ReplayEngine:
+    """A cold `LLMEngine` for replays (no prefix caching: each replay runs from scratch)."""
+    from samebits.engine.engine import LLMEngine
+
+    return LLMEngine.from_args(**engine_args, enable_prefix_caching=False)
+
+
+def run_verify(
+    args: argparse.Namespace,
+    engine_factory: EngineFactory,
+    out: TextIO | None = None,
+) -> int:
+    """`verify_main` with the engine construction injected (tests pass a fake)."""
+    out = out or sys.stdout
+    try:
+        spec = SampleSpec(count=args.sample, rate=args.sample_rate, seed=args.seed)
+        contents = read_log(args.audit_log)
+    except (ValueError, OSError) as exc:
+        print(f"samebits verify: {exc}", file=sys.stderr)
+        return 2
+    engine = engine_factory(replay_engine_args(contents, args))
+    report = check_log(contents, engine.fingerprint, spec, args.head)
+    print("\n".join(format_header(report, args.audit_log)), file=out, flush=True)
+    if report.refused:
+        print("\n".join(format_refusal(report)), file=out)
+        return report.exit_code
+    bar = _progress_bar(spec.size(report.num_requests), args.no_progress)
+    replay_sample(report, contents, engine, spec, on_result=_printer(bar, out))
+    bar.close()
+    print("\n".join(format_summary(report)), file=out)
+    return report.exit_code
+
+
+def replay_engine_args(contents: LogContents, args: argparse.Namespace) -> dict[str, Any]:
+    """Engine arguments: the last session entry's, overridden by the command line.
+
+    The model path from the log is used only if it exists here; otherwise the default model.
+    """
+    logged: dict[str, Any] = {}
+    for logged_entry in contents.entries:
+        if logged_entry.entry.get("type") == "session":
+            logged = dict(logged_entry.entry.get("engine_args") or {})
+    engine_args = {k: logged[k] for k in FINGERPRINT_ARGS if logged.get(k) is not None}
+    for key in FINGERPRINT_ARGS:
+        if getattr(args, key, None) is not None:
+            engine_args[key] = getattr(args, key)
+    model = args.model or logged.get("model")
+    if args.model is None and model is not None and not Path(model).exists():
+        model = None
+    engine_args["model"] = model
+    return engine_args
+
+
+def _progress_bar(total: int, disabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="replaying", unit="entry", disable=disabled or None)
+
+
+def _printer(bar: Any, out: TextIO) -> Callable[[Any], None]:
+    def on_result(result: Any) -> None:
+        bar.write(format_result(result), file=out)
+        bar.update(1)
+
+    return on_result

@@ -1,0 +1,83 @@
+"""Deployment fingerprint: a stable SHA-256 over everything that fixes the logits bits.
+
+Covers the kernel plan (and its start-up qualification results), the weights' content, the
+model config, software versions and hardware. Invariant: identical across runs of the same
+deployment; any change of one component changes it (test: tests/unit/test_fingerprint.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import platform
+import sys
+from importlib import metadata
+
+import torch
+
+VERSIONED_PACKAGES = ("samebits", "torch", "numpy", "numba", "llvmlite")
+
+
+def weights_digest(weights: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over (name, dtype, shape, bytes) of every tensor, in sorted name order."""
+    h = hashlib.sha256()
+    for name in sorted(weights):
+        t = weights[name].contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}\n".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def software_versions() -> dict[str, str]:
+    versions = {"python": sys.version.split()[0], "libc": "-".join(platform.libc_ver())}
+    for pkg in VERSIONED_PACKAGES:
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = "absent"
+    versions["torch_build"] = _blas_line()
+    return versions
+
+
+def _blas_line() -> str:
+    """The BLAS library line of torch's build config (e.g. the MKL version)."""
+    for line in torch.__config__.show().splitlines():
+        if "Math Kernel Library" in line or "BLAS_INFO" in line:
+            return line.strip()[:200]
+    return "unknown"
+
+
+def hardware() -> dict[str, str]:
+    info = {"machine": platform.machine(), "cpu": platform.processor() or "unknown", "flags": ""}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name":
+                    info["cpu"] = value.strip()
+                elif key == "flags":
+                    info["flags"] = " ".join(sorted(value.split()))
+                    break
+    except OSError:
+        pass
+    info["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    return info
+
+
+def fingerprint_components(plan, model_config, weights_hash: str, qualification: dict) -> dict:
+    return {
+        "plan": plan.to_dict(),
+        "qualification": qualification,
+        "model_config": dataclasses.asdict(model_config),
+        "weights_sha256": weights_hash,
+        "versions": software_versions(),
+        "hardware": hardware(),
+    }
+
+
+def fingerprint(components: dict) -> str:
+    """Hex SHA-256 of the canonical JSON of the components."""
+    blob = json.dumps(components, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()

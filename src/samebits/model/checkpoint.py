@@ -1,0 +1,143 @@
+"""What a loaded checkpoint is, and the shape check every loader runs before reading data.
+
+Both loaders (HF safetensors folder, GGUF) describe the file's tensors as `TensorEntry`s keyed
+by HF weight names; `read_weights` checks them against `expected_weight_shapes(config)` and only
+then reads and converts them, so a bad checkpoint fails before any large read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+
+from samebits.model.config import ModelConfig
+from samebits.model.errors import ModelLoadError
+from samebits.model.tokenizer import Tokenizer
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model ready for the runner.
+
+    Invariants: `weights` holds exactly the names of `expected_weight_shapes(config)`, each a
+    contiguous float32 CPU tensor of that shape (`lm_head.weight` is absent when
+    `config.tie_word_embeddings`); `source_files` lists every file read, in read order.
+    """
+
+    config: ModelConfig
+    weights: dict[str, torch.Tensor]
+    tokenizer: Tokenizer
+    name: str
+    source_files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One tensor of a checkpoint, not read yet: its HF-layout shape, its file, a reader."""
+
+    shape: tuple[int, ...]
+    file: str
+    read: Callable[[], torch.Tensor]
+
+
+def expected_weight_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every weight the decoder needs, by HF name, with its shape (out_features first)."""
+    hidden, vocab = config.hidden_size, config.vocab_size
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab, hidden)}
+    for layer in range(config.num_hidden_layers):
+        shapes.update(_layer_shapes(config, f"model.layers.{layer}."))
+    shapes["model.norm.weight"] = (hidden,)
+    if not config.tie_word_embeddings:
+        shapes["lm_head.weight"] = (vocab, hidden)
+    return shapes
+
+
+def _layer_shapes(config: ModelConfig, prefix: str) -> dict[str, tuple[int, ...]]:
+    hidden, inter = config.hidden_size, config.intermediate_size
+    q_size, kv_size = config.q_size, config.kv_size
+    attn = prefix + "self_attn."
+    shapes: dict[str, tuple[int, ...]] = {
+        prefix + "input_layernorm.weight": (hidden,),
+        attn + "q_proj.weight": (q_size, hidden),
+        attn + "k_proj.weight": (kv_size, hidden),
+        attn + "v_proj.weight": (kv_size, hidden),
+        attn + "o_proj.weight": (hidden, q_size),
+    }
+    if config.attention_bias:
+        shapes[attn + "q_proj.bias"] = (q_size,)
+        shapes[attn + "k_proj.bias"] = (kv_size,)
+        shapes[attn + "v_proj.bias"] = (kv_size,)
+    if config.qk_norm:
+        shapes[attn + "q_norm.weight"] = (config.head_dim,)
+        shapes[attn + "k_norm.weight"] = (config.head_dim,)
+    shapes[prefix + "post_attention_layernorm.weight"] = (hidden,)
+    shapes[prefix + "mlp.gate_proj.weight"] = (inter, hidden)
+    shapes[prefix + "mlp.up_proj.weight"] = (inter, hidden)
+    shapes[prefix + "mlp.down_proj.weight"] = (hidden, inter)
+    return shapes
+
+
+def check_entries(
+    entries: Mapping[str, TensorEntry], config: ModelConfig, checkpoint: str | os.PathLike
+) -> dict[str, tuple[int, ...]]:
+    """Raise `ModelLoadError` for a missing, misshapen or unexpected tensor; return the plan."""
+    expected = expected_weight_shapes(config)
+    for name, shape in expected.items():
+        entry = entries.get(name)
+        if entry is None:
+            raise ModelLoadError(checkpoint, f"tensor {name!r} is missing")
+        if entry.shape != shape:
+            raise ModelLoadError(
+                entry.file,
+                f"tensor {name!r} has shape {list(entry.shape)}, expected {list(shape)}",
+            )
+    unexpected = [name for name in entries if name not in expected]
+    if unexpected:
+        entry = entries[unexpected[0]]
+        raise ModelLoadError(entry.file, f"unexpected tensor {unexpected[0]!r}")
+    return expected
+
+
+def read_weights(
+    entries: Mapping[str, TensorEntry],
+    config: ModelConfig,
+    checkpoint: str | os.PathLike,
+    progress: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Check every entry, then read each into a contiguous float32 tensor (HF name order)."""
+    expected = check_entries(entries, config, checkpoint)
+    weights: dict[str, torch.Tensor] = {}
+    bar = tqdm(expected, desc="Loading weights", unit="tensor", disable=not progress)
+    for name in bar:
+        weights[name] = _as_float32(entries[name], name)
+    return weights
+
+
+def _as_float32(entry: TensorEntry, name: str) -> torch.Tensor:
+    tensor = entry.read()
+    if not tensor.is_floating_point():
+        raise ModelLoadError(entry.file, f"tensor {name!r} has non-float dtype {tensor.dtype}")
+    if tuple(tensor.shape) != entry.shape:
+        raise ModelLoadError(
+            entry.file, f"tensor {name!r} read as {list(tensor.shape)}, expected {list(entry.shape)}"
+        )
+    return tensor.to(torch.float32).contiguous()
+
+
+_QUANT_SUFFIX = re.compile(r"[.\-_](?:I?Q\d[A-Z0-9_]*|F16|F32|BF16)$", re.IGNORECASE)
+
+
+def model_name_from_path(path: str | os.PathLike) -> str:
+    """API model name: a folder's name, or a GGUF file's stem without its quant suffix.
+
+    `SmolLM2-135M-Instruct.Q4_1.gguf` -> `SmolLM2-135M-Instruct`.
+    """
+    base = os.path.basename(os.path.normpath(os.fspath(path)))
+    if base.lower().endswith(".gguf"):
+        base = _QUANT_SUFFIX.sub("", base[: -len(".gguf")])
+    return base

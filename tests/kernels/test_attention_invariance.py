@@ -1,0 +1,114 @@
+"""Paged attention: the output for a query at position t is bitwise identical whether it is
+computed in chunks of 1, 7 or 64 query tokens or with the whole prompt, with pages placed
+differently, and with other sequences in the batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from samebits.engine.runner import build_flat_batch
+from samebits.kernels.ops import FastOps, InvariantOps
+from samebits.kernels.plan import KEY_TILE, LINEAR_TILES
+
+HEADS, KV_HEADS, HEAD_DIM, BLOCK, PROMPT = 9, 3, 64, 16, 100
+NUM_BLOCKS = 40
+
+
+class Sched:
+    """A minimal ScheduledRequest stand-in (the runner only reads these fields)."""
+
+    def __init__(self, rid, start, n, table):
+        self.request_id, self.start_position = rid, start
+        self.token_ids, self.block_table, self.sample = (0,) * n, tuple(table), True
+
+
+def _kv(tables: dict[str, list[int]], seed: int = 0):
+    """A KV cache holding each request's per-position K/V (a function of (request, position))."""
+    k = torch.zeros(NUM_BLOCKS * BLOCK, KV_HEADS, HEAD_DIM)
+    v = torch.zeros_like(k)
+    for name, table in tables.items():
+        gen = torch.Generator().manual_seed(seed + sum(map(ord, name)))
+        kk, vv = torch.randn(PROMPT, KV_HEADS, HEAD_DIM, generator=gen), torch.randn(
+            PROMPT, KV_HEADS, HEAD_DIM, generator=gen
+        )
+        for p in range(PROMPT):
+            slot = table[p // BLOCK] * BLOCK + p % BLOCK
+            k[slot], v[slot] = kk[p], vv[p]
+    return k, v
+
+
+def _queries(name: str) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(1000 + sum(map(ord, name)))
+    return torch.randn(PROMPT, HEADS, HEAD_DIM, generator=gen)
+
+
+def run_chunks(ops, chunk: int, table, k, v, other=None) -> torch.Tensor:
+    """Attention outputs for all PROMPT positions of request 'a', computed chunk by chunk."""
+    q_all, outs = _queries("a"), []
+    for start in range(0, PROMPT, chunk):
+        n = min(chunk, PROMPT - start)
+        sched, qs = [Sched("a", start, n, table)], [q_all[start : start + n]]
+        if other is not None:  # another sequence in the same batch, placed before 'a'
+            o_table, o_len = other
+            sched.insert(0, Sched("b", o_len - 3, 3, o_table))
+            qs.insert(0, _queries("b")[o_len - 3 : o_len])
+        batch = build_flat_batch(sched, BLOCK)
+        out = ops.attention(torch.cat(qs).contiguous(), k, v, batch, 0.125)
+        outs.append(out[-n:])
+    return torch.cat(outs)
+
+
+TABLE_A = list(range(7))
+TABLE_A_MOVED = [31, 2, 17, 9, 25, 11, 38]
+TABLE_B = [20, 21, 22, 23, 24, 26, 27]
+
+
+@pytest.fixture(scope="module")
+def ops():
+    return InvariantOps(LINEAR_TILES, KEY_TILE)
+
+
+def test_chunk_sizes_agree(ops):
+    k, v = _kv({"a": TABLE_A})
+    whole = run_chunks(ops, PROMPT, TABLE_A, k, v)
+    for chunk in (1, 7, 64):
+        assert torch.equal(run_chunks(ops, chunk, TABLE_A, k, v), whole), f"chunk={chunk}"
+
+
+def test_page_placement_and_batch_neighbours_agree(ops):
+    k, v = _kv({"a": TABLE_A})
+    whole = run_chunks(ops, PROMPT, TABLE_A, k, v)
+    k2, v2 = _kv({"a": TABLE_A_MOVED, "b": TABLE_B})
+    assert torch.equal(run_chunks(ops, 7, TABLE_A_MOVED, k2, v2), whole)
+    with_other = run_chunks(ops, 7, TABLE_A_MOVED, k2, v2, other=(TABLE_B, 90))
+    assert torch.equal(with_other, whole)
+
+
+def test_matches_dense_softmax_attention(ops):
+    k, v = _kv({"a": TABLE_A})
+    got = run_chunks(ops, PROMPT, TABLE_A, k, v)
+    q = _queries("a").transpose(0, 1).double()
+    kk = k[:PROMPT].repeat_interleave(3, 1).transpose(0, 1).double()
+    vv = v[:PROMPT].repeat_interleave(3, 1).transpose(0, 1).double()
+    scores = (q @ kk.transpose(1, 2)) * 0.125
+    scores = scores.masked_fill(torch.ones(PROMPT, PROMPT).triu(1).bool(), float("-inf"))
+    ref = (scores.softmax(-1) @ vv).transpose(0, 1).float()
+    assert (got - ref).abs().max().item() < 1e-5
+
+
+def test_negative_control_fast_plan_is_not_invariant():
+    """The stock-torch plan changes bits with the batch: the control that the tests can fail."""
+    torch.set_num_threads(2)
+    fast = FastOps()
+    lin = fast.linear(torch.randn(1536, 576, generator=torch.Generator().manual_seed(0)), None)
+    x = torch.randn(64, 576, generator=torch.Generator().manual_seed(1))
+    whole = lin(x)
+    singles = torch.cat([lin(x[r : r + 1]) for r in range(64)])
+    assert not torch.equal(whole, singles)
+    k, v = _kv({"a": TABLE_A})
+    chunked = [run_chunks(fast, c, TABLE_A, k, v) for c in (1, 7, PROMPT)]
+    attention_differs = any(not torch.equal(chunked[0], c) for c in chunked[1:])
+    assert attention_differs or not torch.equal(whole, singles)
+    np.testing.assert_allclose(chunked[0].numpy(), chunked[2].numpy(), atol=1e-5)
