@@ -180,7 +180,9 @@ class KVCacheManager:
                 f"{request.num_computed_tokens} computed tokens"
             )
         if len(table) > cdiv(request.num_tokens, self.block_size):
-            raise AssertionError(f"request {rid!r}: table {ids} exceeds its {request.num_tokens} tokens")
+            raise AssertionError(
+                f"request {rid!r}: table {ids} exceeds its {request.num_tokens} tokens"
+            )
         self._check_table_hashes(request, table)
 
     def _check_table_hashes(self, request: Request, table: list[KVCacheBlock]) -> None:

@@ -109,7 +109,7 @@ class Request:
 
     @property
     def finish_reason(self) -> str | None:
-        """"stop", "length" or "abort" once finished, else None (OpenAI/vLLM names)."""
+        """One of "stop", "length", "abort" once finished, else None (OpenAI/vLLM names)."""
         return _FINISH_REASONS.get(self.status)
 
     def append_output_token_id(self, token_id: int) -> None:

@@ -40,7 +40,7 @@ def resolve_max_tokens(
     if asked is None:
         default = room if isinstance(req, ChatCompletionRequest) else config.default_completion_max_tokens
         return min(default, room, limit or room)
-    param = "max_completion_tokens" if req is not None and _uses_completion_tokens(req) else "max_tokens"
+    param = "max_completion_tokens" if _uses_completion_tokens(req) else "max_tokens"
     if limit is not None and asked > limit:
         raise bad_request(f"'{param}' is {asked}, the limit is {limit}", param)
     if asked > room:

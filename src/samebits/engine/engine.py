@@ -1,0 +1,235 @@
+"""LLMEngine: the scheduler, the model runner and the pure sampler, one step at a time.
+
+No torch import here: the runner is handed in (see `from_args`). Invariant: every sampled
+token is `sample(logits_row, params, seed, position, prompt, outputs)` where `logits_row` is
+the runner's row for the request's last known token and `position` is the number of outputs
+so far — so a request's tokens depend only on its own input and the deployment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from samebits.detokenizer import IncrementalDetokenizer, find_stop_string, truncate_at_stop
+from samebits.engine.request import Request, RequestStatus
+from samebits.engine.scheduler import Scheduler
+from samebits.outputs import CompletionOutput, RequestOutput, logits_digest
+from samebits.sampling import SamplingParams, compute_logprobs, new_seed, sample
+
+DEFAULT_NUM_KV_BLOCKS = 512
+
+
+@dataclass
+class _RequestState:
+    """Per-request output bookkeeping the scheduler does not need."""
+
+    request: Request
+    params: SamplingParams
+    prompt: str | None
+    detok: IncrementalDetokenizer
+    digests: list[str] = field(default_factory=list)
+    logprobs: list[dict[int, float]] = field(default_factory=list)
+    logits: list[np.ndarray] = field(default_factory=list)
+    cumulative_logprob: float = 0.0
+    text: str = ""
+    stop_reason: str | int | None = None
+
+
+class LLMEngine:
+    """See docs/architecture.md, "Contract: LLMEngine"."""
+
+    def __init__(self, deployment, runner, scheduler: Scheduler, block_size: int):
+        self.deployment = deployment
+        self.runner = runner
+        self.scheduler = scheduler
+        self.block_size = block_size
+        self.tokenizer = deployment.tokenizer
+        self.model_name = deployment.loaded.name
+        self.fingerprint = deployment.fingerprint
+        self.max_model_len = deployment.max_model_len
+        self.vocab_size = deployment.config.vocab_size
+        self._states: dict[str, _RequestState] = {}
+        self.num_steps = 0
+        self.num_batched_tokens_total = 0
+
+    @classmethod
+    def from_args(cls, model=None, progress: bool = False, **kwargs) -> LLMEngine:
+        """Load `model` (None: the embedded default) and build the engine (see from_loaded)."""
+        from samebits.model import load_model
+
+        return cls.from_loaded(load_model(model, progress=progress), **kwargs)
+
+    @classmethod
+    def from_loaded(
+        cls, loaded, kernel_plan: str = "invariant", dtype: str = "float32",
+        max_num_seqs: int = 32, max_num_batched_tokens: int = 512, block_size: int = 16,
+        num_kv_blocks: int = DEFAULT_NUM_KV_BLOCKS, enable_prefix_caching: bool = True,
+        num_threads: int | None = None, max_model_len: int | None = None,
+    ) -> LLMEngine:  # fmt: skip
+        """Build plan, decoder, KV cache and scheduler for an already loaded model."""
+        from samebits.config import CacheConfig, PlanConfig, SchedulerConfig
+        from samebits.deployment import build_deployment
+        from samebits.engine.runner import ModelRunner
+
+        PlanConfig(kernel_plan, dtype, "cpu", num_threads)
+        cache = CacheConfig(block_size, num_kv_blocks, enable_prefix_caching)
+        deployment = build_deployment(loaded, kernel_plan, num_threads, max_model_len)
+        sched = SchedulerConfig(max_num_seqs, max_num_batched_tokens, deployment.max_model_len)
+        scheduler = Scheduler(
+            max_num_seqs=sched.max_num_seqs,
+            max_num_batched_tokens=sched.max_num_batched_tokens,
+            max_model_len=sched.max_model_len,
+            block_size=cache.block_size,
+            num_kv_blocks=cache.num_kv_blocks,
+            enable_prefix_caching=cache.enable_prefix_caching,
+            cache_salt=bytes.fromhex(deployment.fingerprint),
+        )
+        runner = ModelRunner(deployment.model, cache.block_size, cache.num_kv_blocks)
+        return cls(deployment, runner, scheduler, cache.block_size)
+
+    # ------------------------------------------------------------------ requests
+    def add_request(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+        prompt: str | None = None,
+    ) -> None:  # fmt: skip
+        """Queue a request (ValueError on bad input; see the contract). Assigns a seed."""
+        self._validate(request_id, prompt_token_ids, params)
+        params = params if params.seed is not None else params.with_seed(new_seed())
+        request = Request(
+            request_id=request_id,
+            prompt_token_ids=list(prompt_token_ids),
+            max_tokens=params.max_tokens,
+            eos_token_ids=tuple(self.tokenizer.eos_token_ids),
+            stop_token_ids=tuple(params.stop_token_ids),
+            ignore_eos=params.ignore_eos,
+            max_model_len=self.max_model_len,
+            params=params,
+            seed=params.seed,
+        )
+        self.scheduler.add_request(request)
+        detok = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)
+        self._states[request_id] = _RequestState(request, params, prompt, detok)
+
+    def _validate(self, request_id: str, ids: list[int], params: SamplingParams) -> None:
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
+        if params.n != 1:
+            raise ValueError("LLMEngine.add_request takes n=1; expand n>1 with derive_seed")
+        if request_id in self._states:
+            raise ValueError(f"request_id {request_id!r} is already in use")
+        if not ids:
+            raise ValueError("the prompt is empty: it must have at least one token")
+        bad = [t for t in ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"prompt token id {bad[0]!r} is out of range [0, {self.vocab_size})")
+        if len(ids) + params.max_tokens > self.max_model_len:
+            raise ValueError(
+                f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the "
+                f"context length of {self.max_model_len} tokens"
+            )
+
+    def abort_request(self, request_id: str) -> None:
+        """Stop a request and free its blocks; unknown ids are ignored."""
+        if self._states.pop(request_id, None) is not None:
+            self.scheduler.finish_request(request_id, RequestStatus.FINISHED_ABORTED)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests()
+
+    # ------------------------------------------------------------------ stepping
+    def step(self) -> list[RequestOutput]:
+        """Schedule, run one forward pass, sample, and report every request that advanced."""
+        sched_out = self.scheduler.schedule()
+        rows = self.runner.execute(sched_out)
+        sampled = {rid: self._sample(rid, row) for rid, row in rows.items()}
+        finished = {r.request_id for r in self.scheduler.update_from_output(sched_out, sampled)}
+        self.num_steps += 1
+        self.num_batched_tokens_total += sched_out.num_batched_tokens
+        outputs = []
+        for rid, token in sampled.items():
+            if rid not in finished and self._apply_stop_strings(rid, token):
+                self.scheduler.finish_request(rid, RequestStatus.FINISHED_STOPPED)
+                finished.add(rid)
+            elif rid in finished:
+                self._append_text(rid, token)
+            outputs.append(self._output(rid, rid in finished))
+        for rid in finished:
+            self._states.pop(rid, None)
+        return outputs
+
+    def _sample(self, rid: str, row: np.ndarray) -> int:
+        st = self._states[rid]
+        req, params = st.request, st.params
+        position = len(req.output_token_ids)
+        token = sample(row, params, params.seed, position, req.prompt_token_ids, req.output_token_ids)
+        st.digests.append(logits_digest(row))
+        if params.logprobs is not None:
+            lp = compute_logprobs(row, token, params.logprobs)
+            st.logprobs.append(lp)
+            st.cumulative_logprob += lp[token]
+        if params.return_logits:
+            st.logits.append(row.copy())
+        return token
+
+    def _append_text(self, rid: str, token: int) -> int:
+        """Detokenize `token`; returns where the stop-string search should start."""
+        st = self._states[rid]
+        start = len(st.detok.text)
+        st.detok.append(token)
+        st.text = st.detok.text
+        return start
+
+    def _apply_stop_strings(self, rid: str, token: int) -> bool:
+        st = self._states[rid]
+        start = self._append_text(rid, token)
+        if not st.params.stop:
+            return False
+        hit = find_stop_string(st.detok.text, st.params.stop, start)
+        if hit is None:
+            return False
+        index, stop = hit
+        st.text = truncate_at_stop(st.detok.text, index, stop, st.params.include_stop_str_in_output)
+        st.stop_reason = stop
+        return True
+
+    def _output(self, rid: str, finished: bool) -> RequestOutput:
+        st = self._states[rid]
+        req = st.request
+        if finished and st.stop_reason is None:
+            st.detok.flush()
+            st.text = st.detok.text
+        completion = CompletionOutput(
+            index=0,
+            text=st.text if finished else _hold_back_stop_prefix(st.text, st.params.stop),
+            token_ids=list(req.output_token_ids),
+            logprobs=list(st.logprobs) if st.params.logprobs is not None else None,
+            finish_reason=req.finish_reason if finished else None,
+            stop_reason=st.stop_reason if st.stop_reason is not None else req.stop_reason,
+            seed=st.params.seed,
+            logits_digests=list(st.digests),
+            logits=np.stack(st.logits) if st.params.return_logits and st.logits else None,
+            cumulative_logprob=st.cumulative_logprob if st.params.logprobs is not None else None,
+        )
+        return RequestOutput(
+            request_id=rid,
+            prompt=st.prompt,
+            prompt_token_ids=list(req.prompt_token_ids),
+            outputs=[completion],
+            finished=finished,
+            fingerprint=self.fingerprint,
+        )
+
+    def stats(self) -> dict[str, float]:
+        """Counters for /metrics (scheduler counters plus step totals)."""
+        out = dict(self.scheduler.stats()) if hasattr(self.scheduler, "stats") else {}
+        out.update(num_steps=self.num_steps, num_batched_tokens_total=self.num_batched_tokens_total)
+        return out
+
+
+def _hold_back_stop_prefix(text: str, stops) -> str:
+    """While running, hide the last len(longest stop) - 1 characters: they may start a stop
+    string, and streamed text must only ever grow (the final text is cut at the stop)."""
+    hold = max((len(s) for s in stops), default=1) - 1
+    return text[: len(text) - hold] if hold > 0 else text

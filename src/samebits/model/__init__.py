@@ -1,0 +1,18 @@
+"""Model configuration, checkpoint loading (HF safetensors folder, GGUF) and tokenizer."""
+
+from samebits.model.checkpoint import LoadedModel, expected_weight_shapes
+from samebits.model.config import ModelConfig, RopeScaling
+from samebits.model.errors import ModelLoadError
+from samebits.model.loader import default_model_path, load_model
+from samebits.model.tokenizer import Tokenizer
+
+__all__ = [
+    "LoadedModel",
+    "ModelConfig",
+    "ModelLoadError",
+    "RopeScaling",
+    "Tokenizer",
+    "default_model_path",
+    "expected_weight_shapes",
+    "load_model",
+]

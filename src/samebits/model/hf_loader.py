@@ -1,0 +1,204 @@
+"""Load a HF model folder: `config.json`, safetensors weights (single or sharded), tokenizer.
+
+Files read: `config.json`; `model.safetensors.index.json` and its shards, or every
+`*.safetensors`; `tokenizer.json`; optional `tokenizer_config.json` (chat template, bos/eos
+token), `chat_template.jinja` (overrides the config's template) and `generation_config.json`
+(`eos_token_id`, an int or a list). Weights of any float dtype come back as float32.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import tokenizers
+from safetensors import safe_open
+
+from samebits.model.checkpoint import LoadedModel, TensorEntry, model_name_from_path, read_weights
+from samebits.model.config import ModelConfig, model_config_from_hf
+from samebits.model.errors import ModelLoadError
+from samebits.model.tokenizer import Tokenizer
+
+INDEX_FILE = "model.safetensors.index.json"
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+def load_hf_folder(folder: str | Path, progress: bool = False) -> LoadedModel:
+    """Load config, weights and tokenizer of a HF folder; `ModelLoadError` on any bad file."""
+    folder = Path(folder).absolute()
+    files: list[str] = []
+    config = load_hf_config(folder, files)
+    entries = safetensors_entries(folder, config, files)
+    tokenizer = load_hf_tokenizer(folder, files)
+    weights = read_weights(entries, config, folder, progress)
+    return LoadedModel(config, weights, tokenizer, model_name_from_path(folder), tuple(files))
+
+
+def load_hf_config(folder: Path, files: list[str]) -> ModelConfig:
+    """Parse `config.json` into a `ModelConfig` (appends the file to `files`)."""
+    path = folder / "config.json"
+    raw = _read_json(path, files)
+    try:
+        return model_config_from_hf(raw)
+    except ValueError as exc:
+        raise ModelLoadError(path, str(exc)) from None
+
+
+def safetensors_entries(folder: Path, config: ModelConfig, files: list[str]) -> dict:
+    """`TensorEntry` per weight name, from the index's shards or every `*.safetensors`."""
+    index = folder / INDEX_FILE
+    if index.is_file():
+        entries = _indexed_entries(folder, index, files)
+    else:
+        shards = sorted(folder.glob("*.safetensors"))
+        if not shards:
+            raise ModelLoadError(folder, "no *.safetensors weights found")
+        entries = {}
+        for shard in shards:
+            _add_shard(entries, shard, files, wanted=None)
+    return _drop_ignored(entries, config)
+
+
+def _indexed_entries(folder: Path, index: Path, files: list[str]) -> dict[str, TensorEntry]:
+    weight_map = _read_json(index, files).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ModelLoadError(index, "'weight_map' is missing or empty")
+    by_shard: dict[str, set[str]] = {}
+    for name, shard in weight_map.items():
+        by_shard.setdefault(str(shard), set()).add(name)
+    entries: dict[str, TensorEntry] = {}
+    for shard in sorted(by_shard):
+        path = folder / shard
+        if not path.is_file():
+            raise ModelLoadError(path, f"shard listed in {INDEX_FILE} is missing")
+        _add_shard(entries, path, files, wanted=by_shard[shard])
+    return entries
+
+
+def _add_shard(
+    entries: dict[str, TensorEntry], path: Path, files: list[str], wanted: set[str] | None
+) -> None:
+    try:
+        handle = safe_open(str(path), framework="pt")
+        names = list(handle.keys())
+        shapes = {name: tuple(handle.get_slice(name).get_shape()) for name in names}
+    except Exception as exc:  # safetensors raises its own error types for corrupt files
+        raise ModelLoadError(path, f"not a readable safetensors file ({exc})") from None
+    files.append(str(path))
+    missing = sorted((wanted or set()) - set(names))
+    if missing:
+        raise ModelLoadError(path, f"tensor {missing[0]!r} listed in {INDEX_FILE} is not here")
+    for name in names:
+        if wanted is not None and name not in wanted:
+            continue
+        if name in entries:
+            raise ModelLoadError(path, f"tensor {name!r} also appears in {entries[name].file}")
+        entries[name] = TensorEntry(shapes[name], str(path), _reader(handle, name, path))
+
+
+def _reader(handle: Any, name: str, path: Path):
+    def read():
+        try:
+            return handle.get_tensor(name)
+        except Exception as exc:
+            raise ModelLoadError(path, f"cannot read tensor {name!r} ({exc})") from None
+
+    return read
+
+
+def _drop_ignored(entries: dict[str, TensorEntry], config: ModelConfig) -> dict[str, TensorEntry]:
+    """Drop buffers HF sometimes saves, and a duplicate `lm_head` of a tied model."""
+    kept = {n: e for n, e in entries.items() if not n.endswith(_IGNORED_SUFFIXES)}
+    if config.tie_word_embeddings:
+        kept.pop("lm_head.weight", None)
+    return kept
+
+
+def load_hf_tokenizer(folder: Path, files: list[str]) -> Tokenizer:
+    """`tokenizer.json` plus chat template, bos and eos ids from the optional config files."""
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        raise ModelLoadError(path, "missing (a fast-tokenizer tokenizer.json is required)")
+    try:
+        backend = tokenizers.Tokenizer.from_file(str(path))
+    except Exception as exc:
+        raise ModelLoadError(path, f"cannot parse tokenizer ({exc})") from None
+    files.append(str(path))
+    tok_config = _read_optional_json(folder / "tokenizer_config.json", files)
+    template = _chat_template(folder, tok_config, files)
+    gen_config = _read_optional_json(folder / "generation_config.json", files)
+    bos_token = _token_content(tok_config.get("bos_token"))
+    eos_token = _token_content(tok_config.get("eos_token"))
+    eos_ids = _generation_eos_ids(folder / "generation_config.json", gen_config)
+    if eos_token is not None:
+        eos_ids.append(_token_id(backend, eos_token, folder / "tokenizer_config.json"))
+    bos_id = gen_config.get("bos_token_id")
+    if bos_token is not None:
+        bos_id = _token_id(backend, bos_token, folder / "tokenizer_config.json")
+    try:
+        return Tokenizer(
+            backend,
+            chat_template=template,
+            eos_token_ids=eos_ids,
+            bos_token_id=bos_id,
+            bos_token=bos_token,
+            eos_token=eos_token,
+        )
+    except ValueError as exc:
+        raise ModelLoadError(folder / "tokenizer_config.json", str(exc)) from None
+
+
+def _chat_template(folder: Path, tok_config: dict, files: list[str]) -> str | None:
+    jinja_path = folder / "chat_template.jinja"
+    if jinja_path.is_file():
+        files.append(str(jinja_path))
+        return jinja_path.read_text(encoding="utf-8")
+    template = tok_config.get("chat_template")
+    if isinstance(template, list):  # [{"name": "default", "template": "..."}, ...]
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+    if template is not None and not isinstance(template, str):
+        raise ModelLoadError(folder / "tokenizer_config.json", "chat_template must be a string")
+    return template
+
+
+def _generation_eos_ids(path: Path, gen_config: dict) -> list[int]:
+    value = gen_config.get("eos_token_id")
+    if value is None:
+        return []
+    values = value if isinstance(value, list) else [value]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise ModelLoadError(path, f"eos_token_id must be an int or a list of ints, got {value!r}")
+    return list(values)
+
+
+def _token_content(token: object) -> str | None:
+    """A special token given as a string or as an AddedToken dict (`{"content": ...}`)."""
+    if isinstance(token, dict):
+        token = token.get("content")
+    return token if isinstance(token, str) else None
+
+
+def _token_id(backend: tokenizers.Tokenizer, token: str, path: Path) -> int:
+    token_id = backend.token_to_id(token)
+    if token_id is None:
+        raise ModelLoadError(path, f"special token {token!r} is not in the vocabulary")
+    return token_id
+
+
+def _read_json(path: Path, files: list[str]) -> dict:
+    if not path.is_file():
+        raise ModelLoadError(path, "file is missing")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(path, f"cannot read JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ModelLoadError(path, "expected a JSON object")
+    files.append(str(path))
+    return data
+
+
+def _read_optional_json(path: Path, files: list[str]) -> dict:
+    return _read_json(path, files) if path.is_file() else {}

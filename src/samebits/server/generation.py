@@ -1,0 +1,145 @@
+"""The engine requests behind one API call, seen from the event loop.
+
+`Generation` submits one engine request per choice to the `EngineLoop`, waits until the
+engine accepted all of them (a rejection aborts the others and becomes an APIError), then
+yields `(choice index, Delta)` pairs as the engine thread produces them. `client_gone()`
+aborts every unfinished choice and ends the iteration with `ClientGone`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from functools import partial
+
+from samebits.sampling import SamplingParams
+from samebits.server.engine_loop import Accepted, Delta, EngineLoop, Event, Failed, Rejected
+from samebits.server.errors import APIError, bad_request
+from samebits.server.prompts import Prompt
+
+
+class ClientGone(Exception):
+    """The client disconnected; unfinished choices were aborted."""
+
+
+_GONE = object()
+
+
+@dataclass
+class Choice:
+    """One engine request of an API call and everything it produced so far."""
+
+    index: int
+    request_id: str
+    prompt: Prompt
+    params: SamplingParams
+    token_ids: list[int] = field(default_factory=list)
+    logits_digests: list[str] = field(default_factory=list)
+    logprobs: list[dict[int, float]] | None = None
+    text: str = ""
+    finish_reason: str | None = None
+    accepted: bool = False
+
+    @property
+    def seed(self) -> int:
+        assert self.params.seed is not None
+        return self.params.seed
+
+    def apply(self, delta: Delta) -> str:
+        """Fold `delta` in; return the text it adds (text that only grows is streamed)."""
+        self.token_ids.extend(delta.token_ids)
+        self.logits_digests.extend(delta.logits_digests)
+        if delta.logprobs is not None:
+            self.logprobs = (self.logprobs or []) + list(delta.logprobs)
+        added = delta.text[len(self.text) :] if delta.text.startswith(self.text) else ""
+        self.text = delta.text
+        self.finish_reason = delta.finish_reason
+        return added
+
+
+class Generation:
+    """Choices of one API call. Create and use inside the event loop."""
+
+    def __init__(self, engine_loop: EngineLoop, choices: list[Choice]) -> None:
+        self.engine_loop = engine_loop
+        self.choices = choices
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._buffered: list[tuple[int, Event]] = []
+        self._gone = False
+
+    @property
+    def finished(self) -> bool:
+        return all(c.finish_reason is not None for c in self.choices)
+
+    async def start(self) -> None:
+        """Submit every choice; raise APIError if the engine rejects one."""
+        for choice in self.choices:
+            sink = partial(self._post, choice.index)
+            self.engine_loop.add(
+                choice.request_id, list(choice.prompt.token_ids), choice.params,
+                choice.prompt.text, sink,
+            )  # fmt: skip
+        rejection: Exception | None = None
+        for _ in self.choices:
+            index, event = await self._next_ack()
+            if isinstance(event, Rejected):
+                rejection = rejection or event.error
+            else:
+                self.choices[index].accepted = True
+        if rejection is not None:
+            self.abort()
+            raise _rejection_error(rejection)
+
+    async def events(self) -> AsyncIterator[tuple[Choice, str, Delta]]:
+        """(choice, added text, delta) until every choice finished.
+
+        Raises ClientGone after `client_gone()`, APIError(500) if a choice failed.
+        """
+        while True:
+            if self._gone:
+                raise ClientGone()
+            if self.finished:
+                return
+            item = self._buffered.pop(0) if self._buffered else await self._queue.get()
+            if item is _GONE:
+                continue
+            index, event = item
+            choice = self.choices[index]
+            if isinstance(event, Failed):
+                self.abort()
+                raise APIError(500, f"the request failed in the engine: {event.error}")
+            if isinstance(event, Delta) and choice.finish_reason is None:
+                yield choice, choice.apply(event), event
+
+    def abort(self) -> None:
+        """Abort every accepted, unfinished choice (its finish_reason becomes 'abort')."""
+        for choice in self.choices:
+            if choice.accepted and choice.finish_reason is None:
+                self.engine_loop.abort(choice.request_id)
+                choice.finish_reason = "abort"
+
+    def client_gone(self) -> None:
+        """Called when the client disconnected: abort and wake the consumer."""
+        if not self._gone and not self.finished:
+            self._gone = True
+            self.abort()
+            self._queue.put_nowait(_GONE)
+
+    async def _next_ack(self) -> tuple[int, Event]:
+        while True:
+            index, event = await self._queue.get()
+            if isinstance(event, Accepted | Rejected):
+                return index, event
+            self._buffered.append((index, event))
+
+    def _post(self, index: int, event: Event) -> None:
+        """Called from the engine thread."""
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, (index, event))
+
+
+def _rejection_error(error: Exception) -> APIError:
+    if isinstance(error, ValueError):
+        return bad_request(f"the engine rejected the request: {error}")
+    return APIError(500, f"the engine could not take the request: {error}")

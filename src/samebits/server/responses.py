@@ -1,0 +1,98 @@
+"""JSON bodies of completion and chat completion responses and stream chunks.
+
+Extension field `samebits` (documented in docs/server.md):
+- on each choice (and each streamed choice delta): `seed` (the seed this choice was sampled
+  with), `token_ids` and `logits_digests` (hex SHA-256 of each position's float32 logits
+  row; in a stream, those of the new tokens only); on the final choice object or chunk also
+  `prompt_token_ids` and `audit` (`{"seq", "entry_hash"}` of its audit entry, or null);
+- on the response object: `fingerprint` (= `system_fingerprint`) and `seed` (the request's
+  seed; choice i used `derive_seed(seed, i)`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from samebits.server.generation import Choice
+
+LOGPROB_FLOOR = -9999.0  # JSON has no -Infinity
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def choice_extension(choice: Choice, audit: dict | None, final: bool) -> dict[str, Any]:
+    ext: dict[str, Any] = {
+        "seed": choice.seed,
+        "token_ids": list(choice.token_ids),
+        "logits_digests": list(choice.logits_digests),
+    }
+    if final:
+        ext["prompt_token_ids"] = list(choice.prompt.token_ids)
+        ext["audit"] = audit
+    return ext
+
+
+def delta_extension(choice: Choice, token_ids, digests, audit: dict | None, final: bool):
+    ext: dict[str, Any] = {
+        "seed": choice.seed,
+        "token_ids": list(token_ids),
+        "logits_digests": list(digests),
+    }
+    if final:
+        ext["prompt_token_ids"] = list(choice.prompt.token_ids)
+        ext["audit"] = audit
+    return ext
+
+
+def finish_reason(reason: str | None) -> str | None:
+    return None if reason is None else reason
+
+
+def top_entries(lp: dict[int, float], k: int) -> list[tuple[int, float]]:
+    """The k most likely ids of one position, most likely first (ties: lower id)."""
+    return sorted(lp.items(), key=lambda item: (-item[1], item[0]))[:k]
+
+
+def clean_logprob(value: float) -> float:
+    return value if math.isfinite(value) else LOGPROB_FLOOR
+
+
+def completion_logprobs(
+    token_ids: list[int], logprobs: list[dict[int, float]], k: int, tokenizer: Any, offset: int
+) -> dict[str, Any]:
+    """OpenAI completions `logprobs` object for the given positions."""
+    tokens, token_lps, tops, offsets = [], [], [], []
+    for token_id, lp in zip(token_ids, logprobs, strict=True):
+        text = tokenizer.token_to_str(token_id)
+        tokens.append(text)
+        token_lps.append(clean_logprob(lp[token_id]))
+        tops.append(
+            {tokenizer.token_to_str(t): clean_logprob(v) for t, v in top_entries(lp, k)}
+        )
+        offsets.append(offset)
+        offset += len(text)
+    return {"tokens": tokens, "token_logprobs": token_lps, "top_logprobs": tops, "text_offset": offsets}
+
+
+def chat_logprobs(
+    token_ids: list[int], logprobs: list[dict[int, float]], k: int, tokenizer: Any
+) -> dict[str, Any]:
+    """OpenAI chat `logprobs` object: `{"content": [...]}`."""
+    content = []
+    for token_id, lp in zip(token_ids, logprobs, strict=True):
+        entry = _chat_token(token_id, lp[token_id], tokenizer)
+        entry["top_logprobs"] = [_chat_token(t, v, tokenizer) for t, v in top_entries(lp, k)]
+        content.append(entry)
+    return {"content": content}
+
+
+def _chat_token(token_id: int, logprob: float, tokenizer: Any) -> dict[str, Any]:
+    text = tokenizer.token_to_str(token_id)
+    return {"token": text, "logprob": clean_logprob(logprob), "bytes": list(text.encode("utf-8"))}
