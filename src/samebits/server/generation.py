@@ -40,6 +40,7 @@ class Choice:
     text: str = ""
     finish_reason: str | None = None
     accepted: bool = False
+    recorded: bool = False
 
     @property
     def seed(self) -> int:

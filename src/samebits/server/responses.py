@@ -27,19 +27,10 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
-def choice_extension(choice: Choice, audit: dict | None, final: bool) -> dict[str, Any]:
-    ext: dict[str, Any] = {
-        "seed": choice.seed,
-        "token_ids": list(choice.token_ids),
-        "logits_digests": list(choice.logits_digests),
-    }
-    if final:
-        ext["prompt_token_ids"] = list(choice.prompt.token_ids)
-        ext["audit"] = audit
-    return ext
-
-
-def delta_extension(choice: Choice, token_ids, digests, audit: dict | None, final: bool):
+def extension(
+    choice: Choice, token_ids: list[int], digests: list[str], audit: dict | None, final: bool
+) -> dict[str, Any]:
+    """The `samebits` field of a choice: all its tokens, or a stream chunk's new ones."""
     ext: dict[str, Any] = {
         "seed": choice.seed,
         "token_ids": list(token_ids),
@@ -49,10 +40,6 @@ def delta_extension(choice: Choice, token_ids, digests, audit: dict | None, fina
         ext["prompt_token_ids"] = list(choice.prompt.token_ids)
         ext["audit"] = audit
     return ext
-
-
-def finish_reason(reason: str | None) -> str | None:
-    return None if reason is None else reason
 
 
 def top_entries(lp: dict[int, float], k: int) -> list[tuple[int, float]]:
