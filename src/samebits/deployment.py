@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from samebits.kernels.cpu.linear import TiledLinear, qualify
@@ -65,3 +66,34 @@ def build_deployment(
     qualification = qualify_model(model)
     components = fingerprint_components(plan, cfg, weights_digest(loaded.weights), qualification)
     return Deployment(loaded, plan, model, limit, qualification, components, fingerprint(components))
+
+
+def cold_logits(deployment: Deployment, token_ids, all_rows: bool = False):
+    """Cold, batch-of-one, no-cache forward over `token_ids` (the spec's Ref).
+
+    Returns the float32 logits of the last position as a numpy row, or of every position
+    ([len, vocab]) with `all_rows`. Uses a fresh KV cache with an identity block table.
+    """
+    import torch
+
+    from samebits.engine.runner import build_flat_batch
+
+    n = len(token_ids)
+    block = 16
+    num_blocks = -(-n // block)
+    req = _ColdRequest(tuple(int(t) for t in token_ids), tuple(range(num_blocks)))
+    batch = build_flat_batch([req], block)
+    if all_rows:
+        batch = dataclasses.replace(batch, logits_indices=torch.arange(n))
+    kv = deployment.model.new_kv_cache(num_blocks * block)
+    logits = deployment.model.forward(batch, kv).numpy()
+    return logits if all_rows else logits[-1]
+
+
+@dataclass(frozen=True)
+class _ColdRequest:
+    token_ids: tuple[int, ...]
+    block_table: tuple[int, ...]
+    request_id: str = "ref"
+    start_position: int = 0
+    sample: bool = True

@@ -59,11 +59,11 @@ class CheckConfig:
 # block [3, 4] after a different first block (a prefix-blind hash would confuse them); D
 # shares A's first two blocks then diverges; E is a long prompt sharing A's first block.
 # Token 0 is EOS; seeds are chosen so that some references end on it before max_tokens.
-A = RequestSpec((1, 2, 3, 4, 5), max_tokens=3, seed=7, eos_token_ids=(0,))
-B = RequestSpec((6, 7, 3, 4, 5, 8), max_tokens=2, seed=3, eos_token_ids=(0,))
+A = RequestSpec((1, 2, 3, 4, 5), max_tokens=4, seed=2, eos_token_ids=(0,))
+B = RequestSpec((6, 7, 3, 4, 5, 8), max_tokens=2, seed=1, eos_token_ids=(0,))
 C = A
-D = RequestSpec((1, 2, 3, 4, 9, 9, 9), max_tokens=4, seed=11, eos_token_ids=(0,))
-E = RequestSpec((1, 2, 6, 6, 6, 6, 6, 6), max_tokens=2, seed=5, stop_token_ids=(2,))
+D = RequestSpec((1, 2, 3, 4, 9, 9, 9), max_tokens=4, seed=3, eos_token_ids=(0,))
+E = RequestSpec((1, 2, 6, 6, 6, 6, 6, 6), max_tokens=2, seed=8, stop_token_ids=(2,))
 
 _SWEEP = tuple(
     CheckConfig(f"abc-{blocks}b-budget{budget}", (A, B, C), blocks, (budget,), 3)

@@ -130,8 +130,11 @@ class SymbolicRunner:
             for item, item_hidden in zip(out.scheduled, hidden, strict=True)
             if item.sample
         }
-        written = [slot for item, item_slots in zip(out.scheduled, slots, strict=True)
-                   for slot in item_slots[item.start_position :]]
+        written = [
+            slot
+            for item, item_slots in zip(out.scheduled, slots, strict=True)
+            for slot in item_slots[item.start_position :]
+        ]
         return rows, written
 
     def _slots(self, item: ScheduledRequest) -> list[int]:

@@ -8,6 +8,7 @@ so far — so a request's tokens depend only on its own input and the deployment
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +54,7 @@ class LLMEngine:
         self._states: dict[str, _RequestState] = {}
         self.num_steps = 0
         self.num_batched_tokens_total = 0
+        self.last_batch_size = 0
 
     @classmethod
     def from_args(cls, model=None, progress: bool = False, **kwargs) -> LLMEngine:
@@ -64,28 +66,30 @@ class LLMEngine:
     @classmethod
     def from_loaded(
         cls, loaded, kernel_plan: str = "invariant", dtype: str = "float32",
-        max_num_seqs: int = 32, max_num_batched_tokens: int = 512, block_size: int = 16,
-        num_kv_blocks: int = DEFAULT_NUM_KV_BLOCKS, enable_prefix_caching: bool = True,
-        num_threads: int | None = None, max_model_len: int | None = None,
+        num_threads: int | None = None, max_model_len: int | None = None, **cache_and_sched,
     ) -> LLMEngine:  # fmt: skip
-        """Build plan, decoder, KV cache and scheduler for an already loaded model."""
-        from samebits.config import CacheConfig, PlanConfig, SchedulerConfig
+        """Build the deployment (plan, decoder, fingerprint) for an already loaded model."""
+        from samebits.config import PlanConfig
         from samebits.deployment import build_deployment
-        from samebits.engine.runner import ModelRunner
 
         PlanConfig(kernel_plan, dtype, "cpu", num_threads)
-        cache = CacheConfig(block_size, num_kv_blocks, enable_prefix_caching)
         deployment = build_deployment(loaded, kernel_plan, num_threads, max_model_len)
+        return cls.from_deployment(deployment, **cache_and_sched)
+
+    @classmethod
+    def from_deployment(
+        cls, deployment, max_num_seqs: int = 32, max_num_batched_tokens: int = 512,
+        block_size: int = 16, num_kv_blocks: int = DEFAULT_NUM_KV_BLOCKS,
+        enable_prefix_caching: bool = True,
+    ) -> LLMEngine:  # fmt: skip
+        """A fresh scheduler, KV cache and runner over a built deployment (cheap)."""
+        from samebits.config import CacheConfig, SchedulerConfig
+        from samebits.engine.runner import ModelRunner
+
+        cache = CacheConfig(block_size, num_kv_blocks, enable_prefix_caching)
         sched = SchedulerConfig(max_num_seqs, max_num_batched_tokens, deployment.max_model_len)
-        scheduler = Scheduler(
-            max_num_seqs=sched.max_num_seqs,
-            max_num_batched_tokens=sched.max_num_batched_tokens,
-            max_model_len=sched.max_model_len,
-            block_size=cache.block_size,
-            num_kv_blocks=cache.num_kv_blocks,
-            enable_prefix_caching=cache.enable_prefix_caching,
-            cache_salt=bytes.fromhex(deployment.fingerprint),
-        )
+        salt = bytes.fromhex(deployment.fingerprint)
+        scheduler = Scheduler.from_configs(cache, sched, salt)
         runner = ModelRunner(deployment.model, cache.block_size, cache.num_kv_blocks)
         return cls(deployment, runner, scheduler, cache.block_size)
 
@@ -147,6 +151,7 @@ class LLMEngine:
         finished = {r.request_id for r in self.scheduler.update_from_output(sched_out, sampled)}
         self.num_steps += 1
         self.num_batched_tokens_total += sched_out.num_batched_tokens
+        self.last_batch_size = len(sched_out.scheduled)
         outputs = []
         for rid, token in sampled.items():
             if rid not in finished and self._apply_stop_strings(rid, token):
@@ -223,8 +228,12 @@ class LLMEngine:
 
     def stats(self) -> dict[str, float]:
         """Counters for /metrics (scheduler counters plus step totals)."""
-        out = dict(self.scheduler.stats()) if hasattr(self.scheduler, "stats") else {}
-        out.update(num_steps=self.num_steps, num_batched_tokens_total=self.num_batched_tokens_total)
+        out: dict[str, float] = dict(dataclasses.asdict(self.scheduler.make_stats()))
+        out.update(
+            num_steps=self.num_steps,
+            num_batched_tokens_total=self.num_batched_tokens_total,
+            last_batch_size=self.last_batch_size,
+        )
         return out
 
 

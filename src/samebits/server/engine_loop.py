@@ -87,7 +87,9 @@ class _Live:
 class EngineLoop:
     """Runs `engine.step()` in one thread while any request is unfinished.
 
-    `on_step(num_outputs)` (optional) is called in the thread after each step (metrics).
+    `on_step(batch_size)` (optional) is called in the thread after each step (metrics), with
+    the engine's `last_batch_size` (requests scheduled) when it has one, else the number of
+    outputs.
     """
 
     def __init__(self, engine: Any, on_step: Callable[[int], None] | None = None) -> None:
@@ -175,7 +177,7 @@ class EngineLoop:
         for output in outputs:
             self._emit(output)
         if self._on_step is not None:
-            self._on_step(len(outputs))
+            self._on_step(int(getattr(self.engine, "last_batch_size", len(outputs))))
 
     def _emit(self, output: Any) -> None:
         live = self._live.get(output.request_id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -30,6 +30,7 @@ class ServerMetrics:
         self.aborted_requests = 0
         self.audit_entries = 0
         self.audit_errors = 0
+        self.stream_errors = 0
 
     def on_request(self, endpoint: str, status: int) -> None:
         with self._lock:
@@ -53,6 +54,10 @@ class ServerMetrics:
         with self._lock:
             self.aborted_requests += 1
 
+    def on_stream_error(self) -> None:
+        with self._lock:
+            self.stream_errors += 1
+
     def on_audit(self, ok: bool) -> None:
         with self._lock:
             if ok:
@@ -69,16 +74,51 @@ class ServerMetrics:
         return "\n".join(lines) + "\n"
 
     def _render_counters(self, running: int) -> list[str]:
-        lines = _header("samebits_requests_total", "counter", "HTTP requests by endpoint and status")
+        lines = _header(
+            "samebits_requests_total", "counter", "HTTP requests by endpoint and status"
+        )
         for (endpoint, status), count in sorted(self.requests.items()):
-            lines.append(f'samebits_requests_total{{endpoint="{endpoint}",status="{status}"}} {count}')
+            lines.append(
+                f'samebits_requests_total{{endpoint="{endpoint}",status="{status}"}} {count}'
+            )
         simple: list[tuple[str, str, str, float]] = [
-            ("samebits_prompt_tokens_total", "counter", "prompt tokens admitted", self.prompt_tokens),
-            ("samebits_generation_tokens_total", "counter", "tokens generated", self.generation_tokens),
+            (
+                "samebits_prompt_tokens_total",
+                "counter",
+                "prompt tokens admitted",
+                self.prompt_tokens,
+            ),
+            (
+                "samebits_generation_tokens_total",
+                "counter",
+                "tokens generated",
+                self.generation_tokens,
+            ),
             ("samebits_engine_steps_total", "counter", "engine steps run", self.steps),
-            ("samebits_aborted_requests_total", "counter", "requests aborted (client gone)", self.aborted_requests),
-            ("samebits_audit_entries_total", "counter", "audit entries written", self.audit_entries),
-            ("samebits_audit_errors_total", "counter", "audit entries that failed", self.audit_errors),
+            (
+                "samebits_aborted_requests_total",
+                "counter",
+                "requests aborted (client gone)",
+                self.aborted_requests,
+            ),
+            (
+                "samebits_audit_entries_total",
+                "counter",
+                "audit entries written",
+                self.audit_entries,
+            ),
+            (
+                "samebits_audit_errors_total",
+                "counter",
+                "audit entries that failed",
+                self.audit_errors,
+            ),
+            (
+                "samebits_stream_errors_total",
+                "counter",
+                "streams ended by an error",
+                self.stream_errors,
+            ),
             ("samebits_running_requests", "gauge", "engine requests in flight", running),
         ]
         for name, kind, help_text, value in simple:
@@ -99,8 +139,23 @@ class ServerMetrics:
         return lines
 
 
+DERIVED = (
+    ("samebits_queue_length", "gauge", "requests waiting for admission", "num_waiting_reqs"),
+    ("samebits_preemptions_total", "counter", "requests preempted", "num_preemptions"),
+)
+
+
 def _render_engine_stats(stats: Mapping[str, float]) -> list[str]:
     lines: list[str] = []
+    for name, kind, help_text, key in DERIVED:
+        if key in stats:
+            lines += _header(name, kind, help_text)
+            lines.append(f"{name} {_number(stats[key])}")
+    if "prefix_cache_queries" in stats and "prefix_cache_hits" in stats:
+        queries = float(stats["prefix_cache_queries"])
+        rate = float(stats["prefix_cache_hits"]) / queries if queries else 0.0
+        lines += _header("samebits_cache_hit_rate", "gauge", "prefix cache hits / queries (tokens)")
+        lines.append(f"samebits_cache_hit_rate {_number(rate)}")
     for key, value in stats.items():
         name = "samebits_engine_" + re.sub(r"[^a-zA-Z0-9_]", "_", str(key))
         lines += _header(name, "gauge", f"engine.stats()[{key!r}]")
@@ -119,6 +174,3 @@ def _number(value: float) -> str:
     if math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
     return repr(int(value)) if value.is_integer() else repr(value)
-
-
-StatsSource = Callable[[], Mapping[str, float]]

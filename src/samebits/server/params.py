@@ -38,7 +38,9 @@ def resolve_max_tokens(
     asked = requested_max_tokens(req)
     limit = config.max_tokens_limit
     if asked is None:
-        default = room if isinstance(req, ChatCompletionRequest) else config.default_completion_max_tokens
+        default = (
+            room if isinstance(req, ChatCompletionRequest) else config.default_completion_max_tokens
+        )
         return min(default, room, limit or room)
     param = "max_completion_tokens" if _uses_completion_tokens(req) else "max_tokens"
     if limit is not None and asked > limit:
@@ -63,8 +65,13 @@ def num_logprobs(req: AnyRequest) -> int | None:
     return req.logprobs
 
 
-def base_params(req: AnyRequest, max_tokens: int) -> SamplingParams:
-    """The request's sampling parameters with n = 1 and its seed (fresh if absent)."""
+def request_seed(req: AnyRequest) -> int:
+    """The request's seed, or a fresh one."""
+    return req.seed if req.seed is not None else new_seed()
+
+
+def base_params(req: AnyRequest, max_tokens: int, seed: int) -> SamplingParams:
+    """The request's sampling parameters with n = 1 and `seed`."""
     try:
         return SamplingParams(
             n=1,
@@ -80,7 +87,7 @@ def base_params(req: AnyRequest, max_tokens: int) -> SamplingParams:
             max_tokens=max_tokens,
             ignore_eos=req.ignore_eos,
             logprobs=num_logprobs(req),
-            seed=req.seed if req.seed is not None else new_seed(),
+            seed=seed,
             skip_special_tokens=req.skip_special_tokens,
             include_stop_str_in_output=req.include_stop_str_in_output,
         )

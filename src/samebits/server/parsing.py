@@ -83,7 +83,9 @@ def _reject_surrogates(value: Any, path: str = "") -> None:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
             field = path or "body"
-            raise bad_request(f"'{field}' contains an unpaired surrogate (invalid UTF-16)", field) from exc
+            raise bad_request(
+                f"'{field}' contains an unpaired surrogate (invalid UTF-16)", field
+            ) from exc
     elif isinstance(value, dict):
         for key, item in value.items():
             _reject_surrogates(item, f"{path}.{key}" if path else str(key))
@@ -97,4 +99,6 @@ def _reject_constant(name: str) -> float:
 
 
 def _too_large(limit: int) -> APIError:
-    return APIError(413, f"request body is larger than the limit of {limit} bytes", None, "too_large")
+    return APIError(
+        413, f"request body is larger than the limit of {limit} bytes", None, "too_large"
+    )

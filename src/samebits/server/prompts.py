@@ -33,7 +33,9 @@ def completion_prompts(req: CompletionRequest, tokenizer: Any, max_prompts: int)
     if not items:
         raise bad_request("'prompt' is empty", "prompt")
     if len(items) > max_prompts:
-        raise bad_request(f"'prompt' holds {len(items)} prompts, the limit is {max_prompts}", "prompt")
+        raise bad_request(
+            f"'prompt' holds {len(items)} prompts, the limit is {max_prompts}", "prompt"
+        )
     return [_one_prompt(item, tokenizer) for item in items]
 
 

@@ -60,12 +60,15 @@ def completion_logprobs(
         text = tokenizer.token_to_str(token_id)
         tokens.append(text)
         token_lps.append(clean_logprob(lp[token_id]))
-        tops.append(
-            {tokenizer.token_to_str(t): clean_logprob(v) for t, v in top_entries(lp, k)}
-        )
+        tops.append({tokenizer.token_to_str(t): clean_logprob(v) for t, v in top_entries(lp, k)})
         offsets.append(offset)
         offset += len(text)
-    return {"tokens": tokens, "token_logprobs": token_lps, "top_logprobs": tops, "text_offset": offsets}
+    return {
+        "tokens": tokens,
+        "token_logprobs": token_lps,
+        "top_logprobs": tops,
+        "text_offset": offsets,
+    }
 
 
 def chat_logprobs(

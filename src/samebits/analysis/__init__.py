@@ -1,0 +1,1 @@
+"""Analysis tools: the exhaustive model checker of the engine core (no torch, no numpy)."""

@@ -1,0 +1,158 @@
+"""Exhaustive, bounded model checking of the engine core (scheduler + KV cache manager).
+
+For each `CheckConfig` the checker explores, by depth-first search over the nondeterministic
+choices (which request arrives when, which one is aborted, each step's token budget), every
+execution of the real `Scheduler` driving the `SymbolicRunner`, and checks every transition
+(see `samebits.analysis.world`). States are deduplicated by a canonical digest of the
+scheduler, cache, backend and environment state; a transition back to a state on the current
+DFS path is reported as a livelock. The explored state graph is therefore a DAG, and the
+number of complete executions (root-to-terminal paths, "schedules") is counted on it.
+
+Evidence class: exhaustive model checking within the stated bounds (docs/model_checker.md).
+
+CLI: `python -m samebits.analysis.model_checker [--quick]` prints the counts per config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from samebits.analysis.scenarios import DEFAULT_SUITE, QUICK_SUITE, CheckConfig
+from samebits.analysis.world import Action, Coverage, Model, Violation, World
+
+
+@dataclass(frozen=True)
+class Counterexample:
+    """The first violation found and the actions that lead to it from the initial state."""
+
+    kind: str
+    message: str
+    trace: tuple[Action, ...]
+
+    def __str__(self) -> str:
+        steps = " ".join(f"{kind}({arg})" for kind, arg in self.trace)
+        return f"[{self.kind}] {self.message}\n  trace: {steps}"
+
+
+@dataclass
+class CheckResult:
+    """Counts of one exhaustive run. `num_schedules` counts complete executions."""
+
+    config: CheckConfig
+    num_states: int = 0
+    num_transitions: int = 0
+    num_schedules: int = 0
+    max_depth: int = 0
+    coverage: Coverage = field(default_factory=Coverage)
+    counterexample: Counterexample | None = None
+
+    def summary(self) -> str:
+        status = "OK" if self.counterexample is None else f"VIOLATION {self.counterexample}"
+        cov = self.coverage
+        return (
+            f"{self.config.name}: {self.num_states} states, {self.num_transitions} transitions, "
+            f"{self.num_schedules} schedules, depth {self.max_depth}; preempting steps "
+            f"{cov.preempting_steps}, prefix-hit admissions {cov.prefix_hit_admissions}, "
+            f"aborts {cov.aborts_running}+{cov.aborts_waiting}w, finished stop/length "
+            f"{cov.finished_stop}/{cov.finished_length}: {status}"
+        )
+
+
+@dataclass
+class _Frame:
+    key: bytes
+    snapshot: bytes
+    actions: list[Action]
+    via: Action | None
+    next_action: int = 0
+    paths: int = 0
+
+
+def check(config: CheckConfig) -> CheckResult:
+    """Explore every execution of `config`; stop at the first violation."""
+    model = Model(config)
+    result = CheckResult(config, coverage=model.coverage)
+    world = model.initial()
+    root = _frame(model, world, None)
+    stack, on_path, paths = [root], {root.key}, {}
+    while stack:
+        frame = stack[-1]
+        if frame.next_action == len(frame.actions):
+            stack.pop()
+            on_path.discard(frame.key)
+            paths[frame.key] = frame.paths if frame.actions else 1
+            if stack:
+                stack[-1].paths += paths[frame.key]
+            continue
+        action = frame.actions[frame.next_action]
+        frame.next_action += 1
+        result.num_transitions += 1
+        try:
+            child = _explore(model, frame, action, on_path, paths, stack)
+        except Violation as exc:
+            trace = tuple(f.via for f in stack[1:]) + (action,)
+            result.counterexample = Counterexample(exc.kind, exc.message, trace)
+            break
+        if child is not None:
+            stack.append(child)
+            on_path.add(child.key)
+            result.max_depth = max(result.max_depth, len(stack) - 1)
+    result.num_states = len(paths) + len(stack)
+    result.num_schedules = paths.get(root.key, 0)
+    return result
+
+
+def _explore(
+    model: Model,
+    frame: _Frame,
+    action: Action,
+    on_path: set[bytes],
+    paths: dict[bytes, int],
+    stack: list[_Frame],
+) -> _Frame | None:
+    """Apply `action` to a copy of `frame`'s world; the new frame, or None if already seen."""
+    world: World = pickle.loads(frame.snapshot)
+    model.apply(world, action)
+    key = model.key(world)
+    if key in on_path:
+        raise Violation("livelock", f"{action} returns to a state on the current path")
+    if key in paths:
+        frame.paths += paths[key]
+        return None
+    return _frame(model, world, action, key)
+
+
+def _frame(model: Model, world: World, via: Action | None, key: bytes | None = None) -> _Frame:
+    snapshot = pickle.dumps(world, protocol=pickle.HIGHEST_PROTOCOL)
+    return _Frame(key or model.key(world), snapshot, model.actions(world), via)
+
+
+def check_suite(configs: Sequence[CheckConfig]) -> list[CheckResult]:
+    return [check(config) for config in configs]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="run the small smoke suite")
+    args = parser.parse_args(argv)
+    suite = QUICK_SUITE if args.quick else DEFAULT_SUITE
+    totals = [0, 0, 0]
+    failed = False
+    for config in suite:
+        print(config.describe(), flush=True)
+        result = check(config)
+        print("  " + result.summary(), flush=True)
+        totals[0] += result.num_states
+        totals[1] += result.num_transitions
+        totals[2] += result.num_schedules
+        failed = failed or result.counterexample is not None
+    print(f"total: {totals[0]} states, {totals[1]} transitions, {totals[2]} schedules")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,311 @@
+"""The transition system the model checker explores: the real `Scheduler` (with its real
+`KVCacheManager` and `BlockPool`), the `SymbolicRunner` and an environment that adds and
+aborts requests.
+
+Actions: `("add", i)` request i arrives; `("abort", i)` request i is aborted (at most
+`max_aborts` per execution); `("step", b)` one engine step with token budget b. Every
+transition is checked against the spec (each logits row and token equals the request's
+reference at that output index; a finished request's outputs and finish status are the
+reference cut by its stop rules), the runner contract, write discipline (a step writes only
+into blocks its request alone holds and that are not in the prefix cache), progress (a step
+with unfinished requests schedules a token) and `Scheduler.check_integrity()`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from samebits.analysis.scenarios import CheckConfig, RequestSpec
+from samebits.analysis.symbolic_model import ReferenceView, SymbolicRunner, reference_view, sample
+from samebits.engine.request import Request, RequestStatus
+from samebits.engine.scheduler import Scheduler, SchedulerOutput
+
+Action = tuple[str, int]
+
+_OUTCOMES = {
+    RequestStatus.FINISHED_STOPPED: "stop",
+    RequestStatus.FINISHED_LENGTH: "length",
+    RequestStatus.FINISHED_ABORTED: "abort",
+}
+
+
+class Violation(Exception):
+    """A checked property failed. `kind` is one of: spec, integrity, contract, progress,
+    crash, livelock."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"[{kind}] {message}")
+        self.kind = kind
+        self.message = message
+
+
+@dataclass
+class World:
+    """Mutable state of one execution (picklable: the checker snapshots it)."""
+
+    scheduler: Scheduler
+    runner: SymbolicRunner
+    pending: tuple[int, ...]
+    aborts_left: int
+    outcome: list[str]
+
+
+@dataclass
+class Coverage:
+    """How often interesting events happened over all explored transitions."""
+
+    steps: int = 0
+    preempting_steps: int = 0
+    prefix_hit_admissions: int = 0
+    chunked_prefills: int = 0
+    aborts_running: int = 0
+    aborts_waiting: int = 0
+    finished_stop: int = 0
+    finished_length: int = 0
+
+
+class Model:
+    """Builds, steps and fingerprints `World`s of one `CheckConfig`."""
+
+    def __init__(self, config: CheckConfig) -> None:
+        self.config = config
+        self.refs = [
+            reference_view(s.prompt, s.seed, s.max_tokens, config.num_layers, config.vocab_size)
+            for s in config.requests
+        ]
+        self.coverage = Coverage()
+
+    def initial(self) -> World:
+        c = self.config
+        scheduler = Scheduler(
+            max_num_seqs=c.max_num_seqs,
+            max_num_batched_tokens=max(c.step_budgets),
+            max_model_len=c.max_model_len,
+            block_size=c.block_size,
+            num_kv_blocks=c.num_kv_blocks,
+            enable_prefix_caching=c.enable_prefix_caching,
+            cache_salt=b"model-checker",
+        )
+        runner = SymbolicRunner(c.num_layers, c.num_kv_blocks, c.block_size)
+        pending = tuple(range(len(c.requests)))
+        return World(scheduler, runner, pending, c.max_aborts, ["pending"] * len(pending))
+
+    def actions(self, world: World) -> list[Action]:
+        """Enabled actions, in a fixed order (the DFS order)."""
+        acts: list[Action] = [("add", i) for i in world.pending]
+        if world.aborts_left:
+            acts += [("abort", i) for i, o in enumerate(world.outcome) if o == "active"]
+        if world.scheduler.has_unfinished_requests():
+            acts += [("step", b) for b in self.config.step_budgets]
+        return acts
+
+    def apply(self, world: World, action: Action) -> None:
+        """Perform `action`; raise `Violation` when a checked property fails."""
+        kind, arg = action
+        try:
+            if kind == "add":
+                self._add(world, arg)
+            elif kind == "abort":
+                self._abort(world, arg)
+            else:
+                self._step(world, arg)
+            world.scheduler.check_integrity()
+        except Violation:
+            raise
+        except AssertionError as exc:
+            raise Violation("integrity", str(exc)) from exc
+        except Exception as exc:
+            raise Violation("crash", f"{type(exc).__name__}: {exc}") from exc
+        if not world.pending and not world.scheduler.has_unfinished_requests():
+            self._check_terminal(world)
+
+    # ------------------------------------------------------------------ actions
+
+    def _add(self, world: World, index: int) -> None:
+        spec = self.config.requests[index]
+        world.scheduler.add_request(_make_request(index, spec))
+        world.pending = tuple(i for i in world.pending if i != index)
+        world.outcome[index] = "active"
+
+    def _abort(self, world: World, index: int) -> None:
+        rid = _rid(index)
+        request = world.scheduler.requests[rid]
+        if request.status is RequestStatus.RUNNING:
+            self.coverage.aborts_running += 1
+        else:
+            self.coverage.aborts_waiting += 1
+        world.scheduler.finish_request(rid, RequestStatus.FINISHED_ABORTED)
+        world.aborts_left -= 1
+        world.outcome[index] = "abort"
+
+    def _step(self, world: World, budget: int) -> None:
+        scheduler = world.scheduler
+        scheduler.max_num_batched_tokens = budget
+        hits_before = scheduler.prefix_cache_hits
+        out = scheduler.schedule()
+        scheduler.check_integrity()
+        self._check_output(world, out)
+        rows, written = world.runner.execute(out)
+        self._check_writes(world, written)
+        sampled = self._check_rows(world, rows)
+        for request in scheduler.update_from_output(out, sampled):
+            self._check_finished(world, request)
+        self._count(out, scheduler.prefix_cache_hits > hits_before)
+
+    # ------------------------------------------------------------------ checks
+
+    def _check_output(self, world: World, out: SchedulerOutput) -> None:
+        scheduler = world.scheduler
+        if not out.scheduled:
+            raise Violation("progress", "a step with unfinished requests scheduled nothing")
+        total = 0
+        for item in out.scheduled:
+            request = scheduler.requests[item.request_id]
+            start, end = item.start_position, item.start_position + len(item.token_ids)
+            if start != request.num_computed_tokens or not item.token_ids:
+                raise Violation("contract", f"{item.request_id}: chunk starts at {start}")
+            if item.token_ids != tuple(request.all_token_ids[start:end]):
+                raise Violation("contract", f"{item.request_id}: wrong token_ids {item.token_ids}")
+            if item.sample != (end == request.num_tokens):
+                raise Violation("contract", f"{item.request_id}: sample={item.sample} at {end}")
+            if item.block_table != scheduler.kv_cache_manager.get_block_ids(item.request_id):
+                raise Violation("contract", f"{item.request_id}: block table is not its table")
+            total += len(item.token_ids)
+        if total != out.num_batched_tokens or total > scheduler.max_num_batched_tokens:
+            raise Violation("contract", f"{total} tokens, reported {out.num_batched_tokens}")
+
+    def _check_writes(self, world: World, written: list[int]) -> None:
+        """Each written slot is written once per step, in a block held by exactly one request
+        and not registered in the prefix cache (cached blocks are immutable)."""
+        if len(set(written)) != len(written):
+            raise Violation("spec", f"a slot is written twice in one step: {written}")
+        blocks = world.scheduler.kv_cache_manager.block_pool.blocks
+        for slot in written:
+            block = blocks[slot // self.config.block_size]
+            if block.ref_cnt != 1 or block.block_hash is not None:
+                raise Violation(
+                    "spec",
+                    f"write into block {block.block_id} (ref_cnt {block.ref_cnt}, "
+                    f"cached {block.block_hash is not None})",
+                )
+
+    def _check_rows(self, world: World, rows: dict[str, bytes]) -> dict[str, int]:
+        sampled = {}
+        for rid, row in rows.items():
+            index = _index(rid)
+            request = world.scheduler.requests[rid]
+            position = request.num_output_tokens
+            ref = self.refs[index]
+            if position >= len(ref.rows) or row != ref.rows[position]:
+                raise Violation("spec", f"{rid}: logits row {position} differs from the reference")
+            token = sample(row, request.seed, position, self.config.vocab_size)
+            if token != ref.tokens[position]:
+                raise Violation("spec", f"{rid}: token {position} differs from the reference")
+            sampled[rid] = token
+        return sampled
+
+    def _check_finished(self, world: World, request: Request) -> None:
+        index = _index(request.request_id)
+        spec = self.config.requests[index]
+        tokens, status = expected_outputs(spec, self.refs[index], request.max_model_len)
+        if tuple(request.output_token_ids) != tokens or request.status is not status:
+            raise Violation(
+                "spec",
+                f"{request.request_id} finished {request.status.name} with "
+                f"{request.output_token_ids}, reference says {status.name} with {list(tokens)}",
+            )
+        world.outcome[index] = _OUTCOMES[status]
+        if status is RequestStatus.FINISHED_STOPPED:
+            self.coverage.finished_stop += 1
+        else:
+            self.coverage.finished_length += 1
+
+    def _check_terminal(self, world: World) -> None:
+        pool = world.scheduler.kv_cache_manager.block_pool
+        if pool.num_free_blocks != pool.num_blocks:
+            raise Violation("integrity", "blocks still held after every request finished")
+        unfinished = [i for i, o in enumerate(world.outcome) if o in ("pending", "active")]
+        if unfinished:
+            raise Violation("spec", f"requests {unfinished} never finished")
+
+    def _count(self, out: SchedulerOutput, hit: bool) -> None:
+        cov = self.coverage
+        cov.steps += 1
+        cov.preempting_steps += bool(out.preempted)
+        cov.prefix_hit_admissions += hit
+        cov.chunked_prefills += any(not item.sample for item in out.scheduled)
+
+    # ------------------------------------------------------------------ fingerprint
+
+    def key(self, world: World) -> bytes:
+        """Canonical digest of everything that can influence the future of `world`."""
+        scheduler = world.scheduler
+        manager = scheduler.kv_cache_manager
+        pool = manager.block_pool
+        waiting = tuple(
+            (r.request_id, r.status.value, r.num_output_tokens, r.num_computed_tokens)
+            for r in scheduler.waiting
+        )
+        running = tuple(
+            (
+                r.request_id,
+                r.num_output_tokens,
+                r.num_computed_tokens,
+                manager.get_block_ids(r.request_id),
+                manager.num_cached_blocks.get(r.request_id),
+            )
+            for r in scheduler.running
+        )
+        blocks = tuple(
+            (b.ref_cnt, b.block_hash.digest if b.block_hash else None) for b in pool.blocks
+        )
+        hash_map = tuple(
+            sorted((d, b.block_id) for d, b in pool.cached_block_hash_to_block.items())
+        )
+        state = (
+            world.pending,
+            world.aborts_left,
+            tuple(world.outcome),
+            waiting,
+            running,
+            tuple(pool.free_block_queue),
+            blocks,
+            hash_map,
+            tuple(tuple(layer) for layer in world.runner.kv),
+        )
+        return hashlib.blake2b(repr(state).encode(), digest_size=16).digest()
+
+
+def expected_outputs(
+    spec: RequestSpec, ref: ReferenceView, max_model_len: int
+) -> tuple[tuple[int, ...], RequestStatus]:
+    """The reference tokens cut by the stop rules, and the finish status they imply
+    (written independently of `Request.check_stop`)."""
+    tokens: list[int] = []
+    for token in ref.tokens:
+        tokens.append(token)
+        if token in spec.eos_token_ids or token in spec.stop_token_ids:
+            return tuple(tokens), RequestStatus.FINISHED_STOPPED
+        if len(tokens) == spec.max_tokens or len(spec.prompt) + len(tokens) >= max_model_len:
+            return tuple(tokens), RequestStatus.FINISHED_LENGTH
+    raise AssertionError("reference shorter than max_tokens")
+
+
+def _rid(index: int) -> str:
+    return f"r{index}"
+
+
+def _index(request_id: str) -> int:
+    return int(request_id[1:])
+
+
+def _make_request(index: int, spec: RequestSpec) -> Request:
+    return Request(
+        request_id=_rid(index),
+        prompt_token_ids=spec.prompt,
+        max_tokens=spec.max_tokens,
+        eos_token_ids=spec.eos_token_ids,
+        stop_token_ids=spec.stop_token_ids,
+        seed=spec.seed,
+    )

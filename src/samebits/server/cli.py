@@ -1,0 +1,137 @@
+"""Serve the model over an OpenAI-compatible HTTP API (`samebits serve`).
+
+Binds to 127.0.0.1 by default. Every served request is appended to the audit log (path
+printed at start-up, head hash printed at shutdown) unless `--no-audit-log` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from samebits.audit.record import session_record
+from samebits.audit.writer import DEFAULT_MAX_BYTES, AuditLogWriter, default_audit_log_path
+from samebits.server.config import DEFAULT_MAX_BODY_BYTES, ServerConfig
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `samebits serve`."""
+    add = parser.add_argument
+    add("--model", default=None, help="HF folder or .gguf file (default: embedded SmolLM2)")
+    add("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    add("--port", type=int, default=8000)
+    add("--api-key", default=None,
+        help="require 'Authorization: Bearer KEY' (default: $SAMEBITS_API_KEY, else none)")  # fmt: skip
+    add("--served-model-name", action="append", default=None,
+        help="model name(s) clients use (default: the model's name); repeatable")  # fmt: skip
+    add("--audit-log", default=None, help=f"audit log path (default: {default_audit_log_path()})")
+    add("--no-audit-log", action="store_true", help="serve without an audit log")
+    add(
+        "--audit-max-bytes",
+        type=int,
+        default=DEFAULT_MAX_BYTES,
+        help="rotate segments at this size",
+    )
+    add("--kernel-plan", default="invariant", choices=("invariant", "fast"))
+    add("--num-threads", type=int, default=None)
+    add("--max-model-len", type=int, default=None)
+    add("--max-num-seqs", type=int, default=32)
+    add("--max-num-batched-tokens", type=int, default=512)
+    add("--block-size", type=int, default=16)
+    add("--num-kv-blocks", type=int, default=None)
+    add("--no-prefix-caching", action="store_true")
+    add("--max-n", type=int, default=16, help="largest n accepted")
+    add("--max-tokens-limit", type=int, default=None, help="largest max_tokens accepted")
+    add("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
+    add("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+
+
+def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """`LLMEngine.from_args` keyword arguments from the command line."""
+    kwargs: dict[str, Any] = {
+        "kernel_plan": args.kernel_plan,
+        "num_threads": args.num_threads,
+        "max_model_len": args.max_model_len,
+        "max_num_seqs": args.max_num_seqs,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "block_size": args.block_size,
+        "enable_prefix_caching": not args.no_prefix_caching,
+    }
+    if args.num_kv_blocks is not None:
+        kwargs["num_kv_blocks"] = args.num_kv_blocks
+    return kwargs
+
+
+def session_engine_args(args: argparse.Namespace) -> dict[str, Any]:
+    """What a verifier needs to rebuild the deployment (recorded in the session entry)."""
+    model = None if args.model is None else str(Path(args.model).resolve())
+    return {
+        "model": model,
+        "kernel_plan": args.kernel_plan,
+        "dtype": "float32",
+        "num_threads": args.num_threads,
+        "max_model_len": args.max_model_len,
+    }
+
+
+def serve_main(args: argparse.Namespace) -> int:
+    """Entry point of `samebits serve`; returns the exit code."""
+    import uvicorn
+
+    from samebits.engine.engine import LLMEngine
+    from samebits.server.app import build_app
+
+    engine = LLMEngine.from_args(args.model, progress=True, **engine_kwargs(args))
+    config = server_config(args, engine)
+    writer = open_audit_log(args, engine)
+    _announce(args, engine, config, writer)
+    app = build_app(engine, config, writer)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    finally:
+        if writer is not None:
+            head = writer.close()
+            print(f"audit log head: seq {head.seq} entry_hash {head.entry_hash}", file=sys.stderr)
+    return 0
+
+
+def server_config(args: argparse.Namespace, engine: Any) -> ServerConfig:
+    names = tuple(args.served_model_name or (str(engine.model_name),))
+    return ServerConfig(
+        model_names=names,
+        api_key=args.api_key or os.environ.get("SAMEBITS_API_KEY") or None,
+        max_n=args.max_n,
+        max_body_bytes=args.max_body_bytes,
+        max_tokens_limit=args.max_tokens_limit,
+    )
+
+
+def open_audit_log(args: argparse.Namespace, engine: Any) -> AuditLogWriter | None:
+    """Open (or resume) the audit log and append this server's session entry."""
+    if args.no_audit_log:
+        return None
+    path = Path(args.audit_log) if args.audit_log else default_audit_log_path()
+    writer = AuditLogWriter(path, max_bytes=args.audit_max_bytes)
+    record = session_record(
+        str(engine.fingerprint), str(engine.model_name), session_engine_args(args), time.time()
+    )
+    writer.append(record).result()
+    return writer
+
+
+def _announce(args: argparse.Namespace, engine: Any, config: ServerConfig, writer: Any) -> None:
+    lines = [
+        f"samebits serve: model {engine.model_name} as {list(config.model_names)}",
+        f"  fingerprint: {engine.fingerprint}",
+        f"  audit log:   {writer.path if writer is not None else 'disabled (--no-audit-log)'}",
+        f"  listening:   http://{args.host}:{args.port}/v1",
+    ]
+    if args.host not in LOOPBACK and config.api_key is None:
+        lines.append("  WARNING: bound beyond loopback without --api-key: anyone can use it")
+    print("\n".join(lines), file=sys.stderr, flush=True)

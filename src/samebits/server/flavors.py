@@ -1,0 +1,112 @@
+"""What differs between /v1/completions and /v1/chat/completions: prompts and JSON shapes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from samebits.server.config import ServerConfig
+from samebits.server.engine_loop import Delta
+from samebits.server.generation import Choice
+from samebits.server.prompts import Prompt, chat_prompt, completion_prompts
+from samebits.server.protocol import ChatCompletionRequest, CompletionRequest
+from samebits.server.responses import chat_logprobs, completion_logprobs, extension
+
+
+class CompletionFlavor:
+    endpoint = "/v1/completions"
+    request_model = CompletionRequest
+    object_name = "text_completion"
+    chunk_object_name = "text_completion"
+    id_prefix = "cmpl"
+
+    def prompts(self, req: Any, tokenizer: Any, config: ServerConfig) -> list[Prompt]:
+        return completion_prompts(req, tokenizer, config.max_prompts)
+
+    def choice_body(self, choice: Choice, k: int | None, tokenizer: Any, audit: Any) -> dict:
+        logprobs = None
+        if k is not None and choice.logprobs is not None:
+            logprobs = completion_logprobs(choice.token_ids, choice.logprobs, k, tokenizer, 0)
+        return {
+            "index": choice.index,
+            "text": choice.text,
+            "logprobs": logprobs,
+            "finish_reason": choice.finish_reason,
+            "samebits": extension(choice, choice.token_ids, choice.logits_digests, audit, True),
+        }
+
+    def opening_chunks(self, choices: list[Choice]) -> list[dict]:
+        return []
+
+    def chunk_choice(
+        self, choice: Choice, added: str, delta: Delta, k: int | None, tokenizer: Any, audit: Any
+    ) -> dict:
+        logprobs = None
+        if k is not None and delta.logprobs is not None:
+            offset = len(choice.text) - len(added)
+            logprobs = completion_logprobs(
+                list(delta.token_ids), list(delta.logprobs), k, tokenizer, offset
+            )
+        final = delta.finish_reason is not None
+        return {
+            "index": choice.index,
+            "text": added,
+            "logprobs": logprobs,
+            "finish_reason": delta.finish_reason,
+            "samebits": extension(
+                choice, list(delta.token_ids), list(delta.logits_digests), audit, final
+            ),
+        }
+
+
+class ChatFlavor:
+    endpoint = "/v1/chat/completions"
+    request_model = ChatCompletionRequest
+    object_name = "chat.completion"
+    chunk_object_name = "chat.completion.chunk"
+    id_prefix = "chatcmpl"
+
+    def prompts(self, req: Any, tokenizer: Any, config: ServerConfig) -> list[Prompt]:
+        return [chat_prompt(req, tokenizer)]
+
+    def choice_body(self, choice: Choice, k: int | None, tokenizer: Any, audit: Any) -> dict:
+        logprobs = None
+        if k is not None and choice.logprobs is not None:
+            logprobs = chat_logprobs(choice.token_ids, choice.logprobs, k, tokenizer)
+        return {
+            "index": choice.index,
+            "message": {"role": "assistant", "content": choice.text},
+            "logprobs": logprobs,
+            "finish_reason": choice.finish_reason,
+            "samebits": extension(choice, choice.token_ids, choice.logits_digests, audit, True),
+        }
+
+    def opening_chunks(self, choices: list[Choice]) -> list[dict]:
+        return [
+            {
+                "index": c.index,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": None,
+                "finish_reason": None,
+            }
+            for c in choices
+        ]
+
+    def chunk_choice(
+        self, choice: Choice, added: str, delta: Delta, k: int | None, tokenizer: Any, audit: Any
+    ) -> dict:
+        logprobs = None
+        if k is not None and delta.logprobs is not None:
+            logprobs = chat_logprobs(list(delta.token_ids), list(delta.logprobs), k, tokenizer)
+        final = delta.finish_reason is not None
+        return {
+            "index": choice.index,
+            "delta": {"content": added} if added or not final else {},
+            "logprobs": logprobs,
+            "finish_reason": delta.finish_reason,
+            "samebits": extension(
+                choice, list(delta.token_ids), list(delta.logits_digests), audit, final
+            ),
+        }
+
+
+Flavor = CompletionFlavor | ChatFlavor

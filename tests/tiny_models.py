@@ -1,0 +1,270 @@
+"""Tiny random checkpoints for tests: HF folders made with transformers, and GGUF copies.
+
+`make_tiny_checkpoint` writes a real HF folder (config.json, safetensors, tokenizer.json,
+tokenizer_config.json or chat_template.jinja, generation_config.json) for a 2-layer model of
+each supported architecture. Every parameter, norms and biases included, is drawn from a
+seeded generator, so a name or layout mix-up in a loader changes values. The tokenizer is a
+byte-level BPE trained deterministically on inline text, with exactly `TINY_VOCAB` ids.
+
+`write_tiny_gguf` converts such a folder to a llama GGUF the way llama.cpp's converter does
+(q/k rows permuted for interleaved RoPE, shapes stored fastest-dimension first).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ARCHS = ("llama", "qwen2", "qwen3", "mistral")
+TINY_VOCAB = 320
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if message['role'] not in ['system', 'user', 'assistant'] %}"
+    "{{ raise_exception('unknown role: ' + message['role']) }}"
+    "{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+_TRAINING_TEXT = (
+    "The quick brown fox jumps over the lazy dog. " * 3,
+    "def add(a, b):\n    return a + b\n",
+    "Numbers 12345 and 3.14159, 2024-11-29.",
+    "Ünïcödé → 日本語 テキスト 😀 ok",
+    "Hello world! Hello there, general.",
+    "to be or not to be, that is the question",
+)
+_DIMS = dict(
+    vocab_size=TINY_VOCAB,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=256,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=False,
+)
+
+
+def train_tiny_tokenizer():
+    """A byte-level BPE `tokenizers.Tokenizer` with `TINY_VOCAB` ids; ids 0-2 are specials."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=TINY_VOCAB,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        min_frequency=1,
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_TRAINING_TEXT, trainer)
+    assert tokenizer.get_vocab_size() == TINY_VOCAB, tokenizer.get_vocab_size()
+    return tokenizer
+
+
+def tiny_hf_config(arch: str):
+    """The transformers config of the tiny model of `arch`."""
+    import transformers
+
+    if arch == "llama":
+        rope = {
+            "rope_type": "llama3",
+            "rope_theta": 50000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        }
+        return transformers.LlamaConfig(**_DIMS, rope_parameters=rope)
+    if arch == "qwen2":
+        return transformers.Qwen2Config(**_DIMS, use_sliding_window=False)
+    if arch == "qwen3":
+        return transformers.Qwen3Config(**_DIMS, use_sliding_window=False, attention_bias=False)
+    if arch == "mistral":
+        return transformers.MistralConfig(**_DIMS, sliding_window=None)
+    raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
+
+
+def make_tiny_checkpoint(path: Path, arch: str, seed: int = 0, sharded: bool = False) -> Path:
+    """Write a tiny random HF checkpoint of `arch` to `path` and return `path`.
+
+    Deterministic in (`arch`, `seed`). `sharded=True` splits the weights over several
+    safetensors files with a `model.safetensors.index.json`.
+    """
+    import transformers
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    config = tiny_hf_config(arch)
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    _randomize(model, seed)
+    model.save_pretrained(path, max_shard_size="100KB" if sharded else "50GB")
+    train_tiny_tokenizer().save(str(path / "tokenizer.json"))
+    _write_tokenizer_config(path, arch)
+    _write_json(path / "generation_config.json", {"eos_token_id": _generation_eos(arch)})
+    return path
+
+
+def _randomize(model: torch.nn.Module, seed: int) -> None:
+    """Every parameter random (norms around 1), so no two tensors are interchangeable."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            noise = torch.randn(param.shape, generator=generator)
+            param.copy_(1.0 + 0.1 * noise if "norm" in name else 0.1 * noise)
+
+
+def _write_tokenizer_config(path: Path, arch: str) -> None:
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "clean_up_tokenization_spaces": False,
+    }
+    if arch == "mistral":  # exercise the separate-file template
+        (path / "chat_template.jinja").write_text(CHATML_TEMPLATE, encoding="utf-8")
+    else:
+        config["chat_template"] = CHATML_TEMPLATE
+    _write_json(path / "tokenizer_config.json", config)
+
+
+def _generation_eos(arch: str) -> int | list[int]:
+    # qwen2 lists several eos ids, as Qwen's own generation_config.json does.
+    return [2, 0] if arch == "qwen2" else 2
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+
+
+def llama_cpp_permute(weight: np.ndarray, num_heads: int) -> np.ndarray:
+    """llama.cpp's q/k row order: per head, the two rotate-half halves interleaved."""
+    rows = weight.shape[0]
+    halves = weight.reshape(num_heads, 2, rows // num_heads // 2, *weight.shape[1:])
+    return halves.swapaxes(1, 2).reshape(weight.shape)
+
+
+_GGUF_LAYER_NAMES = {
+    "input_layernorm": "attn_norm",
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "post_attention_layernorm": "ffn_norm",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+
+
+def gguf_tensor_name(hf_name: str) -> str:
+    """llama.cpp's name for a HF llama weight name."""
+    fixed = {
+        "model.embed_tokens.weight": "token_embd.weight",
+        "model.norm.weight": "output_norm.weight",
+        "lm_head.weight": "output.weight",
+    }
+    if hf_name in fixed:
+        return fixed[hf_name]
+    _, _, layer, rest = hf_name.split(".", 3)
+    module = rest.removesuffix(".weight")
+    return f"blk.{layer}.{_GGUF_LAYER_NAMES[module]}.weight"
+
+
+def write_tiny_gguf(
+    path: Path,
+    hf_dir: Path,
+    weight_type=None,
+    type_overrides: Mapping[str, object] | None = None,
+    arch: str = "llama",
+) -> Path:
+    """Convert a tiny llama/mistral HF folder into a GGUF file at `path`.
+
+    `weight_type` (a `gguf.GGMLQuantizationType`, default F32) applies to 2-D weights; norms stay
+    F32; `type_overrides` maps a GGUF tensor name to its own type. `arch` is written as
+    `general.architecture` (pass something else to make an unsupported file).
+    """
+    import gguf
+    from safetensors.torch import load_file
+
+    config = json.loads((hf_dir / "config.json").read_text())
+    weights = load_file(str(hf_dir / "model.safetensors"))
+    writer = gguf.GGUFWriter(str(path), arch)
+    _write_gguf_metadata(writer, config)
+    _write_gguf_tokenizer(writer, hf_dir)
+    default_type = weight_type or gguf.GGMLQuantizationType.F32
+    for hf_name, tensor in weights.items():
+        name = gguf_tensor_name(hf_name)
+        values = _llama_cpp_layout(hf_name, tensor.numpy(), config)
+        qtype = (type_overrides or {}).get(name, default_type if values.ndim == 2 else None)
+        _add_gguf_tensor(writer, name, values, qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _llama_cpp_layout(hf_name: str, values: np.ndarray, config: dict) -> np.ndarray:
+    if hf_name.endswith("q_proj.weight"):
+        return llama_cpp_permute(values, config["num_attention_heads"])
+    if hf_name.endswith("k_proj.weight"):
+        return llama_cpp_permute(values, config["num_key_value_heads"])
+    return values
+
+
+def _add_gguf_tensor(writer, name: str, values: np.ndarray, qtype) -> None:
+    import gguf
+
+    types = gguf.GGMLQuantizationType
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    if qtype is None or qtype == types.F32:
+        writer.add_tensor(name, values)
+    elif qtype == types.F16:
+        writer.add_tensor(name, values.astype(np.float16))
+    else:
+        writer.add_tensor(name, gguf.quants.quantize(values, qtype), raw_dtype=qtype)
+
+
+def _write_gguf_metadata(writer, config: dict) -> None:
+    writer.add_name("tiny")
+    writer.add_context_length(config["max_position_embeddings"])
+    writer.add_embedding_length(config["hidden_size"])
+    writer.add_block_count(config["num_hidden_layers"])
+    writer.add_feed_forward_length(config["intermediate_size"])
+    writer.add_head_count(config["num_attention_heads"])
+    writer.add_head_count_kv(config["num_key_value_heads"])
+    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    rope = config.get("rope_parameters") or {}
+    writer.add_rope_freq_base(rope.get("rope_theta", config.get("rope_theta", 10000.0)))
+    writer.add_rope_dimension_count(config["head_dim"])
+
+
+def _write_gguf_tokenizer(writer, hf_dir: Path) -> None:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(hf_dir / "tokenizer.json"))
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    tokens = sorted(vocab, key=vocab.__getitem__)
+    merges = json.loads(tokenizer.to_str())["model"]["merges"]
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+    writer.add_token_types([3 if token in SPECIAL_TOKENS else 1 for token in tokens])
+    writer.add_bos_token_id(vocab["<|im_start|>"])
+    writer.add_eos_token_id(vocab["<|im_end|>"])
+    writer.add_eot_token_id(vocab["<|endoftext|>"])
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(CHATML_TEMPLATE)
