@@ -188,12 +188,14 @@ def write_tiny_gguf(
     weight_type=None,
     type_overrides: Mapping[str, object] | None = None,
     arch: str = "llama",
+    pre: str = "default",
 ) -> Path:
     """Convert a tiny llama/mistral HF folder into a GGUF file at `path`.
 
     `weight_type` (a `gguf.GGMLQuantizationType`, default F32) applies to 2-D weights; norms stay
     F32; `type_overrides` maps a GGUF tensor name to its own type. `arch` is written as
-    `general.architecture` (pass something else to make an unsupported file).
+    `general.architecture` (pass something else to make an unsupported file); `pre` is written as
+    `tokenizer.ggml.pre`.
     """
     import gguf
     from safetensors.torch import load_file
@@ -202,7 +204,7 @@ def write_tiny_gguf(
     weights = load_file(str(hf_dir / "model.safetensors"))
     writer = gguf.GGUFWriter(str(path), arch)
     _write_gguf_metadata(writer, config)
-    _write_gguf_tokenizer(writer, hf_dir)
+    _write_gguf_tokenizer(writer, hf_dir, pre)
     default_type = weight_type or gguf.GGMLQuantizationType.F32
     for hf_name, tensor in weights.items():
         name = gguf_tensor_name(hf_name)
@@ -251,7 +253,7 @@ def _write_gguf_metadata(writer, config: dict) -> None:
     writer.add_rope_dimension_count(config["head_dim"])
 
 
-def _write_gguf_tokenizer(writer, hf_dir: Path) -> None:
+def _write_gguf_tokenizer(writer, hf_dir: Path, pre: str) -> None:
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(hf_dir / "tokenizer.json"))
@@ -259,7 +261,7 @@ def _write_gguf_tokenizer(writer, hf_dir: Path) -> None:
     tokens = sorted(vocab, key=vocab.__getitem__)
     merges = json.loads(tokenizer.to_str())["model"]["merges"]
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
+    writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
     writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
     writer.add_token_types([3 if token in SPECIAL_TOKENS else 1 for token in tokens])

@@ -41,6 +41,15 @@ def test_tiny_checkpoints_agree_with_transformers(request, arch, plan):
     _assert_agrees(dep, hf, _prompt(dep.config.vocab_size))
 
 
+@pytest.fixture(scope="module")
+def hf_smollm2(smollm2_gguf):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(
+        str(smollm2_gguf.parent), gguf_file=smollm2_gguf.name, torch_dtype=torch.float32
+    ).eval()
+
+
 @pytest.mark.slow
 def test_smollm2_gguf_agrees_with_transformers(smollm2_model, hf_smollm2):
     dep = build_deployment(smollm2_model, "invariant")

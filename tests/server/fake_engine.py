@@ -17,6 +17,7 @@ from samebits.outputs import CompletionOutput, RequestOutput
 from samebits.sampling import SamplingParams, new_seed
 
 BOS, EOS = 256, 257
+BOOM = "\x01boom"  # a prompt the tokenizer fails on (an exception inside one request)
 
 
 class FakeTokenizer:
@@ -25,6 +26,8 @@ class FakeTokenizer:
     bos_token_id = BOS
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        if text == BOOM:
+            raise RuntimeError("injected tokenizer failure")
         ids = list(text.encode("utf-8"))
         return [BOS, *ids] if add_special_tokens else ids
 

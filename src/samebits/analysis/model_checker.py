@@ -58,7 +58,7 @@ class CheckResult:
             f"{self.num_schedules} schedules, depth {self.max_depth}; preempting steps "
             f"{cov.preempting_steps}, prefix-hit admissions {cov.prefix_hit_admissions}, "
             f"aborts {cov.aborts_running}+{cov.aborts_waiting}w, finished stop/length "
-            f"{cov.finished_stop}/{cov.finished_length}: {status}"
+            f"{cov.finished_stop}/{cov.finished_length}, max batch {cov.max_batch_size}: {status}"
         )
 
 
@@ -72,9 +72,10 @@ class _Frame:
     paths: int = 0
 
 
-def check(config: CheckConfig) -> CheckResult:
-    """Explore every execution of `config`; stop at the first violation."""
-    model = Model(config)
+def check(config: CheckConfig, structural_checks: bool = True) -> CheckResult:
+    """Explore every execution of `config`; stop at the first violation. With
+    `structural_checks=False` only behaviour is checked (see `Model`)."""
+    model = Model(config, structural_checks)
     result = CheckResult(config, coverage=model.coverage)
     world = model.initial()
     root = _frame(model, world, None)

@@ -54,33 +54,41 @@ class CheckConfig:
         )
 
 
-# Prompts with shared prefixes (block size 2): A and C are the same input (same prompt and
-# seed: the Deterministic property and generated-token block sharing); B repeats A's second
-# block [3, 4] after a different first block (a prefix-blind hash would confuse them); D
-# shares A's first two blocks then diverges; E is a long prompt sharing A's first block.
-# Token 0 is EOS; seeds are chosen so that some references end on it before max_tokens.
-A = RequestSpec((1, 2, 3, 4, 5), max_tokens=4, seed=2, eos_token_ids=(0,))
-B = RequestSpec((6, 7, 3, 4, 5, 8), max_tokens=2, seed=1, eos_token_ids=(0,))
+# Prompts with shared prefixes (block size 2). Token 0 is EOS where a request has it; seeds are
+# chosen so that the references end in a mix of ways (EOS, stop token, max_tokens).
+# A and C are the same input (prompt and seed): the Deterministic property, and blocks of
+# generated tokens shared between requests. B repeats A's second block [3, 4] after a different
+# first block (a prefix-blind hash confuses them). D shares A's first two blocks, then diverges.
+# E is an 8-token prompt sharing A's first block. F, G, H are short prompts that let a 3-block
+# cache hold two requests at once (so preemption happens there too); G is F's prompt with
+# another seed, H repeats F's first block [1, 2] as its second block.
+A = RequestSpec((1, 2, 3, 4, 5), max_tokens=4, seed=2, eos_token_ids=(0,))  # EOS after 3
+B = RequestSpec((6, 7, 3, 4, 5, 8), max_tokens=2, seed=1, eos_token_ids=(0,))  # length 2
 C = A
-D = RequestSpec((1, 2, 3, 4, 9, 9, 9), max_tokens=4, seed=3, eos_token_ids=(0,))
-E = RequestSpec((1, 2, 6, 6, 6, 6, 6, 6), max_tokens=2, seed=8, stop_token_ids=(2,))
+D = RequestSpec((1, 2, 3, 4, 9, 9, 9), max_tokens=4, seed=3, eos_token_ids=(0,))  # EOS after 3
+E = RequestSpec((1, 2, 6, 6, 6, 6, 6, 6), max_tokens=2, seed=8, stop_token_ids=(2,))  # stop, 2
+F = RequestSpec((1, 2, 3), max_tokens=4, seed=2, eos_token_ids=(0,))  # length 4
+G = RequestSpec((1, 2, 3), max_tokens=4, seed=3, eos_token_ids=(0,))  # EOS after 3
+H = RequestSpec((5, 6, 1, 2), max_tokens=2, seed=8, eos_token_ids=(0,))  # length 2
 
-_SWEEP = tuple(
-    CheckConfig(f"abc-{blocks}b-budget{budget}", (A, B, C), blocks, (budget,), 3)
-    for blocks in (3, 4, 5, 6)
-    for budget in (1, 2, 3, 4, 5, 8)
-)
+ALL_BUDGETS = tuple(range(1, 9))
 
 DEFAULT_SUITE: tuple[CheckConfig, ...] = (
-    *_SWEEP,
-    CheckConfig("abc-4b-budgets1..8", (A, B, C), 4, tuple(range(1, 9)), 3),
-    CheckConfig("abd-5b-seqs2", (A, B, D), 5, (1, 3, 8), 2),
-    CheckConfig("ade-6b", (A, D, E), 6, (2, 5), 3),
+    *(CheckConfig(f"ABC-{n}blocks", (A, B, C), n, ALL_BUDGETS, 3) for n in (3, 4, 5, 6)),
+    CheckConfig("FGH-3blocks", (F, G, H), 3, ALL_BUDGETS, 3),
+    CheckConfig("FGH-4blocks-2seqs", (F, G, H), 4, ALL_BUDGETS, 2),
+    CheckConfig("ABC-4blocks-2aborts", (A, B, C), 4, ALL_BUDGETS, 3, max_aborts=2),
+    CheckConfig(
+        "ABC-5blocks-no-prefix-cache", (A, B, C), 5, ALL_BUDGETS, 3, enable_prefix_caching=False
+    ),
+    CheckConfig("ABD-5blocks-2seqs", (A, B, D), 5, ALL_BUDGETS, 2),
+    CheckConfig("ADE-6blocks-len8", (A, D, E), 6, ALL_BUDGETS, 3, max_model_len=8),
+    CheckConfig("ABCD-5blocks", (A, B, C, D), 5, (1, 3, 8), 3),
 )
 
 QUICK_SUITE: tuple[CheckConfig, ...] = (
-    CheckConfig("abc-3b-budget2", (A, B, C), 3, (2,), 3),
-    CheckConfig("abc-5b-budgets1,3", (A, B, C), 5, (1, 3), 3),
+    CheckConfig("ABC-4blocks-quick", (A, B, C), 4, (1, 2, 5), 3),
+    CheckConfig("FGH-3blocks-quick", (F, G, H), 3, (1, 3), 3),
 )
 
 

@@ -17,7 +17,14 @@ import hashlib
 from dataclasses import dataclass
 
 from samebits.analysis.scenarios import CheckConfig, RequestSpec
-from samebits.analysis.symbolic_model import ReferenceView, SymbolicRunner, reference_view, sample
+from samebits.analysis.symbolic_model import (
+    ContractViolation,
+    ReferenceView,
+    SymbolicRunner,
+    reference_view,
+    sample,
+)
+from samebits.engine.kv_cache_manager import cdiv
 from samebits.engine.request import Request, RequestStatus
 from samebits.engine.scheduler import Scheduler, SchedulerOutput
 
@@ -31,8 +38,10 @@ _OUTCOMES = {
 
 
 class Violation(Exception):
-    """A checked property failed. `kind` is one of: spec, integrity, contract, progress,
-    crash, livelock."""
+    """A checked property failed. `kind` is one of: spec (rows, tokens, finish vs the
+    reference), contract (scheduler -> runner), write (write discipline), integrity
+    (`check_integrity` or an engine assertion), progress, livelock, crash (any other
+    exception raised by the engine core)."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(f"[{kind}] {message}")
@@ -63,13 +72,17 @@ class Coverage:
     aborts_waiting: int = 0
     finished_stop: int = 0
     finished_length: int = 0
+    max_batch_size: int = 0
 
 
 class Model:
-    """Builds, steps and fingerprints `World`s of one `CheckConfig`."""
+    """Builds, steps and fingerprints `World`s of one `CheckConfig`. With
+    `structural_checks=False` only behaviour is checked (spec, contract, progress): no
+    `check_integrity()`, no write discipline; used to show what the spec alone catches."""
 
-    def __init__(self, config: CheckConfig) -> None:
+    def __init__(self, config: CheckConfig, structural_checks: bool = True) -> None:
         self.config = config
+        self.structural_checks = structural_checks
         self.refs = [
             reference_view(s.prompt, s.seed, s.max_tokens, config.num_layers, config.vocab_size)
             for s in config.requests
@@ -110,9 +123,11 @@ class Model:
                 self._abort(world, arg)
             else:
                 self._step(world, arg)
-            world.scheduler.check_integrity()
+            self._check_integrity(world)
         except Violation:
             raise
+        except ContractViolation as exc:
+            raise Violation("contract", str(exc)) from exc
         except AssertionError as exc:
             raise Violation("integrity", str(exc)) from exc
         except Exception as exc:
@@ -144,16 +159,21 @@ class Model:
         scheduler.max_num_batched_tokens = budget
         hits_before = scheduler.prefix_cache_hits
         out = scheduler.schedule()
-        scheduler.check_integrity()
+        self._check_integrity(world)
         self._check_output(world, out)
         rows, written = world.runner.execute(out)
-        self._check_writes(world, written)
+        if self.structural_checks:
+            self._check_writes(world, written)
         sampled = self._check_rows(world, rows)
         for request in scheduler.update_from_output(out, sampled):
             self._check_finished(world, request)
         self._count(out, scheduler.prefix_cache_hits > hits_before)
 
     # ------------------------------------------------------------------ checks
+
+    def _check_integrity(self, world: World) -> None:
+        if self.structural_checks:
+            world.scheduler.check_integrity()
 
     def _check_output(self, world: World, out: SchedulerOutput) -> None:
         scheduler = world.scheduler
@@ -169,8 +189,11 @@ class Model:
                 raise Violation("contract", f"{item.request_id}: wrong token_ids {item.token_ids}")
             if item.sample != (end == request.num_tokens):
                 raise Violation("contract", f"{item.request_id}: sample={item.sample} at {end}")
-            if item.block_table != scheduler.kv_cache_manager.get_block_ids(item.request_id):
+            table = item.block_table
+            if table != scheduler.kv_cache_manager.get_block_ids(item.request_id):
                 raise Violation("contract", f"{item.request_id}: block table is not its table")
+            if len(table) != cdiv(end, scheduler.block_size):
+                raise Violation("contract", f"{item.request_id}: table {table} for {end} tokens")
             total += len(item.token_ids)
         if total != out.num_batched_tokens or total > scheduler.max_num_batched_tokens:
             raise Violation("contract", f"{total} tokens, reported {out.num_batched_tokens}")
@@ -179,13 +202,13 @@ class Model:
         """Each written slot is written once per step, in a block held by exactly one request
         and not registered in the prefix cache (cached blocks are immutable)."""
         if len(set(written)) != len(written):
-            raise Violation("spec", f"a slot is written twice in one step: {written}")
+            raise Violation("write", f"a slot is written twice in one step: {written}")
         blocks = world.scheduler.kv_cache_manager.block_pool.blocks
         for slot in written:
             block = blocks[slot // self.config.block_size]
             if block.ref_cnt != 1 or block.block_hash is not None:
                 raise Violation(
-                    "spec",
+                    "write",
                     f"write into block {block.block_id} (ref_cnt {block.ref_cnt}, "
                     f"cached {block.block_hash is not None})",
                 )
@@ -223,7 +246,7 @@ class Model:
 
     def _check_terminal(self, world: World) -> None:
         pool = world.scheduler.kv_cache_manager.block_pool
-        if pool.num_free_blocks != pool.num_blocks:
+        if self.structural_checks and pool.num_free_blocks != pool.num_blocks:
             raise Violation("integrity", "blocks still held after every request finished")
         unfinished = [i for i, o in enumerate(world.outcome) if o in ("pending", "active")]
         if unfinished:
@@ -235,6 +258,7 @@ class Model:
         cov.preempting_steps += bool(out.preempted)
         cov.prefix_hit_admissions += hit
         cov.chunked_prefills += any(not item.sample for item in out.scheduled)
+        cov.max_batch_size = max(cov.max_batch_size, len(out.scheduled))
 
     # ------------------------------------------------------------------ fingerprint
 

@@ -72,7 +72,9 @@ def _link_issue(logged: LoggedEntry, prev_seq: int) -> ChainIssue:
     if seq > prev_seq + 1:
         gap = seq - prev_seq - 1
         return ChainIssue("dropped", logged.where, base + f" ({gap} entries missing before it)")
-    return ChainIssue("reordered", logged.where, base + " (entries out of order or duplicated)")
+    if seq == prev_seq:
+        return ChainIssue("inserted", logged.where, base + " (duplicate seq: an entry was inserted)")
+    return ChainIssue("reordered", logged.where, base + " (entries out of order)")
 
 
 def _seq_of(logged: LoggedEntry, prev_seq: int) -> int:

@@ -4,7 +4,8 @@ prefix-cache map from block hash to block.
 Invariants (checked by `check_integrity`):
 - a block is in the free queue iff its `ref_cnt == 0`;
 - the free queue is in LRU order: blocks appear in the order they last became free (each carries
-  a logical `free_stamp`, strictly increasing from head to tail); allocation pops the head;
+  a logical `free_stamp`, strictly increasing from head to tail), and allocation takes the
+  least recently freed block: every free block is newer than every block allocated so far;
 - `cached_block_hash_to_block[d]` is a block whose `block_hash.digest == d`, and every block with
   a `block_hash` is the map's entry for its digest (one block per digest);
 - a cached block's content is final: it is only rewritten after eviction clears its hash.
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from samebits.engine.prefix_hash import BlockHash
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class KVCacheBlock:
     """One physical block of `block_size` KV slots. `block_hash` is set while the block is in
     the prefix cache; `free_stamp` is the logical time it last entered the free queue."""
@@ -46,6 +47,7 @@ class BlockPool:
         )
         self.cached_block_hash_to_block: dict[bytes, KVCacheBlock] = {}
         self._clock = num_blocks
+        self._newest_allocated_stamp = -1
 
     @property
     def num_free_blocks(self) -> int:
@@ -63,6 +65,7 @@ class BlockPool:
         new_blocks = []
         for _ in range(num_blocks):
             _, block = self.free_block_queue.popitem(last=False)
+            self._newest_allocated_stamp = max(self._newest_allocated_stamp, block.free_stamp)
             self._evict(block)
             block.ref_cnt = 1
             new_blocks.append(block)
@@ -122,41 +125,38 @@ class BlockPool:
     def check_integrity(self) -> None:
         """Raise AssertionError naming the first broken pool invariant (see module docstring)."""
         for index, block in enumerate(self.blocks):
-            _require(block.block_id == index, f"blocks[{index}] has block_id {block.block_id}")
-            _require(block.ref_cnt >= 0, f"block {index} has ref_cnt {block.ref_cnt}")
             in_queue = self.free_block_queue.get(index) is block
-            _require(
-                in_queue == (block.ref_cnt == 0),
-                f"block {index}: ref_cnt {block.ref_cnt} but in free queue: {in_queue}",
-            )
-        _require(
-            len(self.free_block_queue) == sum(b.ref_cnt == 0 for b in self.blocks),
-            "free queue holds blocks that are not in the pool",
-        )
+            if block.block_id != index or block.ref_cnt < 0 or in_queue != (block.ref_cnt == 0):
+                raise AssertionError(
+                    f"blocks[{index}]: block_id {block.block_id}, ref_cnt {block.ref_cnt}, "
+                    f"in free queue: {in_queue}"
+                )
+        if len(self.free_block_queue) != sum(b.ref_cnt == 0 for b in self.blocks):
+            raise AssertionError("the free queue holds blocks that are not in the pool")
         self._check_lru_order()
         self._check_hash_map()
 
     def _check_lru_order(self) -> None:
         stamps = [block.free_stamp for block in self.free_block_queue.values()]
-        for before, after in zip(stamps, stamps[1:], strict=False):
-            _require(before < after, f"free queue not in LRU order: stamps {stamps}")
+        if any(before >= after for before, after in zip(stamps, stamps[1:], strict=False)):
+            raise AssertionError(f"free queue not in LRU order: stamps {stamps}")
+        if stamps and stamps[0] <= self._newest_allocated_stamp:
+            raise AssertionError(
+                f"a block freed at {self._newest_allocated_stamp} was allocated before older "
+                f"free blocks (free queue stamps {stamps})"
+            )
 
     def _check_hash_map(self) -> None:
         for digest, block in self.cached_block_hash_to_block.items():
-            _require(
-                block.block_hash is not None and block.block_hash.digest == digest,
-                f"hash map entry {digest.hex()[:12]} points to block {block.block_id} "
-                f"carrying {block.block_hash}",
-            )
-        for block in self.blocks:
-            if block.block_hash is not None:
-                owner = self.cached_block_hash_to_block.get(block.block_hash.digest)
-                _require(
-                    owner is block,
-                    f"block {block.block_id} carries a hash the map does not give to it",
+            if block.block_hash is None or block.block_hash.digest != digest:
+                raise AssertionError(
+                    f"hash map entry {digest.hex()[:12]} points to block {block.block_id}, "
+                    f"which carries {block.block_hash}"
                 )
-
-
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise AssertionError(message)
+        for block in self.blocks:
+            if block.block_hash is None:
+                continue
+            if self.cached_block_hash_to_block.get(block.block_hash.digest) is not block:
+                raise AssertionError(
+                    f"block {block.block_id} carries a hash the map does not give to it"
+                )

@@ -125,7 +125,11 @@ class LLMEngine:
             raise ValueError(f"request_id {request_id!r} is already in use")
         if not ids:
             raise ValueError("the prompt is empty: it must have at least one token")
-        bad = [t for t in ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < self.vocab_size]
+        bad = [
+            t
+            for t in ids
+            if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < self.vocab_size
+        ]
         if bad:
             raise ValueError(f"prompt token id {bad[0]!r} is out of range [0, {self.vocab_size})")
         if len(ids) + params.max_tokens > self.max_model_len:
@@ -168,7 +172,9 @@ class LLMEngine:
         st = self._states[rid]
         req, params = st.request, st.params
         position = len(req.output_token_ids)
-        token = sample(row, params, params.seed, position, req.prompt_token_ids, req.output_token_ids)
+        token = sample(
+            row, params, params.seed, position, req.prompt_token_ids, req.output_token_ids
+        )
         st.digests.append(logits_digest(row))
         if params.logprobs is not None:
             lp = compute_logprobs(row, token, params.logprobs)

@@ -20,7 +20,7 @@ DIGEST_SIZE = 32
 _ROOT_DOMAIN = b"samebits.prefix_hash.v1\x00"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class BlockHash:
     """Identity of one full block: chained digest of all tokens up to the block's end, plus the
     block's own token ids (`len(token_ids) == block_size`)."""

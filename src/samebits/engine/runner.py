@@ -58,4 +58,3 @@ class ModelRunner:
         sampled = [s.request_id for s in scheduled if s.sample]
         logits = self.model.forward(batch, self.kv_cache).numpy()
         return {rid: logits[i] for i, rid in enumerate(sampled)}
-

@@ -310,29 +310,32 @@ class Scheduler:
         running_ids = [r.request_id for r in self.running]
         waiting_ids = [r.request_id for r in self.waiting]
         held = list(self.kv_cache_manager.held_request_ids())
-        _require(sorted(held) == sorted(running_ids), f"holders {held} != running {running_ids}")
-        _require(len(self.running) <= self.max_num_seqs, f"{len(self.running)} running requests")
-        both = sorted(set(running_ids) & set(waiting_ids))
-        _require(not both, f"requests both running and waiting: {both}")
-        _require(
-            sorted(running_ids + waiting_ids) == sorted(self.requests),
-            "the request map does not match the queues",
-        )
+        if sorted(held) != sorted(running_ids):
+            raise AssertionError(f"block holders {held} are not the running requests {running_ids}")
+        if len(self.running) > self.max_num_seqs:
+            raise AssertionError(f"{len(self.running)} running requests > max_num_seqs")
+        if sorted(running_ids + waiting_ids) != sorted(self.requests):
+            raise AssertionError(
+                f"queues (running {running_ids}, waiting {waiting_ids}) do not match "
+                f"the unfinished requests {list(self.requests)}"
+            )
         for request in self.running:
-            _require(request.status is RequestStatus.RUNNING, f"{request.request_id!r} in running")
-            _require(
-                request.num_computed_tokens < request.num_tokens,
-                f"running request {request.request_id!r} has nothing left to compute",
-            )
+            self._check_running(request)
         for request in self.waiting:
-            _require(
-                request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
-                and request.num_computed_tokens == 0,
+            self._check_waiting(request)
+
+    @staticmethod
+    def _check_running(request: Request) -> None:
+        if request.status is not RequestStatus.RUNNING:
+            raise AssertionError(f"{request.request_id!r} is running with {request.status}")
+        if request.num_computed_tokens >= request.num_tokens:
+            raise AssertionError(f"running {request.request_id!r} has nothing left to compute")
+
+    @staticmethod
+    def _check_waiting(request: Request) -> None:
+        waiting = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+        if request.status not in waiting or request.num_computed_tokens != 0:
+            raise AssertionError(
                 f"waiting request {request.request_id!r} is {request.status} with "
-                f"{request.num_computed_tokens} computed tokens",
+                f"{request.num_computed_tokens} computed tokens"
             )
-
-
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise AssertionError(message)

@@ -124,7 +124,8 @@ def _as_float32(entry: TensorEntry, name: str) -> torch.Tensor:
         raise ModelLoadError(entry.file, f"tensor {name!r} has non-float dtype {tensor.dtype}")
     if tuple(tensor.shape) != entry.shape:
         raise ModelLoadError(
-            entry.file, f"tensor {name!r} read as {list(tensor.shape)}, expected {list(entry.shape)}"
+            entry.file,
+            f"tensor {name!r} read as {list(tensor.shape)}, expected {list(entry.shape)}",
         )
     return tensor.to(torch.float32).contiguous()
 

@@ -97,7 +97,9 @@ class ModelConfig:
         _require_positive_float("rms_norm_eps", self.rms_norm_eps)
         _require_positive_float("rope_theta", self.rope_theta)
         if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
-            raise ValueError(f"rope_scaling must be a RopeScaling or None, got {self.rope_scaling!r}")
+            raise ValueError(
+                f"rope_scaling must be a RopeScaling or None, got {self.rope_scaling!r}"
+            )
         for name in ("tie_word_embeddings", "attention_bias", "qk_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")

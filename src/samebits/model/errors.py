@@ -8,7 +8,7 @@ import os
 class ModelLoadError(ValueError):
     """A checkpoint could not be loaded. The message names the file and the reason."""
 
-    def __init__(self, file: str | os.PathLike, reason: str) -> None:
+    def __init__(self, file: str | os.PathLike, reason: str | None = None) -> None:
         self.file = os.fspath(file)
         self.reason = reason
-        super().__init__(f"{self.file}: {reason}")
+        super().__init__(self.file if reason is None else f"{self.file}: {reason}")

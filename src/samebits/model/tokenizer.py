@@ -74,8 +74,10 @@ class Tokenizer:
         self.bos_token = bos_token
         self.eos_token = eos_token
         self.chat_template = chat_template
-        for token_id in (*self.eos_token_ids, *([] if bos_token_id is None else [bos_token_id])):
+        for token_id in self.eos_token_ids:
             self._check_id(token_id)
+        if bos_token_id is not None:
+            self._check_id(bos_token_id)
         self._template = None if chat_template is None else _compile_template(chat_template)
 
     @property
@@ -103,9 +105,7 @@ class Tokenizer:
         self._check_id(token_id)
         return self._backend.decode([int(token_id)], skip_special_tokens=False)
 
-    def apply_chat_template(
-        self, messages: list[dict], add_generation_prompt: bool = True
-    ) -> str:
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         """Render `messages` (dicts with a str `role`) with the model's chat template.
 
         Raises `ValueError` when the model has no template, a message is malformed, or the

@@ -61,15 +61,36 @@ def validate_model(model: type[ModelT], data: Any) -> ModelT:
     return parsed
 
 
+UNION_HINTS = {
+    "prompt": "a string, a list of strings, a list of token ids or a list of token id lists",
+    "stop": "a string or a list of strings",
+}
+
+
 def _validation_error(exc: ValidationError) -> APIError:
-    first = exc.errors(include_url=False)[0]
+    first = _most_specific(exc.errors(include_url=False))
     loc = ".".join(str(part) for part in first["loc"] if not _is_union_tag(part))
     field = loc or "body"
     if first["type"] == "missing":
         return bad_request(f"'{field}' is required", field)
     value = first.get("input")
     shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__
-    return bad_request(f"invalid value for '{field}': {first['msg']} (got {shown[:80]})", field)
+    message = f"invalid value for '{field}': {first['msg']} (got {shown[:80]})"
+    hint = UNION_HINTS.get(field.split(".")[0])
+    if hint and first["type"].endswith("_type"):
+        message += f"; expected {hint}"
+    return bad_request(message, field)
+
+
+def _most_specific(errors: list[dict[str, Any]]) -> dict[str, Any]:
+    """Of a union's failed alternatives, the deepest error, preferring a violated constraint
+    (e.g. a negative token id) over a type mismatch."""
+
+    def rank(error: dict[str, Any]) -> tuple[int, bool]:
+        depth = sum(1 for part in error["loc"] if not _is_union_tag(part))
+        return depth, not error["type"].endswith("_type")
+
+    return max(errors, key=rank)
 
 
 def _is_union_tag(part: Any) -> bool:

@@ -1,0 +1,1 @@
+"""Test harnesses that run the real engine against the executable spec."""

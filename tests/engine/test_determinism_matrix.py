@@ -1,0 +1,68 @@
+"""The engine determinism matrix on CPU: batching, chunking, prefill vs decode, prefix reuse,
+cache pressure, staggered arrivals and aborts, seeded sampling — every case ends in the spec's
+predicate against Ref (bitwise), and the fast plan is the negative control."""
+
+from __future__ import annotations
+
+import pytest
+
+from samebits.deployment import build_deployment
+from samebits.model import load_model
+from samebits.testing.determinism_matrix import (
+    CATEGORIES,
+    MatrixSize,
+    RefCache,
+    build_scenarios,
+    check_matrix,
+    is_reference_prefix,
+    prefill_vs_decode,
+    prefix_with_generated,
+)
+
+
+def _deployment(path_or_model, plan: str = "invariant"):
+    loaded = load_model(path_or_model) if not hasattr(path_or_model, "weights") else path_or_model
+    return build_deployment(loaded, plan)
+
+
+def _full_check(dep, size: MatrixSize, label: str, matrix_log) -> int:
+    scenarios = build_scenarios(size)
+    report = check_matrix(dep, scenarios)
+    prompt = scenarios[0].jobs[0].prompt
+    rows, bad = prefill_vs_decode(dep, prompt, size.n_out)
+    report.rows["prefill_vs_decode"] += rows
+    report.mismatches += bad
+    follow, view, hits = prefix_with_generated(dep, prompt, size.n_out, (1, 2, 3))
+    report.rows["prefix"] += len(view.records)
+    if not is_reference_prefix(view, RefCache(dep).get(follow)):
+        report.mismatches.append("follow-up turn differs from Ref")
+    matrix_log(f"{label}: {report.summary()}")
+    assert hits > 0, "the follow-up turn should hit blocks holding generated tokens"
+    assert report.preemptions > 0, "the pressure scenarios should force preemption"
+    assert report.prefix_hits > 0
+    assert all(report.rows[c] > 0 for c in CATEGORIES)
+    assert report.mismatches == []
+    return report.total_rows
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_matrix_tiny_models(request, arch, matrix_log):
+    dep = _deployment(request.getfixturevalue(f"tiny_{arch}_dir"))
+    repeats = 2 if arch == "llama" else 1
+    _full_check(dep, MatrixSize(vocab=dep.config.vocab_size, repeats=repeats), f"tiny-{arch}", matrix_log)
+
+
+@pytest.mark.slow
+def test_matrix_smollm2(smollm2_model, matrix_log):
+    dep = _deployment(smollm2_model)
+    size = MatrixSize(vocab=dep.config.vocab_size, n_out=8, batch_sizes=(2, 6, 12, 32), repeats=1)
+    rows = _full_check(dep, size, "SmolLM2-135M", matrix_log)
+    assert rows >= 784
+
+
+def test_negative_control_fast_plan_fails(tiny_llama_dir, matrix_log):
+    dep = _deployment(tiny_llama_dir, "fast")
+    size = MatrixSize(vocab=dep.config.vocab_size, repeats=1)
+    report = check_matrix(dep, [s for s in build_scenarios(size) if s.category == "batch"])
+    matrix_log(f"negative control (fast plan, batch category): {report.summary()}")
+    assert report.mismatches, "the fast plan was expected to break batch invariance"
