@@ -26,8 +26,12 @@ def serve_into_log(engine: Any, log_path: Path, bodies: list[dict], max_n: int =
 
         async def send_all() -> list[dict]:
             async with httpx.AsyncClient(base_url=server.url, timeout=600) as client:
-                responses = await asyncio.gather(*(client.post("/v1/completions", json=b) for b in bodies))
-            assert all(r.status_code == 200 for r in responses), [r.text for r in responses if r.status_code != 200][:3]
+                responses = await asyncio.gather(
+                    *(client.post("/v1/completions", json=b) for b in bodies)
+                )
+            assert all(r.status_code == 200 for r in responses), [
+                r.text for r in responses if r.status_code != 200
+            ][:3]
             return [r.json() for r in responses]
 
         results = asyncio.run(send_all())

@@ -77,10 +77,16 @@ def bodies(count: int, max_tokens: int = 6) -> list[dict]:
     ]
 
 
-def batched_digests(engine: LLMEngine, entries: list[dict]) -> dict[int, tuple[list[int], list[str]]]:
+def batched_digests(
+    engine: LLMEngine, entries: list[dict]
+) -> dict[int, tuple[list[int], list[str]]]:
     """All logged inputs run together on `engine` (honest ground truth)."""
     for e in entries:
-        engine.add_request(f"truth-{e['seq']}", e["prompt_token_ids"], SamplingParams.from_dict(e["sampling_params"]))
+        engine.add_request(
+            f"truth-{e['seq']}",
+            e["prompt_token_ids"],
+            SamplingParams.from_dict(e["sampling_params"]),
+        )
     done = {}
     while engine.has_unfinished_requests():
         for out in engine.step():
@@ -147,7 +153,9 @@ def test_perturbed_model_is_caught(tmp_path, loaded, verifier):
     moved = weights[name].clone()
     moved[0] = torch.nextafter(moved[0], torch.tensor(float("inf")))
     assert not torch.equal(moved, weights[name])
-    perturbed = LLMEngine.from_loaded(dataclasses.replace(loaded, weights={**weights, name: moved}), **ENGINE_KW)
+    perturbed = LLMEngine.from_loaded(
+        dataclasses.replace(loaded, weights={**weights, name: moved}), **ENGINE_KW
+    )
     assert perturbed.fingerprint != verifier.fingerprint
     path = served_log(tmp_path, ClaimedFingerprint(perturbed, verifier.fingerprint), 24)
     entries = [e for e in load_entries(path) if e["type"] == "request"]

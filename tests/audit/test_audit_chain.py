@@ -89,7 +89,9 @@ def test_reordered_entries_are_reported(tmp_path):
 def test_inserted_entry_is_reported(tmp_path):
     path = tmp_path / "audit.jsonl"
     entries = write_log(path, 8)
-    forged = seal_entry({"type": "request", "fingerprint": "fp", "value": -1}, 3, entries[2]["entry_hash"])
+    forged = seal_entry(
+        {"type": "request", "fingerprint": "fp", "value": -1}, 3, entries[2]["entry_hash"]
+    )
     rewrite(path, entries[:3] + [forged] + entries[3:])
     assert kinds(path) == [("inserted", 5)]
 

@@ -11,7 +11,13 @@ from logtools import load_entries, serve_into_log, tamper
 
 from samebits.audit import read_log
 from samebits.audit.cli import add_verify_arguments, run_verify
-from samebits.audit.verify import SampleSpec, choose_sample, detection_probability, request_entries, verify_log
+from samebits.audit.verify import (
+    SampleSpec,
+    choose_sample,
+    detection_probability,
+    request_entries,
+    verify_log,
+)
 
 FP = "fake-fingerprint-0"
 
@@ -19,7 +25,11 @@ FP = "fake-fingerprint-0"
 def bodies(count: int) -> list[dict]:
     out = []
     for i in range(count):
-        body = {"prompt": f"prompt number {i}", "max_tokens": 4 + i % 5, "temperature": (0.0, 0.9)[i % 2]}
+        body = {
+            "prompt": f"prompt number {i}",
+            "max_tokens": 4 + i % 5,
+            "temperature": (0.0, 0.9)[i % 2],
+        }
         if i % 3 == 0:
             body["seed"] = i
         if i % 7 == 0:
@@ -87,7 +97,9 @@ def test_edited_token_and_truncation_are_caught(log_copy):
         return False
 
     assert tamper(log_copy, edit) == [3, 4]
-    failed = {r.seq: r.message for r in verify_log(read_log(log_copy), FakeEngine(FP)).failed_results}
+    failed = {
+        r.seq: r.message for r in verify_log(read_log(log_copy), FakeEngine(FP)).failed_results
+    }
     assert set(failed) == {3, 4}
     assert "token differs at position 0" in failed[3]
     assert "replay generated" in failed[4]

@@ -98,7 +98,9 @@ def test_concurrent_appends_form_one_chain(tmp_path):
 
     def worker(k: int) -> None:
         for i in range(20):
-            results.append(writer.append({"type": "request", "fingerprint": "fp", "k": k, "i": i}).result())
+            results.append(
+                writer.append({"type": "request", "fingerprint": "fp", "k": k, "i": i}).result()
+            )
 
     threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
     for t in threads:

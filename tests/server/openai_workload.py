@@ -52,7 +52,10 @@ async def run_one(client: openai.AsyncOpenAI, model: str, request: dict[str, Any
     choice = response.choices[0]
     ext = _ext(choice)
     if request["chat"]:
-        logprobs = [(t.token, t.logprob, [(x.token, x.logprob) for x in t.top_logprobs]) for t in choice.logprobs.content]
+        logprobs = [
+            (t.token, t.logprob, [(x.token, x.logprob) for x in t.top_logprobs])
+            for t in choice.logprobs.content
+        ]
         text = choice.message.content
     else:
         logprobs = list(zip(choice.logprobs.tokens, choice.logprobs.token_logprobs, strict=True))
@@ -85,18 +88,25 @@ async def _collect_stream(stream: Any, chat: bool) -> dict:
         if chat:
             out["text"] += choice.delta.content or ""
             if choice.logprobs is not None:
-                out["logprobs"] += [(t.token, t.logprob, [(x.token, x.logprob) for x in t.top_logprobs]) for t in choice.logprobs.content]
+                out["logprobs"] += [
+                    (t.token, t.logprob, [(x.token, x.logprob) for x in t.top_logprobs])
+                    for t in choice.logprobs.content
+                ]
         else:
             out["text"] += choice.text
             if choice.logprobs is not None:
-                out["logprobs"] += list(zip(choice.logprobs.tokens, choice.logprobs.token_logprobs, strict=True))
+                out["logprobs"] += list(
+                    zip(choice.logprobs.tokens, choice.logprobs.token_logprobs, strict=True)
+                )
         out["finish_reason"] = choice.finish_reason or out["finish_reason"]
     return out
 
 
 def run_workload(base_url: str, model: str, requests: list[dict], concurrent: bool) -> list[dict]:
     async def main() -> list[dict]:
-        client = openai.AsyncOpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0, timeout=300)
+        client = openai.AsyncOpenAI(
+            base_url=base_url + "/v1", api_key="unused", max_retries=0, timeout=300
+        )
         async with client:
             if concurrent:
                 return list(await asyncio.gather(*(run_one(client, model, r) for r in requests)))

@@ -40,7 +40,11 @@ def test_health_and_models(fake_server):
 
 
 def test_completion_carries_fingerprint_seed_and_digests(fake_server):
-    body = post(fake_server, "/v1/completions", {"model": "fake-model", "prompt": "abc", "max_tokens": 6, "seed": 7, "ignore_eos": True}).json()
+    body = post(
+        fake_server,
+        "/v1/completions",
+        {"model": "fake-model", "prompt": "abc", "max_tokens": 6, "seed": 7, "ignore_eos": True},
+    ).json()
     assert body["object"] == "text_completion"
     assert body["system_fingerprint"] == fake_server.engine.fingerprint
     assert body["samebits"]["seed"] == 7
@@ -48,41 +52,84 @@ def test_completion_carries_fingerprint_seed_and_digests(fake_server):
     ext = choice["samebits"]
     assert ext["seed"] == 7
     assert len(ext["token_ids"]) == 6 == len(ext["logits_digests"])
-    assert ext["prompt_token_ids"] == fake_server.engine.tokenizer.encode("abc", add_special_tokens=True)
+    assert ext["prompt_token_ids"] == fake_server.engine.tokenizer.encode(
+        "abc", add_special_tokens=True
+    )
     assert choice["text"] == fake_server.engine.tokenizer.decode(ext["token_ids"])
     assert choice["finish_reason"] == "length"
     assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 6, "total_tokens": 10}
 
 
 def test_request_without_seed_reports_one_that_replays(fake_server):
-    first = post(fake_server, "/v1/completions", {"prompt": "xyz", "max_tokens": 8, "ignore_eos": True, "temperature": 0.8}).json()
+    first = post(
+        fake_server,
+        "/v1/completions",
+        {"prompt": "xyz", "max_tokens": 8, "ignore_eos": True, "temperature": 0.8},
+    ).json()
     seed = first["samebits"]["seed"]
-    again = post(fake_server, "/v1/completions", {"prompt": "xyz", "max_tokens": 8, "ignore_eos": True, "temperature": 0.8, "seed": seed}).json()
-    assert again["choices"][0]["samebits"]["token_ids"] == first["choices"][0]["samebits"]["token_ids"]
-    assert again["choices"][0]["samebits"]["logits_digests"] == first["choices"][0]["samebits"]["logits_digests"]
+    again = post(
+        fake_server,
+        "/v1/completions",
+        {"prompt": "xyz", "max_tokens": 8, "ignore_eos": True, "temperature": 0.8, "seed": seed},
+    ).json()
+    assert (
+        again["choices"][0]["samebits"]["token_ids"] == first["choices"][0]["samebits"]["token_ids"]
+    )
+    assert (
+        again["choices"][0]["samebits"]["logits_digests"]
+        == first["choices"][0]["samebits"]["logits_digests"]
+    )
 
 
 def test_n_choices_use_derived_seeds(fake_server):
-    body = post(fake_server, "/v1/completions", {"prompt": "q", "n": 3, "max_tokens": 5, "seed": 11, "ignore_eos": True}).json()
+    body = post(
+        fake_server,
+        "/v1/completions",
+        {"prompt": "q", "n": 3, "max_tokens": 5, "seed": 11, "ignore_eos": True},
+    ).json()
     seeds = [c["samebits"]["seed"] for c in body["choices"]]
     assert seeds == [derive_seed(11, i) for i in range(3)]
-    single = post(fake_server, "/v1/completions", {"prompt": "q", "max_tokens": 5, "seed": 11, "ignore_eos": True}).json()
-    assert body["choices"][0]["samebits"]["token_ids"] == single["choices"][0]["samebits"]["token_ids"]
+    single = post(
+        fake_server,
+        "/v1/completions",
+        {"prompt": "q", "max_tokens": 5, "seed": 11, "ignore_eos": True},
+    ).json()
+    assert (
+        body["choices"][0]["samebits"]["token_ids"] == single["choices"][0]["samebits"]["token_ids"]
+    )
     assert [c["index"] for c in body["choices"]] == [0, 1, 2]
 
 
 def test_batched_prompts_and_token_id_prompts(fake_server):
     ids = fake_server.engine.tokenizer.encode("two", add_special_tokens=True)
-    body = post(fake_server, "/v1/completions", {"prompt": ["one", "two"], "n": 2, "max_tokens": 3, "seed": 5}).json()
-    by_ids = post(fake_server, "/v1/completions", {"prompt": ids, "max_tokens": 3, "seed": 5}).json()
+    body = post(
+        fake_server,
+        "/v1/completions",
+        {"prompt": ["one", "two"], "n": 2, "max_tokens": 3, "seed": 5},
+    ).json()
+    by_ids = post(
+        fake_server, "/v1/completions", {"prompt": ids, "max_tokens": 3, "seed": 5}
+    ).json()
     assert [c["index"] for c in body["choices"]] == [0, 1, 2, 3]
-    assert body["choices"][2]["samebits"]["token_ids"] == by_ids["choices"][0]["samebits"]["token_ids"]
+    assert (
+        body["choices"][2]["samebits"]["token_ids"] == by_ids["choices"][0]["samebits"]["token_ids"]
+    )
 
 
 def test_stream_concatenates_to_the_non_streamed_result(fake_server):
-    request = {"prompt": "stream me", "max_tokens": 12, "seed": 3, "ignore_eos": True, "logprobs": 2}
+    request = {
+        "prompt": "stream me",
+        "max_tokens": 12,
+        "seed": 3,
+        "ignore_eos": True,
+        "logprobs": 2,
+    }
     whole = post(fake_server, "/v1/completions", request).json()["choices"][0]
-    events = stream(fake_server, "/v1/completions", {**request, "stream": True, "stream_options": {"include_usage": True}})
+    events = stream(
+        fake_server,
+        "/v1/completions",
+        {**request, "stream": True, "stream_options": {"include_usage": True}},
+    )
     assert events[-1] == "[DONE]"
     chunks = [e for e in events[:-1] if e["choices"]]
     assert "".join(c["choices"][0]["text"] for c in chunks) == whole["text"]
@@ -98,7 +145,12 @@ def test_stream_concatenates_to_the_non_streamed_result(fake_server):
 
 
 def test_chat_stream_matches_chat(fake_server):
-    request = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 10, "seed": 9, "ignore_eos": True}
+    request = {
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 10,
+        "seed": 9,
+        "ignore_eos": True,
+    }
     whole = post(fake_server, "/v1/chat/completions", request).json()
     assert whole["object"] == "chat.completion"
     message = whole["choices"][0]["message"]
@@ -111,11 +163,26 @@ def test_chat_stream_matches_chat(fake_server):
 
 
 def test_logprobs_formats(fake_server):
-    completion = post(fake_server, "/v1/completions", {"prompt": "lp", "max_tokens": 4, "seed": 1, "logprobs": 3, "ignore_eos": True}).json()
+    completion = post(
+        fake_server,
+        "/v1/completions",
+        {"prompt": "lp", "max_tokens": 4, "seed": 1, "logprobs": 3, "ignore_eos": True},
+    ).json()
     lp = completion["choices"][0]["logprobs"]
     assert len(lp["tokens"]) == 4 == len(lp["token_logprobs"]) == len(lp["top_logprobs"])
     assert all(len(top) <= 3 for top in lp["top_logprobs"])
-    chat = post(fake_server, "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 4, "seed": 1, "logprobs": True, "top_logprobs": 2, "ignore_eos": True}).json()
+    chat = post(
+        fake_server,
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "x"}],
+            "max_tokens": 4,
+            "seed": 1,
+            "logprobs": True,
+            "top_logprobs": 2,
+            "ignore_eos": True,
+        },
+    ).json()
     content = chat["choices"][0]["logprobs"]["content"]
     assert len(content) == 4
     for entry in content:
@@ -125,16 +192,28 @@ def test_logprobs_formats(fake_server):
 
 
 def test_stop_string_truncates(fake_server):
-    probe = post(fake_server, "/v1/completions", {"prompt": "s", "max_tokens": 10, "seed": 2, "ignore_eos": True}).json()
+    probe = post(
+        fake_server,
+        "/v1/completions",
+        {"prompt": "s", "max_tokens": 10, "seed": 2, "ignore_eos": True},
+    ).json()
     text = probe["choices"][0]["text"]
     stop = text[4:6]
-    cut = post(fake_server, "/v1/completions", {"prompt": "s", "max_tokens": 10, "seed": 2, "ignore_eos": True, "stop": stop}).json()
+    cut = post(
+        fake_server,
+        "/v1/completions",
+        {"prompt": "s", "max_tokens": 10, "seed": 2, "ignore_eos": True, "stop": stop},
+    ).json()
     assert cut["choices"][0]["finish_reason"] == "stop"
     assert cut["choices"][0]["text"] == text[: text.index(stop)]
 
 
 def test_every_choice_is_in_the_audit_log(fake_server):
-    body = post(fake_server, "/v1/completions", {"prompt": "audit me", "n": 2, "max_tokens": 3, "seed": 4, "user": "alice"}).json()
+    body = post(
+        fake_server,
+        "/v1/completions",
+        {"prompt": "audit me", "n": 2, "max_tokens": 3, "seed": 4, "user": "alice"},
+    ).json()
     entries = {e.entry["entry_hash"]: e.entry for e in read_log(fake_server.log_path).entries}
     for choice in body["choices"]:
         entry = entries[choice["samebits"]["audit"]["entry_hash"]]
@@ -150,7 +229,13 @@ def test_every_choice_is_in_the_audit_log(fake_server):
 def test_metrics_exposition(fake_server):
     post(fake_server, "/v1/completions", {"prompt": "m", "max_tokens": 2})
     text = httpx.get(fake_server.url + "/metrics").text
-    for name in ("samebits_requests_total", "samebits_generation_tokens_total", "samebits_batch_size_bucket", "samebits_engine_num_waiting", "samebits_running_requests"):
+    for name in (
+        "samebits_requests_total",
+        "samebits_generation_tokens_total",
+        "samebits_batch_size_bucket",
+        "samebits_engine_num_waiting",
+        "samebits_running_requests",
+    ):
         assert name in text
     assert 'samebits_requests_total{endpoint="/v1/completions",status="200"}' in text
 

@@ -55,7 +55,10 @@ def test_serve_then_verify(tiny_llama_dir, tmp_path):
         assert httpx.get(url + "/v1/models").status_code == 401
         for i in range(3):
             body = {"prompt": f"cli test {i}", "max_tokens": 5, "temperature": 0.9, "n": 2}
-            assert httpx.post(url + "/v1/completions", json=body, headers=auth, timeout=60).status_code == 200
+            assert (
+                httpx.post(url + "/v1/completions", json=body, headers=auth, timeout=60).status_code
+                == 200
+            )
         head = httpx.get(url + "/v1/audit/head", headers=auth).json()
     finally:
         server.send_signal(signal.SIGINT)

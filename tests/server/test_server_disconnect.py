@@ -26,7 +26,9 @@ def wait_for(predicate, timeout: float = 10.0) -> None:
 def slow_server(tmp_path):
     engine = FakeEngine(step_delay=0.01)
     writer = AuditLogWriter(tmp_path / "audit.jsonl")
-    with RunningServer(build_app(engine, ServerConfig(model_names=("fake-model",)), writer)) as server:
+    with RunningServer(
+        build_app(engine, ServerConfig(model_names=("fake-model",)), writer)
+    ) as server:
         server.engine, server.writer = engine, writer
         yield server
     writer.close()
@@ -38,7 +40,9 @@ LONG_REQUEST = {"prompt": "go on", "max_tokens": 200, "ignore_eos": True, "seed"
 def test_stream_disconnect_aborts_the_request(slow_server):
     engine = slow_server.engine
     seen = 0
-    with httpx.stream("POST", slow_server.url + "/v1/completions", json={**LONG_REQUEST, "stream": True}) as response:
+    with httpx.stream(
+        "POST", slow_server.url + "/v1/completions", json={**LONG_REQUEST, "stream": True}
+    ) as response:
         for line in response.iter_lines():
             if line.startswith("data: "):
                 seen += 1
@@ -58,8 +62,12 @@ def test_stream_disconnect_aborts_the_request(slow_server):
 def test_non_streaming_disconnect_aborts_the_request(slow_server):
     engine = slow_server.engine
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(slow_server.url + "/v1/completions", json=LONG_REQUEST, timeout=0.3)
-    wait_for(lambda: len(engine.aborted) == 1 and not engine.has_unfinished_requests())
+        httpx.post(slow_server.url + "/v1/completions", json={**LONG_REQUEST, "n": 2}, timeout=0.3)
+    wait_for(lambda: len(engine.aborted) == 2 and not engine.has_unfinished_requests())
     assert engine.steps < 150  # stopped long before its 200 tokens
     ok = httpx.post(slow_server.url + "/v1/completions", json={"prompt": "a", "max_tokens": 2})
     assert ok.status_code == 200
+    slow_server.writer.close()
+    entries = [e.entry for e in read_log(slow_server.writer.path).entries]
+    assert [e["finish_reason"] for e in entries[:2]] == ["abort", "abort"]
+    assert all(0 < len(e["output_token_ids"]) < 200 for e in entries[:2])

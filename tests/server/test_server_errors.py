@@ -18,7 +18,13 @@ JSON_CASES = [
     ("/v1/completions", {"prompt": ""}, 400, "prompt", "empty"),
     ("/v1/completions", {"prompt": []}, 400, "prompt", "empty"),
     ("/v1/completions", {"prompt": LONG}, 400, "prompt", "context length"),
-    ("/v1/completions", {"prompt": "x" * 200, "max_tokens": 100}, 400, "max_tokens", "exceeds the context"),
+    (
+        "/v1/completions",
+        {"prompt": "x" * 200, "max_tokens": 100},
+        400,
+        "max_tokens",
+        "exceeds the context",
+    ),
     ("/v1/completions", {"prompt": [1, 999]}, 400, "prompt", "out of range"),
     ("/v1/completions", {"prompt": [-1, 2]}, 400, "prompt.0", "greater than or equal to 0"),
     ("/v1/completions", {"prompt": "a", "temperature": -0.5}, 400, "temperature", "temperature"),
@@ -35,15 +41,45 @@ JSON_CASES = [
     ("/v1/completions", {"prompt": "a", "seed": -1}, 400, "seed", "seed"),
     ("/v1/completions", {"prompt": "a", "seed": 2**64}, 400, "seed", "seed"),
     ("/v1/completions", {"prompt": "a", "stop": ""}, 400, "stop", "non-empty"),
-    ("/v1/completions", {"prompt": "a", "logit_bias": {"5": 1}}, 400, "logit_bias", "not supported"),
+    (
+        "/v1/completions",
+        {"prompt": "a", "logit_bias": {"5": 1}},
+        400,
+        "logit_bias",
+        "not supported",
+    ),
     ("/v1/completions", {"prompt": "a", "model": "gpt-9"}, 404, "model", "does not exist"),
     ("/v1/completions", {"max_tokens": 3}, 400, "prompt", "'prompt' is required"),
     ("/v1/chat/completions", {"messages": []}, 400, "messages", "messages"),
     ("/v1/chat/completions", {"max_tokens": 2}, 400, "messages", "'messages' is required"),
-    ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages.0.role", "role"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": LONG}]}, 400, "prompt", "context length"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 30, "logprobs": True}, 400, "top_logprobs", "top_logprobs"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}, 400, "tools", "not supported"),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "wizard", "content": "x"}]},
+        400,
+        "messages.0.role",
+        "role",
+    ),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": LONG}]},
+        400,
+        "prompt",
+        "context length",
+    ),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 30, "logprobs": True},
+        400,
+        "top_logprobs",
+        "top_logprobs",
+    ),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
+        400,
+        "tools",
+        "not supported",
+    ),
 ]
 
 RAW_CASES = [
@@ -84,7 +120,9 @@ def test_bad_bodies(fake_server, content, status, fragment):
 def test_server_still_serves_after_bad_input(fake_server):
     for path, body, *_ in JSON_CASES[:5]:
         httpx.post(fake_server.url + path, json=body, timeout=30)
-    ok = httpx.post(fake_server.url + "/v1/completions", json={"prompt": "fine", "max_tokens": 2}, timeout=30)
+    ok = httpx.post(
+        fake_server.url + "/v1/completions", json={"prompt": "fine", "max_tokens": 2}, timeout=30
+    )
     assert ok.status_code == 200
     assert httpx.get(fake_server.url + "/health").status_code == 200
 
@@ -95,12 +133,16 @@ def test_api_key_required_when_set():
         body = {"prompt": "a", "max_tokens": 2}
         missing = httpx.post(server.url + "/v1/completions", json=body)
         check_error(missing, 401, "API key")
-        wrong = httpx.post(server.url + "/v1/completions", json=body, headers={"Authorization": "Bearer nope"})
+        wrong = httpx.post(
+            server.url + "/v1/completions", json=body, headers={"Authorization": "Bearer nope"}
+        )
         check_error(wrong, 401, "API key")
         assert httpx.get(server.url + "/v1/models").status_code == 401
         assert httpx.get(server.url + "/metrics").status_code == 401
         assert httpx.get(server.url + "/health").status_code == 200
-        good = httpx.post(server.url + "/v1/completions", json=body, headers={"Authorization": "Bearer s3cret"})
+        good = httpx.post(
+            server.url + "/v1/completions", json=body, headers={"Authorization": "Bearer s3cret"}
+        )
         assert good.status_code == 200
 
 
@@ -111,16 +153,48 @@ def test_failure_in_one_request_fails_only_that_request():
 
         async def run() -> list[httpx.Response]:
             async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
-                bodies = [{"prompt": f"ok {i}", "max_tokens": 20, "ignore_eos": True} for i in range(6)]
+                bodies = [
+                    {"prompt": f"ok {i}", "max_tokens": 20, "ignore_eos": True} for i in range(6)
+                ]
                 bodies.insert(3, {"prompt": "bad \x00 prompt", "max_tokens": 20})
                 bodies.insert(5, {"prompt": BOOM, "max_tokens": 20})
-                return await asyncio.gather(*(client.post("/v1/completions", json=b) for b in bodies))
+                return await asyncio.gather(
+                    *(client.post("/v1/completions", json=b) for b in bodies)
+                )
 
         responses = asyncio.run(run())
         statuses = [r.status_code for r in responses]
         assert statuses == [200, 200, 200, 500, 200, 500, 200, 200]
         check_error(responses[3], 500, "injected failure")
         check_error(responses[5], 500, "injected tokenizer failure")
-        assert all(len(r.json()["choices"][0]["samebits"]["token_ids"]) == 20 for r in responses if r.status_code == 200)
+        assert all(
+            len(r.json()["choices"][0]["samebits"]["token_ids"]) == 20
+            for r in responses
+            if r.status_code == 200
+        )
         assert httpx.get(server.url + "/health").status_code == 200
         assert not engine.has_unfinished_requests()
+
+
+class BrokenLoopEngine(FakeEngine):
+    """`has_unfinished_requests` raises once a request came in: the loop thread dies."""
+
+    def has_unfinished_requests(self) -> bool:
+        if self.requests:
+            raise RuntimeError("scheduler state corrupted")
+        return False
+
+
+def test_dead_engine_loop_fails_requests_and_health():
+    with RunningServer(
+        build_app(BrokenLoopEngine(), ServerConfig(model_names=("fake-model",)))
+    ) as server:
+        first = httpx.post(
+            server.url + "/v1/completions", json={"prompt": "a", "max_tokens": 2}, timeout=30
+        )
+        check_error(first, 500, "engine loop stopped")
+        assert httpx.get(server.url + "/health").status_code == 503
+        later = httpx.post(
+            server.url + "/v1/completions", json={"prompt": "a", "max_tokens": 2}, timeout=30
+        )
+        check_error(later, 503, "not running")

@@ -21,7 +21,10 @@ def test_openai_client_completion_and_chat(fake_server):
         model="fake-model", messages=[{"role": "user", "content": "hi"}], max_tokens=5, seed=3
     )
     assert chat.choices[0].message.role == "assistant"
-    assert len(chat.choices[0].model_extra["samebits"]["logits_digests"]) == chat.usage.completion_tokens
+    assert (
+        len(chat.choices[0].model_extra["samebits"]["logits_digests"])
+        == chat.usage.completion_tokens
+    )
 
 
 def test_openai_client_streaming(fake_server):

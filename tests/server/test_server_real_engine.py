@@ -46,8 +46,16 @@ def test_disconnect_mid_stream_frees_the_blocks(tiny_server):
     engine = tiny_server.engine
     free_before = engine.stats()["num_free_blocks"]
     steps_before = engine.stats()["num_steps"]
-    body = {"prompt": "A long story:", "max_tokens": 200, "ignore_eos": True, "stream": True, "seed": 3}
-    with httpx.stream("POST", tiny_server.url + "/v1/completions", json=body, timeout=60) as response:
+    body = {
+        "prompt": "A long story:",
+        "max_tokens": 200,
+        "ignore_eos": True,
+        "stream": True,
+        "seed": 3,
+    }
+    with httpx.stream(
+        "POST", tiny_server.url + "/v1/completions", json=body, timeout=60
+    ) as response:
         for i, _line in enumerate(response.iter_lines()):
             if i == 6:
                 break

@@ -75,65 +75,68 @@ class _Frame:
 def check(config: CheckConfig, structural_checks: bool = True) -> CheckResult:
     """Explore every execution of `config`; stop at the first violation. With
     `structural_checks=False` only behaviour is checked (see `Model`)."""
-    model = Model(config, structural_checks)
-    result = CheckResult(config, coverage=model.coverage)
-    world = model.initial()
-    root = _frame(model, world, None)
-    stack, on_path, paths = [root], {root.key}, {}
-    while stack:
-        frame = stack[-1]
-        if frame.next_action == len(frame.actions):
-            stack.pop()
-            on_path.discard(frame.key)
-            paths[frame.key] = frame.paths if frame.actions else 1
-            if stack:
-                stack[-1].paths += paths[frame.key]
-            continue
+    return _DepthFirstSearch(Model(config, structural_checks)).run()
+
+
+class _DepthFirstSearch:
+    """Iterative DFS over fingerprinted states. `paths[key]` (set once a state is finished)
+    is the number of complete executions from that state; `on_path` holds the current path."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.result = CheckResult(model.config, coverage=model.coverage)
+        self.stack: list[_Frame] = []
+        self.on_path: set[bytes] = set()
+        self.paths: dict[bytes, int] = {}
+
+    def run(self) -> CheckResult:
+        root = self._frame(self.model.initial(), None, None)
+        self._push(root)
+        while self.stack and self.result.counterexample is None:
+            frame = self.stack[-1]
+            if frame.next_action == len(frame.actions):
+                self._finish(frame)
+            else:
+                self._expand(frame)
+        self.result.num_states = len(self.paths) + len(self.stack)
+        self.result.num_schedules = self.paths.get(root.key, 0)
+        return self.result
+
+    def _push(self, frame: _Frame) -> None:
+        self.stack.append(frame)
+        self.on_path.add(frame.key)
+        self.result.max_depth = max(self.result.max_depth, len(self.stack) - 1)
+
+    def _finish(self, frame: _Frame) -> None:
+        self.stack.pop()
+        self.on_path.discard(frame.key)
+        self.paths[frame.key] = frame.paths if frame.actions else 1
+        if self.stack:
+            self.stack[-1].paths += self.paths[frame.key]
+
+    def _expand(self, frame: _Frame) -> None:
+        """Apply the frame's next action to a fresh copy of its world."""
         action = frame.actions[frame.next_action]
         frame.next_action += 1
-        result.num_transitions += 1
+        self.result.num_transitions += 1
         try:
-            child = _explore(model, frame, action, on_path, paths, stack)
+            world: World = pickle.loads(frame.snapshot)
+            self.model.apply(world, action)
+            key = self.model.key(world)
+            if key in self.on_path:
+                raise Violation("livelock", f"{action} returns to a state on the current path")
         except Violation as exc:
-            trace = tuple(f.via for f in stack[1:]) + (action,)
-            result.counterexample = Counterexample(exc.kind, exc.message, trace)
-            break
-        if child is not None:
-            stack.append(child)
-            on_path.add(child.key)
-            result.max_depth = max(result.max_depth, len(stack) - 1)
-    result.num_states = len(paths) + len(stack)
-    result.num_schedules = paths.get(root.key, 0)
-    return result
+            trace = tuple(f.via for f in self.stack[1:] if f.via is not None) + (action,)
+            self.result.counterexample = Counterexample(exc.kind, exc.message, trace)
+            return
+        if key in self.paths:
+            frame.paths += self.paths[key]
+        else:
+            self._push(self._frame(world, action, key))
 
-
-def _explore(
-    model: Model,
-    frame: _Frame,
-    action: Action,
-    on_path: set[bytes],
-    paths: dict[bytes, int],
-    stack: list[_Frame],
-) -> _Frame | None:
-    """Apply `action` to a copy of `frame`'s world; the new frame, or None if already seen."""
-    world: World = pickle.loads(frame.snapshot)
-    model.apply(world, action)
-    key = model.key(world)
-    if key in on_path:
-        raise Violation("livelock", f"{action} returns to a state on the current path")
-    if key in paths:
-        frame.paths += paths[key]
-        return None
-    return _frame(model, world, action, key)
-
-
-def _frame(model: Model, world: World, via: Action | None, key: bytes | None = None) -> _Frame:
-    snapshot = pickle.dumps(world, protocol=pickle.HIGHEST_PROTOCOL)
-    return _Frame(key or model.key(world), snapshot, model.actions(world), via)
-
-
-def check_suite(configs: Sequence[CheckConfig]) -> list[CheckResult]:
-    return [check(config) for config in configs]
+    def _frame(self, world: World, via: Action | None, key: bytes | None) -> _Frame:
+        snapshot = pickle.dumps(world, protocol=pickle.HIGHEST_PROTOCOL)
+        return _Frame(key or self.model.key(world), snapshot, self.model.actions(world), via)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,7 +7,7 @@ scheduler limits; the checker then explores every interleaving of arrivals, abor
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -77,11 +77,12 @@ DEFAULT_SUITE: tuple[CheckConfig, ...] = (
     *(CheckConfig(f"ABC-{n}blocks", (A, B, C), n, ALL_BUDGETS, 3) for n in (3, 4, 5, 6)),
     CheckConfig("FGH-3blocks", (F, G, H), 3, ALL_BUDGETS, 3),
     CheckConfig("FGH-4blocks-2seqs", (F, G, H), 4, ALL_BUDGETS, 2),
+    CheckConfig("FGH-6blocks", (F, G, H), 6, ALL_BUDGETS, 3),
     CheckConfig("ABC-4blocks-2aborts", (A, B, C), 4, ALL_BUDGETS, 3, max_aborts=2),
     CheckConfig(
         "ABC-5blocks-no-prefix-cache", (A, B, C), 5, ALL_BUDGETS, 3, enable_prefix_caching=False
     ),
-    CheckConfig("ABD-5blocks-2seqs", (A, B, D), 5, ALL_BUDGETS, 2),
+    CheckConfig("ABD-6blocks", (A, B, D), 6, ALL_BUDGETS, 3),
     CheckConfig("ADE-6blocks-len8", (A, D, E), 6, ALL_BUDGETS, 3, max_model_len=8),
     CheckConfig("ABCD-5blocks", (A, B, C, D), 5, (1, 3, 8), 3),
 )
@@ -90,8 +91,3 @@ QUICK_SUITE: tuple[CheckConfig, ...] = (
     CheckConfig("ABC-4blocks-quick", (A, B, C), 4, (1, 2, 5), 3),
     CheckConfig("FGH-3blocks-quick", (F, G, H), 3, (1, 3), 3),
 )
-
-
-def with_bounds(config: CheckConfig, **changes: object) -> CheckConfig:
-    """A copy of `config` with some bounds changed (e.g. for mutation tests)."""
-    return replace(config, **changes)

@@ -73,7 +73,9 @@ def _link_issue(logged: LoggedEntry, prev_seq: int) -> ChainIssue:
         gap = seq - prev_seq - 1
         return ChainIssue("dropped", logged.where, base + f" ({gap} entries missing before it)")
     if seq == prev_seq:
-        return ChainIssue("inserted", logged.where, base + " (duplicate seq: an entry was inserted)")
+        return ChainIssue(
+            "inserted", logged.where, base + " (duplicate seq: an entry was inserted)"
+        )
     return ChainIssue("reordered", logged.where, base + " (entries out of order)")
 
 

@@ -131,10 +131,10 @@ class OpenAIService:
         try:
             async for _ in gen.events():
                 pass
+            audits = await asyncio.gather(*(self.recorder.record(c, call) for c in gen.choices))
         finally:
             watcher.cancel()
             self._settle(gen, call)
-        audits = await asyncio.gather(*(self.recorder.record(c, call) for c in gen.choices))
         body = self._envelope(meta, flavor.object_name)
         body["choices"] = [
             flavor.choice_body(c, meta.num_logprobs, self.tokenizer, a)
@@ -171,13 +171,17 @@ class OpenAIService:
             self._settle(gen, call)
 
     def _settle(self, gen: Generation, call: CallInfo) -> None:
-        """Abort what is unfinished, record what was not recorded, count tokens (once)."""
+        """Abort what is unfinished, record what was not recorded, count tokens (once).
+
+        Runs when the call ends, however it ends: a choice the client never received (gone,
+        failed) is still logged, with finish_reason "abort" if it did not finish.
+        """
         if not gen.finished:
             gen.abort()
         for choice in gen.choices:
-            if choice.finish_reason == "abort" and not choice.recorded:
+            if choice.finish_reason == "abort" and choice.accepted:
                 self.metrics.on_abort()
-                self.recorder.record_nowait(choice, call)
+            self.recorder.record_nowait(choice, call)
         self.metrics.on_tokens(_prompt_tokens(gen), _completion_tokens(gen))
 
     def _usage(self, gen: Generation) -> dict[str, int]:

@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Depends, FastAPI
@@ -37,18 +38,35 @@ COMPLETION = CompletionFlavor()
 CHAT = ChatFlavor()
 
 
+@dataclass(frozen=True)
+class _Parts:
+    """What the routes of one app share."""
+
+    engine: Any
+    config: ServerConfig
+    engine_loop: EngineLoop
+    metrics: ServerMetrics
+    recorder: AuditRecorder
+    service: OpenAIService
+    audit_writer: AuditLogWriter | None
+    created: int
+
+
 def build_app(
     engine: Any, config: ServerConfig, audit_writer: AuditLogWriter | None = None
 ) -> FastAPI:
     """An app serving `engine` (an `LLMEngine` or anything with its contract).
 
-    The app owns the engine loop thread, not the audit writer: the caller closes the writer
-    after the server stopped.
+    The app owns the engine loop thread (started and stopped with its lifespan), not the
+    audit writer: the caller closes the writer after the server stopped.
     """
     metrics = ServerMetrics()
     engine_loop = EngineLoop(engine, on_step=metrics.on_step)
     recorder = AuditRecorder(audit_writer, str(engine.fingerprint), str(engine.model_name), metrics)
     service = OpenAIService(engine_loop, config, recorder, metrics)
+    parts = _Parts(
+        engine, config, engine_loop, metrics, recorder, service, audit_writer, int(time.time())
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -61,50 +79,54 @@ def build_app(
     app.state.metrics = metrics
     _add_exception_handlers(app)
     auth = Depends(_authenticate(config.api_key))
-    created = int(time.time())
+    _add_info_routes(app, parts, auth)
+    _add_completion_routes(app, parts, auth)
+    return app
 
+
+def _add_info_routes(app: FastAPI, parts: _Parts, auth: Any) -> None:
     @app.get("/health")
     async def health() -> JSONResponse:
-        status = 200 if engine_loop.alive else 503
+        alive = parts.engine_loop.alive
         body = {
-            "status": "ok" if status == 200 else "engine stopped",
-            "fingerprint": recorder.fingerprint,
+            "status": "ok" if alive else "engine stopped",
+            "fingerprint": parts.recorder.fingerprint,
         }
-        return JSONResponse(body, status_code=status)
+        return JSONResponse(body, status_code=200 if alive else 503)
 
     @app.get("/metrics", dependencies=[auth])
     async def prometheus() -> PlainTextResponse:
-        text = metrics.render(_engine_stats(engine), engine_loop.num_live)
+        text = parts.metrics.render(_engine_stats(parts.engine), parts.engine_loop.num_live)
         return PlainTextResponse(text, media_type=CONTENT_TYPE)
 
     @app.get("/v1/models", dependencies=[auth])
     async def models() -> dict:
-        return {
-            "object": "list",
-            "data": [_model_card(n, created, engine) for n in config.model_names],
-        }
-
-    @app.post("/v1/completions", dependencies=[auth])
-    async def completions(request: Request) -> Response:
-        return await _counted(metrics, COMPLETION.endpoint, service.handle(request, COMPLETION))
-
-    @app.post("/v1/chat/completions", dependencies=[auth])
-    async def chat_completions(request: Request) -> Response:
-        return await _counted(metrics, CHAT.endpoint, service.handle(request, CHAT))
+        cards = [_model_card(n, parts.created, parts.engine) for n in parts.config.model_names]
+        return {"object": "list", "data": cards}
 
     @app.get("/v1/audit/head", dependencies=[auth])
     async def audit_head() -> dict:
-        if audit_writer is None:
+        writer = parts.audit_writer
+        if writer is None:
             raise APIError(404, "this server runs without an audit log", None, "no_audit_log")
-        head = audit_writer.head
+        head = writer.head
         return {
             "seq": head.seq,
             "entry_hash": head.entry_hash,
-            "path": str(audit_writer.path),
-            "fingerprint": recorder.fingerprint,
+            "path": str(writer.path),
+            "fingerprint": parts.recorder.fingerprint,
         }
 
-    return app
+
+def _add_completion_routes(app: FastAPI, parts: _Parts, auth: Any) -> None:
+    @app.post("/v1/completions", dependencies=[auth])
+    async def completions(request: Request) -> Response:
+        call = parts.service.handle(request, COMPLETION)
+        return await _counted(parts.metrics, COMPLETION.endpoint, call)
+
+    @app.post("/v1/chat/completions", dependencies=[auth])
+    async def chat_completions(request: Request) -> Response:
+        return await _counted(parts.metrics, CHAT.endpoint, parts.service.handle(request, CHAT))
 
 
 def _model_card(name: str, created: int, engine: Any) -> dict:

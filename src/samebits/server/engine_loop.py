@@ -110,7 +110,8 @@ class EngineLoop:
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        """True while the thread runs and accepts requests."""
+        return self._thread.is_alive() and not self._stopped.is_set()
 
     @property
     def num_live(self) -> int:
@@ -128,15 +129,21 @@ class EngineLoop:
         self._commands.put(_Abort(request_id))
 
     def _run(self) -> None:
-        while True:
-            idle = not self.engine.has_unfinished_requests()
-            if not self._drain(block=idle):
-                break
-            if self.engine.has_unfinished_requests():
-                self._step()
-        for request_id in list(self._live):
-            self._fail(request_id, RuntimeError("the server is shutting down"))
-        self._stopped.set()
+        reason = "the server is shutting down"
+        try:
+            while True:
+                idle = not self.engine.has_unfinished_requests()
+                if not self._drain(block=idle):
+                    break
+                if self.engine.has_unfinished_requests():
+                    self._step()
+        except Exception as exc:  # the loop itself broke (logged): fail everyone, then stop
+            logger.exception("the engine loop stopped")
+            reason = f"the engine loop stopped: {exc!r}"
+        finally:
+            self._stopped.set()
+            for request_id in list(self._live):
+                self._fail(request_id, RuntimeError(reason))
 
     def _drain(self, block: bool) -> bool:
         """Apply queued commands; False once asked to stop."""

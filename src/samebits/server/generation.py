@@ -76,6 +76,8 @@ class Generation:
 
     async def start(self) -> None:
         """Submit every choice; raise APIError if the engine rejects one."""
+        if not self.engine_loop.alive:
+            raise APIError(503, "the engine is not running", None, "engine_stopped")
         for choice in self.choices:
             sink = partial(self._post, choice.index)
             self.engine_loop.add(

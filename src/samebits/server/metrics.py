@@ -14,6 +14,17 @@ from collections.abc import Mapping
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# (metric name, type, help, ServerMetrics attribute or "running")
+SIMPLE_METRICS = (
+    ("samebits_prompt_tokens_total", "counter", "prompt tokens admitted", "prompt_tokens"),
+    ("samebits_generation_tokens_total", "counter", "tokens generated", "generation_tokens"),
+    ("samebits_engine_steps_total", "counter", "engine steps run", "steps"),
+    ("samebits_aborted_requests_total", "counter", "requests aborted", "aborted_requests"),
+    ("samebits_audit_entries_total", "counter", "audit entries written", "audit_entries"),
+    ("samebits_audit_errors_total", "counter", "audit entries that failed", "audit_errors"),
+    ("samebits_stream_errors_total", "counter", "streams ended by an error", "stream_errors"),
+    ("samebits_running_requests", "gauge", "engine requests in flight", "running"),
+)
 
 
 class ServerMetrics:
@@ -74,54 +85,12 @@ class ServerMetrics:
         return "\n".join(lines) + "\n"
 
     def _render_counters(self, running: int) -> list[str]:
-        lines = _header(
-            "samebits_requests_total", "counter", "HTTP requests by endpoint and status"
-        )
+        name = "samebits_requests_total"
+        lines = _header(name, "counter", "HTTP requests by endpoint and status")
         for (endpoint, status), count in sorted(self.requests.items()):
-            lines.append(
-                f'samebits_requests_total{{endpoint="{endpoint}",status="{status}"}} {count}'
-            )
-        simple: list[tuple[str, str, str, float]] = [
-            (
-                "samebits_prompt_tokens_total",
-                "counter",
-                "prompt tokens admitted",
-                self.prompt_tokens,
-            ),
-            (
-                "samebits_generation_tokens_total",
-                "counter",
-                "tokens generated",
-                self.generation_tokens,
-            ),
-            ("samebits_engine_steps_total", "counter", "engine steps run", self.steps),
-            (
-                "samebits_aborted_requests_total",
-                "counter",
-                "requests aborted (client gone)",
-                self.aborted_requests,
-            ),
-            (
-                "samebits_audit_entries_total",
-                "counter",
-                "audit entries written",
-                self.audit_entries,
-            ),
-            (
-                "samebits_audit_errors_total",
-                "counter",
-                "audit entries that failed",
-                self.audit_errors,
-            ),
-            (
-                "samebits_stream_errors_total",
-                "counter",
-                "streams ended by an error",
-                self.stream_errors,
-            ),
-            ("samebits_running_requests", "gauge", "engine requests in flight", running),
-        ]
-        for name, kind, help_text, value in simple:
+            lines.append(f'{name}{{endpoint="{endpoint}",status="{status}"}} {count}')
+        for name, kind, help_text, attribute in SIMPLE_METRICS:
+            value = running if attribute == "running" else getattr(self, attribute)
             lines += _header(name, kind, help_text)
             lines.append(f"{name} {_number(value)}")
         return lines
