@@ -10,12 +10,16 @@ import sys
 def _add_generate(sub) -> None:
     p = sub.add_parser("generate", help="generate text for PROMPT, streaming tokens")
     p.add_argument("prompt")
-    p.add_argument("--model", default=None, help="HF folder or .gguf file (default: embedded SmolLM2)")
+    p.add_argument(
+        "--model", default=None, help="HF folder or .gguf file (default: embedded SmolLM2)"
+    )
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--no-chat", action="store_true", help="send PROMPT raw, without the chat template")
+    p.add_argument(
+        "--no-chat", action="store_true", help="send PROMPT raw, without the chat template"
+    )
     p.add_argument("--kernel-plan", default="invariant", choices=("invariant", "fast"))
     p.add_argument("--threads", type=int, default=None)
 
@@ -69,7 +73,10 @@ def cmd_info(args: argparse.Namespace) -> int:
         return 0
     print(f"model: {dep.loaded.name}")
     print(dep.plan.describe())
-    print("qualification: " + ", ".join(f"{k}={'pass' if v else 'FAIL'}" for k, v in dep.qualification.items()))
+    print(
+        "qualification: "
+        + ", ".join(f"{k}={'pass' if v else 'FAIL'}" for k, v in dep.qualification.items())
+    )
     print(f"weights sha256: {dep.components['weights_sha256']}")
     print(f"fingerprint: {dep.fingerprint}")
     return 0
@@ -92,7 +99,9 @@ def _add_optional(sub, name: str, module: str, add: str, main: str) -> None:
         mod = importlib.import_module(module)
     except ImportError:
         return
-    p = sub.add_parser(name, help=(mod.__doc__ or "").strip().splitlines()[0] if mod.__doc__ else None)
+    p = sub.add_parser(
+        name, help=(mod.__doc__ or "").strip().splitlines()[0] if mod.__doc__ else None
+    )
     getattr(mod, add)(p)
     p.set_defaults(func=getattr(mod, main))
 

@@ -65,7 +65,9 @@ def build_deployment(
     model = DecoderModel(cfg, loaded.weights, plan, limit)
     qualification = qualify_model(model)
     components = fingerprint_components(plan, cfg, weights_digest(loaded.weights), qualification)
-    return Deployment(loaded, plan, model, limit, qualification, components, fingerprint(components))
+    return Deployment(
+        loaded, plan, model, limit, qualification, components, fingerprint(components)
+    )
 
 
 def cold_logits(deployment: Deployment, token_ids, all_rows: bool = False):

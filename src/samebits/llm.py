@@ -77,7 +77,9 @@ class LLM:
     ) -> list[RequestOutput]:  # fmt: skip
         """Apply the model's chat template (one conversation or a list of them), then generate."""
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
-        prompts = [self.tokenizer.apply_chat_template(c, add_generation_prompt=True) for c in conversations]
+        prompts = [
+            self.tokenizer.apply_chat_template(c, add_generation_prompt=True) for c in conversations
+        ]
         ids = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
         outs = self.generate(ids, sampling_params)
         for out, text in zip(outs, prompts, strict=True):
@@ -90,7 +92,11 @@ class LLM:
         for prompt, p in zip(prompts, params_list, strict=True):
             rid = str(next(self._ids))
             text = prompt if isinstance(prompt, str) else None
-            ids = self.tokenizer.encode(prompt, add_special_tokens=True) if text is not None else list(prompt)
+            ids = (
+                self.tokenizer.encode(prompt, add_special_tokens=True)
+                if text is not None
+                else list(prompt)
+            )
             base = p.seed if p.seed is not None else new_seed()
             groups[rid] = []
             for i in range(p.n):

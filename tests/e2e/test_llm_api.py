@@ -29,7 +29,9 @@ def smol(smollm2_model):
 
 
 def test_output_fields_and_digests(tiny_llm):
-    params = SamplingParams(max_tokens=5, temperature=0.8, seed=11, logprobs=3, return_logits=True, ignore_eos=True)
+    params = SamplingParams(
+        max_tokens=5, temperature=0.8, seed=11, logprobs=3, return_logits=True, ignore_eos=True
+    )
     out = tiny_llm.generate(["hello world"], params)[0]
     c = out.outputs[0]
     assert out.prompt == "hello world" and out.prompt_token_ids and out.finished
@@ -38,7 +40,9 @@ def test_output_fields_and_digests(tiny_llm):
     assert c.logits.shape == (5, tiny_llm.engine.vocab_size) and c.logits.dtype == np.float32
     for row, digest in zip(c.logits, c.logits_digests, strict=True):
         assert hashlib.sha256(row.astype("<f4").tobytes()).hexdigest() == digest
-    assert len(c.logprobs) == 5 and all(t in lp for t, lp in zip(c.token_ids, c.logprobs, strict=True))
+    assert len(c.logprobs) == 5 and all(
+        t in lp for t, lp in zip(c.token_ids, c.logprobs, strict=True)
+    )
     assert all(len(lp) >= 3 for lp in c.logprobs)
 
 
@@ -46,7 +50,10 @@ def test_seed_is_assigned_and_replays(tiny_llm):
     params = SamplingParams(max_tokens=6, temperature=1.0, ignore_eos=True)
     first = tiny_llm.generate(["replay me"], params)[0].outputs[0]
     assert isinstance(first.seed, int)
-    replay = tiny_llm.generate(["replay me"], SamplingParams(max_tokens=6, temperature=1.0, ignore_eos=True, seed=first.seed))
+    replay = tiny_llm.generate(
+        ["replay me"],
+        SamplingParams(max_tokens=6, temperature=1.0, ignore_eos=True, seed=first.seed),
+    )
     assert replay[0].outputs[0].token_ids == first.token_ids
     assert replay[0].outputs[0].logits_digests == first.logits_digests
 
@@ -59,7 +66,10 @@ def test_n_choices_and_token_id_prompts(tiny_llm):
 
 
 def test_streaming_text_only_grows(tiny_llm):
-    texts = [o.outputs[0].text for o in tiny_llm.generate_stream(["stream"], SamplingParams(max_tokens=8, ignore_eos=True))]
+    texts = [
+        o.outputs[0].text
+        for o in tiny_llm.generate_stream(["stream"], SamplingParams(max_tokens=8, ignore_eos=True))
+    ]
     assert len(texts) == 8
     assert all(b.startswith(a) for a, b in zip(texts, texts[1:], strict=False))
 
@@ -88,7 +98,10 @@ def test_bad_sampling_params_name_the_field():
 
 @pytest.mark.slow
 def test_smollm2_answers_paris(smol):
-    out = smol.chat([{"role": "user", "content": "What is the capital of France?"}], SamplingParams(max_tokens=24, temperature=0.0))
+    out = smol.chat(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        SamplingParams(max_tokens=24, temperature=0.0),
+    )
     assert "Paris" in out[0].outputs[0].text
 
 

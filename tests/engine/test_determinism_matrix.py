@@ -49,7 +49,9 @@ def _full_check(dep, size: MatrixSize, label: str, matrix_log) -> int:
 def test_matrix_tiny_models(request, arch, matrix_log):
     dep = _deployment(request.getfixturevalue(f"tiny_{arch}_dir"))
     repeats = 2 if arch == "llama" else 1
-    _full_check(dep, MatrixSize(vocab=dep.config.vocab_size, repeats=repeats), f"tiny-{arch}", matrix_log)
+    _full_check(
+        dep, MatrixSize(vocab=dep.config.vocab_size, repeats=repeats), f"tiny-{arch}", matrix_log
+    )
 
 
 @pytest.mark.slow

@@ -30,8 +30,9 @@ def _kv(tables: dict[str, list[int]], seed: int = 0):
     v = torch.zeros_like(k)
     for name, table in tables.items():
         gen = torch.Generator().manual_seed(seed + sum(map(ord, name)))
-        kk, vv = torch.randn(PROMPT, KV_HEADS, HEAD_DIM, generator=gen), torch.randn(
-            PROMPT, KV_HEADS, HEAD_DIM, generator=gen
+        kk, vv = (
+            torch.randn(PROMPT, KV_HEADS, HEAD_DIM, generator=gen),
+            torch.randn(PROMPT, KV_HEADS, HEAD_DIM, generator=gen),
         )
         for p in range(PROMPT):
             slot = table[p // BLOCK] * BLOCK + p % BLOCK

@@ -54,7 +54,8 @@ class DecoderModel:
         self.ops = plan.make_ops()
         self.embed = weights["model.embed_tokens.weight"]
         self.layers = [
-            _Layer(self.ops, cfg, weights, f"model.layers.{i}") for i in range(cfg.num_hidden_layers)
+            _Layer(self.ops, cfg, weights, f"model.layers.{i}")
+            for i in range(cfg.num_hidden_layers)
         ]
         self.norm = weights["model.norm.weight"]
         head = weights.get("lm_head.weight", self.embed)
@@ -72,7 +73,9 @@ class DecoderModel:
     def new_kv_cache(self, num_slots: int) -> KVCache:
         shape = (num_slots, self.cfg.num_key_value_heads, self.cfg.head_dim)
         n = self.cfg.num_hidden_layers
-        return KVCache([torch.zeros(shape) for _ in range(n)], [torch.zeros(shape) for _ in range(n)])
+        return KVCache(
+            [torch.zeros(shape) for _ in range(n)], [torch.zeros(shape) for _ in range(n)]
+        )
 
     @torch.inference_mode()
     def forward(self, batch: FlatBatch, kv: KVCache) -> torch.Tensor:
@@ -97,7 +100,11 @@ class DecoderModel:
 
     def _attention(self, layer: _Layer, x, batch: FlatBatch, k_cache, v_cache) -> torch.Tensor:
         cfg = self.cfg
-        n, hd, kvd = x.shape[0], cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+        n, hd, kvd = (
+            x.shape[0],
+            cfg.num_attention_heads * cfg.head_dim,
+            cfg.num_key_value_heads * cfg.head_dim,
+        )
         qkv = layer.qkv(x)
         q = qkv[:, :hd].reshape(n, cfg.num_attention_heads, cfg.head_dim).contiguous()
         k = qkv[:, hd : hd + kvd].reshape(n, cfg.num_key_value_heads, cfg.head_dim).contiguous()

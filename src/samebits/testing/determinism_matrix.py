@@ -194,7 +194,10 @@ def _batch(pool: _Pool, rng, size: MatrixSize, r: int) -> list[Scenario]:
 
 def _chunk(pool: _Pool, size: MatrixSize, r: int) -> list[Scenario]:
     jobs = [Job(pool.prompts[(r + i) % len(pool.prompts)], pool.params(i)) for i in range(3)]
-    return [Scenario("chunk", f"budget-{b}-{r}", jobs, {"max_num_batched_tokens": b}) for b in size.budgets]
+    return [
+        Scenario("chunk", f"budget-{b}-{r}", jobs, {"max_num_batched_tokens": b})
+        for b in size.budgets
+    ]
 
 
 def _prefix(pool: _Pool, rng, r: int) -> list[Scenario]:
@@ -233,8 +236,12 @@ def _sampling(pool: _Pool, rng, r: int) -> list[Scenario]:
 def prefill_vs_decode(deployment, prompt: Sequence[int], n: int) -> tuple[int, list[str]]:
     """Decode step i's logits row equals the row of a fresh request prefilled with
     prompt + generated[:i] (the prefill path). Returns (rows compared, mismatches)."""
-    base = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True, return_logits=True, seed=1)
-    views, _ = run_scenario(deployment, Scenario("prefill_vs_decode", "decode", [Job(tuple(prompt), base)]))
+    base = SamplingParams(
+        max_tokens=n, temperature=0.0, ignore_eos=True, return_logits=True, seed=1
+    )
+    views, _ = run_scenario(
+        deployment, Scenario("prefill_vs_decode", "decode", [Job(tuple(prompt), base)])
+    )
     decoded = views[0]
     tokens = [rec.token for rec in decoded.records]
     one = dataclasses.replace(base, max_tokens=1)
@@ -251,7 +258,9 @@ def prefix_with_generated(deployment, prompt: Sequence[int], n: int, extra: Sequ
     """A follow-up turn that repeats a conversation (prompt + generated + extra) on the same
     engine hits the cache built from generated tokens. Returns (follow-up job, view, hit tokens)."""
     engine = LLMEngine.from_deployment(deployment, block_size=4)
-    params = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True, return_logits=True, seed=3)
+    params = SamplingParams(
+        max_tokens=n, temperature=0.0, ignore_eos=True, return_logits=True, seed=3
+    )
     first = _run_one(engine, "first", Job(tuple(prompt), params))
     hits_before = engine.stats()["prefix_cache_hits"]
     follow = Job(tuple(prompt) + tuple(first.outputs[0].token_ids) + tuple(extra), params)
