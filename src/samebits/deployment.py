@@ -42,7 +42,7 @@ def qualify_model(model: DecoderModel) -> dict[str, bool]:
     for lin in model.linears():
         if not isinstance(lin, TiledLinear):
             continue
-        key = "linear[%dx%d]" % lin.shape
+        key = f"linear[{lin.shape[0]}x{lin.shape[1]}]"
         if key not in results:
             results[key] = qualify(lin)
     failed = [k for k, ok in results.items() if not ok]
