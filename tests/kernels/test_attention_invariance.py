@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from samebits.engine.runner import build_flat_batch
+from samebits.kernels.cpu import attention as cpu_attention
 from samebits.kernels.ops import FastOps, InvariantOps
 from samebits.kernels.plan import KEY_TILE, LINEAR_TILES
 
@@ -113,3 +114,13 @@ def test_negative_control_fast_plan_is_not_invariant():
     attention_differs = any(not torch.equal(chunked[0], c) for c in chunked[1:])
     assert attention_differs or not torch.equal(whole, singles)
     np.testing.assert_allclose(chunked[0].numpy(), chunked[2].numpy(), atol=1e-5)
+
+
+def test_serial_and_parallel_variants_agree(ops, monkeypatch):
+    """The work-size switch between the serial and the threaded kernel never changes a bit."""
+    k, v = _kv({"a": TABLE_A})
+    monkeypatch.setattr(cpu_attention, "PARALLEL_MIN_WORK", 1 << 62)
+    serial = run_chunks(ops, PROMPT, TABLE_A, k, v)
+    monkeypatch.setattr(cpu_attention, "PARALLEL_MIN_WORK", 0)
+    assert torch.equal(run_chunks(ops, PROMPT, TABLE_A, k, v), serial)
+    assert torch.equal(run_chunks(ops, 7, TABLE_A, k, v), serial)

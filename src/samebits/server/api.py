@@ -215,7 +215,8 @@ def _completion_tokens(gen: Generation) -> int:
 
 
 def _sse(body: dict[str, Any]) -> str:
-    return f"data: {json.dumps(body, ensure_ascii=False, allow_nan=False)}\n\n"
+    text = json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return f"data: {text}\n\n"
 
 
 def _watch_disconnect(request: Request, on_gone: Callable[[], None]) -> asyncio.Task:

@@ -71,15 +71,9 @@ def _attend_one(q, k_cache, v_cache, table, t, kvh, block_size, key_tile, scale,
         out[c] = acc[c] / denom
 
 
-@numba.njit(cache=True, fastmath=False, parallel=True)
-def paged_attention(
+def _attention_loop(
     q, k_cache, v_cache, positions, query_req, block_tables, block_size, key_tile, scale, out
 ):
-    """out[n, h] = softmax(q[n,h] . K[0..t]) V[0..t] for t = positions[n] (see module doc).
-
-    q, out: [N, H, D] float32; k_cache, v_cache: [num_slots, KVH, D] float32;
-    positions, query_req: [N] int64; block_tables: [R, max_blocks] int64.
-    """
     n_tokens, n_heads, _ = q.shape
     group = n_heads // k_cache.shape[1]
     for idx in numba.prange(n_tokens * n_heads):
@@ -97,3 +91,27 @@ def paged_attention(
             scale,
             out[n, h],
         )
+
+
+_serial = numba.njit(cache=True, fastmath=False)(_attention_loop)
+_parallel = numba.njit(cache=True, fastmath=False, parallel=True)(_attention_loop)
+
+# Above this many (query, key) pairs per call the thread pool pays for its wake-up.
+PARALLEL_MIN_WORK = 1 << 14
+
+
+def paged_attention(
+    q, k_cache, v_cache, positions, query_req, block_tables, block_size, key_tile, scale, out
+) -> None:
+    """out[n, h] = softmax(q[n,h] . K[0..t]) V[0..t] for t = positions[n] (see module doc).
+
+    q, out: [N, H, D] float32; k_cache, v_cache: [num_slots, KVH, D] float32;
+    positions, query_req: [N] int64; block_tables: [R, max_blocks] int64.
+    The serial and parallel variants run the same per-(token, head) code, so which one runs
+    (chosen by the amount of work) never changes a bit.
+    """
+    work = int(positions.sum()) + len(positions)
+    kernel = _parallel if work >= PARALLEL_MIN_WORK else _serial
+    kernel(
+        q, k_cache, v_cache, positions, query_req, block_tables, block_size, key_tile, scale, out
+    )

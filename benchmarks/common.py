@@ -1,0 +1,251 @@
+"""Shared helpers for the CPU benchmarks: machine facts, prompts, the HF baseline, memory
+readings and the RESULTS.md section writer.
+
+Invariant: nothing here changes engine behaviour; the helpers only time, measure and report.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import random
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS_PATH = REPO_ROOT / "benchmarks" / "RESULTS.md"
+RESULTS_HEADER = (
+    "# samebits benchmark results\n\n"
+    "Measurements (evidence class: measurement). Each section names its machine, date, "
+    "command, thread count and the load on the machine while it ran.\n"
+)
+# Random prompt ids are drawn from this range: ordinary vocabulary, clear of the special
+# tokens SmolLM2 keeps at the low ids.
+PROMPT_TOKEN_RANGE = (100, 49000)
+
+
+# ---------------------------------------------------------------------------- machine facts
+def cpu_model() -> str:
+    """The CPU model name from /proc/cpuinfo (platform.processor() as a fallback)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or "unknown"
+    match = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
+    return match.group(1).strip() if match else "unknown"
+
+
+def total_ram_gib() -> float:
+    """MemTotal from /proc/meminfo, in GiB (0.0 when unreadable)."""
+    try:
+        text = Path("/proc/meminfo").read_text()
+    except OSError:
+        return 0.0
+    match = re.search(r"^MemTotal:\s*(\d+)\s*kB", text, re.MULTILINE)
+    return int(match.group(1)) / 2**20 if match else 0.0
+
+
+def loadavg() -> str:
+    """The first three fields of /proc/loadavg (1, 5, 15 minute load)."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def git_state() -> str:
+    """Commit and the number of locally modified tracked files (the tree is shared)."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True)
+        return done.stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = [line for line in git("status", "--porcelain").splitlines() if line[:2] != "??"]
+    modified = ", ".join(line[3:] for line in dirty)
+    return f"{head}" + (f" + uncommitted changes in {modified}" if modified else "")
+
+
+def library_versions() -> str:
+    import numba
+    import torch
+    import transformers
+
+    return (
+        f"python {platform.python_version()}, torch {torch.__version__}, "
+        f"transformers {transformers.__version__}, numba {numba.__version__}"
+    )
+
+
+def machine_lines() -> list[str]:
+    """Markdown bullet lines describing the machine and software."""
+    return [
+        f"- machine: {cpu_model()}, {os.cpu_count()} cores, {total_ram_gib():.1f} GiB RAM",
+        f"- software: {library_versions()}",
+        f"- code: {git_state()}",
+    ]
+
+
+def command_line() -> str:
+    """The command that ran this script, as typed from the repository root."""
+    script = os.path.relpath(sys.argv[0], REPO_ROOT)
+    return " ".join(["PYTHONPATH=src", "python", script, *sys.argv[1:]])
+
+
+# ---------------------------------------------------------------------------- workload
+def random_prompts(count: int, length: int, seed: int) -> list[list[int]]:
+    """`count` distinct prompts of `length` uniformly random token ids (deterministic)."""
+    rng = random.Random(seed)
+    lo, hi = PROMPT_TOKEN_RANGE
+    prompts = [[rng.randrange(lo, hi) for _ in range(length)] for _ in range(count)]
+    if len({tuple(p) for p in prompts}) != count:
+        raise ValueError("random_prompts drew duplicate prompts; use another seed")
+    return prompts
+
+
+def leading_matches(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the common leading run of two token sequences."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, object]:
+    """(wall seconds, result) of one call."""
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+# ---------------------------------------------------------------------------- memory
+def peak_rss_mib() -> float:
+    """Peak resident set of this process so far (VmHWM, else ru_maxrss), in MiB."""
+    try:
+        text = Path("/proc/self/status").read_text()
+        match = re.search(r"^VmHWM:\s*(\d+)\s*kB", text, re.MULTILINE)
+        if match:
+            return int(match.group(1)) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def current_rss_mib() -> float:
+    """Current resident set of this process (VmRSS), in MiB (0.0 when unreadable)."""
+    try:
+        text = Path("/proc/self/status").read_text()
+    except OSError:
+        return 0.0
+    match = re.search(r"^VmRSS:\s*(\d+)\s*kB", text, re.MULTILINE)
+    return int(match.group(1)) / 1024 if match else 0.0
+
+
+# ---------------------------------------------------------------------------- HF baseline
+@dataclass(frozen=True)
+class HFResult:
+    """Generated ids per prompt (exactly max_new_tokens each) and time to first token."""
+
+    token_ids: list[list[int]]
+    ttft_s: float
+
+
+def load_hf_model(threads: int):
+    """SmolLM2 from the same GGUF the engine loads, dequantized to float32 by transformers.
+
+    EOS is switched off in its generation config so that `generate` runs exactly
+    max_new_tokens greedy steps, like the engine's ignore_eos (min_new_tokens would instead
+    mask EOS out of the argmax)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    from samebits.model import default_model_path
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    torch.set_num_threads(threads)
+    path = default_model_path()
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32
+    )
+    model.eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+class _FirstTokenClock:
+    """A transformers streamer that records when the first generated token arrives
+    (its first `put` is the prompt, the second the first new token)."""
+
+    def __init__(self, start: float):
+        self.start = start
+        self.puts = 0
+        self.first_token_s = float("nan")
+
+    def put(self, value) -> None:
+        self.puts += 1
+        if self.puts == 2:
+            self.first_token_s = time.perf_counter() - self.start
+
+    def end(self) -> None:
+        pass
+
+
+def hf_generate(model, prompts: list[list[int]], max_new_tokens: int) -> HFResult:
+    """Greedy batch generation, left-padded with an attention mask; returns new ids only."""
+    import torch
+
+    width = max(len(p) for p in prompts)
+    ids = torch.zeros((len(prompts), width), dtype=torch.int64)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
+    clock = _FirstTokenClock(time.perf_counter())
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
+            streamer=clock if len(prompts) == 1 else None,
+        )  # fmt: skip
+    new = out[:, width:]
+    if new.shape[1] != max_new_tokens:
+        raise RuntimeError(f"HF generated {new.shape[1]} tokens, expected {max_new_tokens}")
+    return HFResult([row.tolist() for row in new], clock.first_token_s)
+
+
+# ---------------------------------------------------------------------------- RESULTS.md
+def write_section(title: str, body: str, path: Path = RESULTS_PATH) -> None:
+    """Replace the `## title` section of RESULTS.md with `body` (append if absent).
+
+    Other sections are kept as they are; the file gets a short header when it is new."""
+    text = path.read_text() if path.exists() else RESULTS_HEADER
+    heading = f"## {title}\n"
+    section = heading + "\n" + body.strip() + "\n"
+    start = text.find(heading)
+    if start < 0:
+        text = text.rstrip("\n") + "\n\n" + section
+    else:
+        nxt = text.find("\n## ", start + len(heading))
+        end = len(text) if nxt < 0 else nxt + 1
+        text = text[:start] + section + ("\n" + text[end:] if nxt >= 0 else "")
+    path.write_text(text)
