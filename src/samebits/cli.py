@@ -36,10 +36,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from samebits.llm import LLM
     from samebits.sampling import SamplingParams
 
-    llm = LLM(args.model, kernel_plan=args.kernel_plan, num_threads=args.threads, progress=True)
     params = SamplingParams(
         max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed
     )
+    llm = LLM(args.model, kernel_plan=args.kernel_plan, num_threads=args.threads, progress=True)
     tok = llm.tokenizer
     if args.no_chat:
         ids = tok.encode(args.prompt, add_special_tokens=True)
