@@ -249,3 +249,133 @@ def write_section(title: str, body: str, path: Path = RESULTS_PATH) -> None:
         end = len(text) if nxt < 0 else nxt + 1
         text = text[:start] + section + ("\n" + text[end:] if nxt >= 0 else "")
     path.write_text(text)
+
+
+# ---------------------------------------------------------------------------- profiling
+class OpClock:
+    """Accumulates wall time per label for wrapped callables (single-threaded caller)."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = {}
+
+    def wrap(self, label: str, fn: Callable) -> Callable:
+        def timed_call(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.totals[label] = self.totals.get(label, 0.0) + time.perf_counter() - start
+
+        return timed_call
+
+    def reset(self) -> None:
+        self.totals.clear()
+
+
+OP_NAMES = ("rms_norm", "add_rms_norm", "head_rms_norm", "rope", "silu_mul", "attention")
+
+
+def instrument_engine(llm, clock: OpClock) -> None:
+    """Wrap the engine's model ops, linears, forward, runner and step with `clock`.
+
+    Changes this process's engine object only (for profiling runs, never for timing runs)."""
+    engine = llm.engine
+    model = engine.runner.model
+    for layer in model.layers:
+        for name in ("qkv", "o", "gate_up", "down"):
+            setattr(layer, name, clock.wrap(f"linear {name}", getattr(layer, name)))
+    model.lm_head = clock.wrap("linear lm_head", model.lm_head)
+    for name in OP_NAMES:
+        setattr(model.ops, name, clock.wrap(name, getattr(model.ops, name)))
+    model.forward = clock.wrap("model.forward", model.forward)
+    engine.runner.execute = clock.wrap("runner.execute", engine.runner.execute)
+    engine.step = clock.wrap("engine.step", engine.step)
+
+
+def breakdown(totals: dict[str, float], steps: int) -> list[tuple[str, float]]:
+    """Per-step milliseconds by category; the remainders name what the wrappers don't see."""
+    ms = {k: v * 1e3 / steps for k, v in totals.items()}
+    leaves = {k: v for k, v in ms.items() if k.startswith("linear ") or k in OP_NAMES}
+    forward, execute, step = (
+        ms.get(k, 0.0) for k in ("model.forward", "runner.execute", "engine.step")
+    )
+    rows = sorted(leaves.items(), key=lambda kv: -kv[1])
+    rows.append(
+        (
+            "forward: other (embedding, reshapes, KV index_copy, python)",
+            forward - sum(leaves.values()),
+        )
+    )
+    rows.append(("runner: batch building, numpy", execute - forward))
+    rows.append(("engine: scheduler, sampler, digests, detokenizer", step - execute))
+    rows.append(("TOTAL per step", step))
+    return rows
+
+
+def profile_decode(llm, prompts: list[list[int]], max_tokens: int) -> dict[str, tuple]:
+    """Run `prompts` to completion step by step with `llm` instrumented. Returns, for "decode"
+    (steps where every request decodes one token) and "other" (steps with prompt tokens),
+    (per-step breakdown, number of steps)."""
+    from samebits import SamplingParams
+
+    clock = OpClock()
+    instrument_engine(llm, clock)
+    engine = llm.engine
+    last = _record_schedule(engine.scheduler)
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    for i, prompt in enumerate(prompts):
+        engine.add_request(f"profile-{i}", prompt, params)
+    sums: dict[str, dict[str, float]] = {"decode": {}, "other": {}}
+    steps = {"decode": 0, "other": 0}
+    while engine.has_unfinished_requests():
+        clock.reset()
+        engine.step()
+        scheduled = last[0].scheduled
+        pure = len(scheduled) == len(prompts) and all(len(s.token_ids) == 1 for s in scheduled)
+        kind = "decode" if pure else "other"
+        steps[kind] += 1
+        for k, v in clock.totals.items():
+            sums[kind][k] = sums[kind].get(k, 0.0) + v
+    return {k: (breakdown(sums[k], max(steps[k], 1)), steps[k]) for k in sums}
+
+
+def _record_schedule(scheduler) -> list:
+    """Make `scheduler.schedule` keep its latest output in the returned one-item list."""
+    last: list = [None]
+    schedule = scheduler.schedule
+
+    def recording_schedule():
+        last[0] = schedule()
+        return last[0]
+
+    scheduler.schedule = recording_schedule
+    return last
+
+
+def linear_tile_costs(llm, reps: int = 50) -> list[str]:
+    """Per weight shape: ms of one decode row through the plan's linear (padded to its row
+    quantum) vs a bare torch.mm with M=1 (what HF's decode does)."""
+    import torch
+
+    model = llm.engine.runner.model
+    lines = []
+    for lin in model.linears():
+        k = lin.weight.shape[1] if hasattr(lin, "weight") else None
+        if k is None:
+            continue
+        x = torch.randn(1, k)
+        wt = lin.weight.t()
+        plan_ms = _mean_ms(lambda lin=lin, x=x: lin(x), reps)
+        mm_ms = _mean_ms(lambda x=x, wt=wt: torch.mm(x, wt), reps)
+        lines.append(
+            f"linear {tuple(lin.weight.shape)}: plan {plan_ms:.3f} ms, torch.mm M=1 {mm_ms:.3f} ms"
+        )
+    return lines
+
+
+def _mean_ms(fn: Callable[[], object], reps: int) -> float:
+    fn()
+    start = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - start) * 1e3 / reps

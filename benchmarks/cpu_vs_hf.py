@@ -39,6 +39,7 @@ class Args:
     only: str | None
     rss: bool
     write: bool
+    profile: str | None
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,26 @@ def measure_rss(args: Args) -> dict[str, dict]:
     return reports
 
 
+# ---------------------------------------------------------------------------- profile
+def profile_main(args: Args) -> None:
+    """Where a plan's time goes at batch 1: per-step op breakdown of prefill and decode."""
+    system = SamebitsSystem(args.profile, args.threads)
+    prompts = common.random_prompts(2, args.prompt_len, args.seed)
+    system.generate(prompts[0], 8)
+    print(f"profile: plan={args.profile}, threads={args.threads}, load {common.loadavg()}")
+    result = common.profile_decode(system.llm, prompts[1:], args.max_tokens)
+    print_profile(result)
+    print("\n".join(common.linear_tile_costs(system.llm)))
+    print(f"load after: {common.loadavg()}")
+
+
+def print_profile(result: dict[str, tuple]) -> None:
+    for kind, (rows, steps) in result.items():
+        print(f"\n{kind} steps: {steps}; mean ms per step:")
+        for label, ms in rows:
+            print(f"  {ms:9.2f}  {label}")
+
+
 # ---------------------------------------------------------------------------- report
 def report_body(args: Args, timings: Timings, rss: dict, load: tuple[str, str], date: str) -> str:
     ratio = timings.median_tps("invariant") / timings.median_tps("hf")
@@ -227,13 +248,16 @@ def parse_args(argv: list[str] | None = None) -> Args:
     p.add_argument("--only", choices=SYSTEMS, default=None, help="child mode: one system")
     p.add_argument("--no-rss", action="store_true", help="skip the per-system RSS children")
     p.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
+    p.add_argument(
+        "--profile", choices=SYSTEMS[:2], default=None, help="only profile one plan's steps"
+    )
     a = p.parse_args(argv)
     for name in ("threads", "prompt_len", "max_tokens", "reps"):
         if getattr(a, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
     return Args(
         a.threads, a.prompt_len, a.max_tokens, a.reps, a.seed, a.only, not a.no_rss,
-        not a.no_write,
+        not a.no_write, a.profile,
     )  # fmt: skip
 
 
@@ -241,6 +265,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.only:
         return only_main(args)
+    if args.profile:
+        return profile_main(args)
     date, load_before = common.utc_now(), common.loadavg()
     systems = {name: make_system(name, args.threads) for name in SYSTEMS}
     prompts = common.random_prompts(args.reps + 1, args.prompt_len, args.seed)
