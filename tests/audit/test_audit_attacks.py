@@ -117,7 +117,6 @@ def check_caught(path, verifier, affected: set[int]) -> None:
     report = verify_log(read_log(path), verifier)
     assert report.chain_issues == [] and not report.refused
     failed = {r.seq for r in report.failed_results}
-    print("AFFECTED", len(affected), "of", report.num_requests)
     assert affected, "the attack changed nothing: the test would prove nothing"
     assert failed == affected  # 100% of affected entries caught, no false alarm elsewhere
 
