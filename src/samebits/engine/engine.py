@@ -52,6 +52,7 @@ class LLMEngine:
         self.max_model_len = deployment.max_model_len
         self.vocab_size = deployment.config.vocab_size
         self._states: dict[str, _RequestState] = {}
+        self._failures: dict[str, Exception] = {}
         self.num_steps = 0
         self.num_batched_tokens_total = 0
         self.last_batch_size = 0
@@ -148,25 +149,53 @@ class LLMEngine:
 
     # ------------------------------------------------------------------ stepping
     def step(self) -> list[RequestOutput]:
-        """Schedule, run one forward pass, sample, and report every request that advanced."""
+        """Schedule, run one forward pass, sample, and report every request that advanced.
+
+        Failure isolation: an exception in one request's sampling, detokenization or output
+        (e.g. a non-finite logit) aborts that request only; it is reported by
+        `pop_failures()` and the step goes on for every other request.
+        """
         sched_out = self.scheduler.schedule()
         rows = self.runner.execute(sched_out)
-        sampled = {rid: self._sample(rid, row) for rid, row in rows.items()}
+        sampled = {}
+        for rid, row in rows.items():
+            self._isolated(
+                rid, lambda rid=rid, row=row: sampled.__setitem__(rid, self._sample(rid, row))
+            )
         finished = {r.request_id for r in self.scheduler.update_from_output(sched_out, sampled)}
         self.num_steps += 1
         self.num_batched_tokens_total += sched_out.num_batched_tokens
         self.last_batch_size = len(sched_out.scheduled)
-        outputs = []
+        outputs: list[RequestOutput] = []
         for rid, token in sampled.items():
-            if rid not in finished and self._apply_stop_strings(rid, token):
-                self.scheduler.finish_request(rid, RequestStatus.FINISHED_STOPPED)
-                finished.add(rid)
-            elif rid in finished:
-                self._append_text(rid, token)
-            outputs.append(self._output(rid, rid in finished))
+            self._isolated(
+                rid,
+                lambda rid=rid, token=token: outputs.append(self._advance(rid, token, finished)),
+            )
         for rid in finished:
             self._states.pop(rid, None)
         return outputs
+
+    def pop_failures(self) -> dict[str, Exception]:
+        """Requests aborted by an exception since the last call, with that exception."""
+        failures, self._failures = self._failures, {}
+        return failures
+
+    def _isolated(self, rid: str, work) -> None:
+        try:
+            work()
+        except Exception as exc:  # noqa: BLE001 - isolate one request's failure
+            self._failures[rid] = exc
+            self.abort_request(rid)
+
+    def _advance(self, rid: str, token: int, finished: set[str]) -> RequestOutput:
+        """Detokenize the new token, apply stop strings, and build the request's output."""
+        if rid not in finished and self._apply_stop_strings(rid, token):
+            self.scheduler.finish_request(rid, RequestStatus.FINISHED_STOPPED)
+            finished.add(rid)
+        elif rid in finished:
+            self._append_text(rid, token)
+        return self._output(rid, rid in finished)
 
     def _sample(self, rid: str, row: np.ndarray) -> int:
         st = self._states[rid]

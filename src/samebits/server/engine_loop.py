@@ -183,6 +183,10 @@ class EngineLoop:
             return
         for output in outputs:
             self._emit(output)
+        failures = self.engine.pop_failures() if hasattr(self.engine, "pop_failures") else {}
+        for request_id, exc in failures.items():
+            if request_id in self._live:
+                self._fail(request_id, exc)
         if self._on_step is not None:
             self._on_step(int(getattr(self.engine, "last_batch_size", len(outputs))))
 
