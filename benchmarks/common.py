@@ -70,9 +70,9 @@ def git_state() -> str:
 
     def git(*args: str) -> str:
         done = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True)
-        return done.stdout.strip()
+        return done.stdout.rstrip()
 
-    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    head = git("rev-parse", "--short", "HEAD").strip() or "unknown"
     dirty = [line for line in git("status", "--porcelain").splitlines() if line[:2] != "??"]
     modified = ", ".join(line[3:] for line in dirty)
     return f"{head}" + (f" + uncommitted changes in {modified}" if modified else "")
@@ -237,18 +237,23 @@ def hf_generate(model, prompts: list[list[int]], max_new_tokens: int) -> HFResul
 def write_section(title: str, body: str, path: Path = RESULTS_PATH) -> None:
     """Replace the `## title` section of RESULTS.md with `body` (append if absent).
 
-    Other sections are kept as they are; the file gets a short header when it is new."""
+    A hand-written `### Analysis` subsection at the end of the old section is kept (it carries
+    its own date); other sections are kept as they are. A new file gets a short header."""
     text = path.read_text() if path.exists() else RESULTS_HEADER
     heading = f"## {title}\n"
-    section = heading + "\n" + body.strip() + "\n"
     start = text.find(heading)
     if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        nxt = text.find("\n## ", start + len(heading))
-        end = len(text) if nxt < 0 else nxt + 1
-        text = text[:start] + section + ("\n" + text[end:] if nxt >= 0 else "")
-    path.write_text(text)
+        path.write_text(text.rstrip("\n") + "\n\n" + heading + "\n" + body.strip() + "\n")
+        return
+    nxt = text.find("\n## ", start + len(heading))
+    end = len(text) if nxt < 0 else nxt + 1
+    old = text[start:end]
+    kept = old[old.find(ANALYSIS) :].rstrip("\n") + "\n" if ANALYSIS in old else ""
+    section = heading + "\n" + body.strip() + "\n" + ("\n" + kept if kept else "")
+    path.write_text(text[:start] + section + ("\n" + text[end:] if nxt >= 0 else ""))
+
+
+ANALYSIS = "### Analysis"
 
 
 # ---------------------------------------------------------------------------- profiling

@@ -64,6 +64,10 @@ class Timings:
     def median_tps(self, system: str) -> float:
         return common.median([r.tokens_per_s() for r in self.runs[system]])
 
+    def best_tps(self, system: str) -> float:
+        """Fastest repetition: the least disturbed by other jobs on a shared machine."""
+        return max(r.tokens_per_s() for r in self.runs[system])
+
 
 # ---------------------------------------------------------------------------- systems
 class SamebitsSystem:
@@ -187,9 +191,9 @@ def profile_main(args: Args) -> None:
     prompts = common.random_prompts(2, args.prompt_len, args.seed)
     system.generate(prompts[0], 8)
     print(f"profile: plan={args.profile}, threads={args.threads}, load {common.loadavg()}")
+    print("\n".join(common.linear_tile_costs(system.llm)))
     result = common.profile_decode(system.llm, prompts[1:], args.max_tokens)
     print_profile(result)
-    print("\n".join(common.linear_tile_costs(system.llm)))
     print(f"load after: {common.loadavg()}")
 
 
@@ -215,16 +219,18 @@ def report_body(args: Args, timings: Timings, rss: dict, load: tuple[str, str], 
         f"- load average (1/5/15 min) before: {load[0]}; after: {load[1]} "
         "(machine shared with other engineers' runs)",
         "",
-        "| system | tok/s per rep (end to end) | median tok/s | TTFT per rep (s) | "
+        "| system | tok/s per rep (end to end) | median tok/s | best tok/s | TTFT per rep (s) | "
         "decode tok/s (median) | peak RSS (MiB) |",
-        "|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|",
     ]
     lines += [table_row(name, timings.runs[name], rss.get(name)) for name in SYSTEMS]
     lines += ["", *[f"- {line}" for line in agreement(timings)]]
     verdict = "meets" if ratio >= TARGET else "MISSES"
+    best = timings.best_tps("invariant") / timings.best_tps("hf")
     lines += [
         f"- invariant / HF median tokens/s = {ratio:.2f}x (target >= {TARGET:.1f}x: {verdict}); "
-        f"fast / HF = {timings.median_tps('fast') / timings.median_tps('hf'):.2f}x",
+        f"best rep vs best rep = {best:.2f}x; "
+        f"fast / HF median = {timings.median_tps('fast') / timings.median_tps('hf'):.2f}x",
     ]
     return "\n".join(lines)
 
@@ -235,7 +241,8 @@ def table_row(name: str, runs: list[Run], rss: dict | None) -> str:
     decode = common.median([r.decode_tokens_per_s() for r in runs])
     peak = f"{rss['peak_rss_mib']:.0f}" if rss else "not measured"
     med = common.median([r.tokens_per_s() for r in runs])
-    return f"| {name} | {tps} | {med:.2f} | {ttft} | {decode:.2f} | {peak} |"
+    best = max(r.tokens_per_s() for r in runs)
+    return f"| {name} | {tps} | {med:.2f} | {best:.2f} | {ttft} | {decode:.2f} | {peak} |"
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
