@@ -49,7 +49,9 @@ class PlanConfig:
         if self.dtype not in ("float32",):
             raise ValueError(f"dtype must be 'float32' on the CPU backend, got {self.dtype!r}")
         if self.device != "cpu":
-            raise ValueError(f"device must be 'cpu' (GPU plans are not built yet), got {self.device!r}")
+            raise ValueError(
+                f"device must be 'cpu' (GPU plans are not built yet), got {self.device!r}"
+            )
         if self.num_threads is not None:
             _require_positive("num_threads", self.num_threads)
 

@@ -71,3 +71,27 @@ def test_non_streaming_disconnect_aborts_the_request(slow_server):
     entries = [e.entry for e in read_log(slow_server.writer.path).entries]
     assert [e["finish_reason"] for e in entries[:2]] == ["abort", "abort"]
     assert all(0 < len(e["output_token_ids"]) < 200 for e in entries[:2])
+
+
+def test_client_gone_before_the_first_byte_is_aborted_and_logged(slow_server):
+    """A client that sends a streaming request and closes at once (it reads nothing)."""
+    import json
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(slow_server.url)
+    body = json.dumps({**LONG_REQUEST, "stream": True}).encode()
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nHost: {url.hostname}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    with socket.create_connection((url.hostname, url.port)) as sock:
+        sock.sendall(head + body)
+    engine = slow_server.engine
+    wait_for(lambda: len(engine.aborted) == 1 and not engine.has_unfinished_requests())
+    wait_for(
+        lambda: "samebits_aborted_requests_total 1" in httpx.get(slow_server.url + "/metrics").text
+    )
+    slow_server.writer.close()
+    entries = [e.entry for e in read_log(slow_server.writer.path).entries]
+    assert len(entries) == 1 and entries[0]["finish_reason"] == "abort"

@@ -88,7 +88,7 @@ class OpenAIService:
         call = CallInfo(flavor.endpoint, req.user, received_at)
         if req.stream:
             chunks = self._stream(request, gen, flavor, meta, call)
-            return StreamingResponse(chunks, media_type="text/event-stream", headers=SSE_HEADERS)
+            return _SettlingStream(chunks, lambda: self._settle(gen, call))
         return JSONResponse(await self._complete(request, gen, flavor, meta, call))
 
     def _check_model(self, model: str | None) -> None:
@@ -176,6 +176,9 @@ class OpenAIService:
         Runs when the call ends, however it ends: a choice the client never received (gone,
         failed) is still logged, with finish_reason "abort" if it did not finish.
         """
+        if gen.settled:
+            return
+        gen.settled = True
         if not gen.finished:
             gen.abort()
         for choice in gen.choices:
@@ -217,6 +220,22 @@ def _completion_tokens(gen: Generation) -> int:
 def _sse(body: dict[str, Any]) -> str:
     text = json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     return f"data: {text}\n\n"
+
+
+class _SettlingStream(StreamingResponse):
+    """An SSE response that settles its generation however the response ends — also when
+    the client left before the first byte, so the body generator never started (its own
+    `finally` then never runs)."""
+
+    def __init__(self, chunks: AsyncIterator[str], on_close: Callable[[], None]) -> None:
+        super().__init__(chunks, media_type="text/event-stream", headers=SSE_HEADERS)
+        self._on_close = on_close
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
 
 
 def _watch_disconnect(request: Request, on_gone: Callable[[], None]) -> asyncio.Task:

@@ -69,6 +69,7 @@ class Generation:
         self._queue: asyncio.Queue = asyncio.Queue()
         self._buffered: list[tuple[int, Event]] = []
         self._gone = False
+        self.settled = False  # set once the API has aborted / recorded / counted this call
 
     @property
     def finished(self) -> bool:
