@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from samebits.kernels.cpu.linear import TiledLinear, qualify
+from samebits.kernels.cpu.sbgemm import SbLinear
 from samebits.kernels.fingerprint import fingerprint, fingerprint_components, weights_digest
 from samebits.kernels.plan import KernelPlan, build_plan
 from samebits.model.llama import DecoderModel
@@ -40,7 +41,7 @@ def qualify_model(model: DecoderModel) -> dict[str, bool]:
     """Run the linear probe once per distinct weight shape; raise if any fails."""
     results: dict[str, bool] = {}
     for lin in model.linears():
-        if not isinstance(lin, TiledLinear):
+        if not isinstance(lin, (TiledLinear, SbLinear)):
             continue
         key = f"linear[{lin.shape[0]}x{lin.shape[1]}]"
         if key not in results:
@@ -48,8 +49,8 @@ def qualify_model(model: DecoderModel) -> dict[str, bool]:
     failed = [k for k, ok in results.items() if not ok]
     if failed:
         raise KernelQualificationError(
-            f"BLAS row-invariance probe failed for {failed}; this BLAS/thread setup cannot run "
-            "the invariant plan (try num_threads=1)"
+            f"row-invariance probe failed for {failed}; this linear kernel / thread setup cannot "
+            "run the invariant plan (try num_threads=1)"
         )
     return results
 

@@ -25,9 +25,9 @@ def threads(request):
     numba.set_num_threads(old_numba)
 
 
-@pytest.fixture(scope="module")
-def ops() -> InvariantOps:
-    return InvariantOps(LINEAR_TILES, KEY_TILE)
+@pytest.fixture(scope="module", params=["sbgemm", "mkl-tiles"])
+def ops(request) -> InvariantOps:
+    return InvariantOps(LINEAR_TILES, KEY_TILE, request.param, num_threads=2)
 
 
 def _rand(*shape: int, seed: int = 0) -> torch.Tensor:
@@ -103,3 +103,16 @@ def test_numba_ops_independent_of_thread_count(ops):
         numba.set_num_threads(min(t, numba.config.NUMBA_NUM_THREADS))
         results.append(ops.silu_mul(x))
     assert torch.equal(results[0], results[1])
+
+
+def test_sbgemm_is_thread_split_invariant_and_accurate(monkeypatch):
+    """The C kernel gives the same bits on 1 or 2 threads (every column split) and agrees with
+    a float64 reference to float32 accuracy."""
+    from samebits.kernels.cpu import sbgemm
+
+    w, x = _rand(1000, HIDDEN, seed=9) * 0.05, _rand(37, HIDDEN, seed=10)
+    monkeypatch.setattr(sbgemm, "PARALLEL_MIN_MACS", 0)
+    one, two = sbgemm.SbLinear(w, None, 1)(x), sbgemm.SbLinear(w, None, 2)(x)
+    assert torch.equal(one, two)
+    ref = x.double() @ w.double().t()
+    assert (one.double() - ref).abs().max().item() < 1e-4

@@ -37,7 +37,14 @@ def software_versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             versions[pkg] = "absent"
     versions["torch_build"] = _blas_line()
+    versions["sbgemm_build"] = _sbgemm_build()
     return versions
+
+
+def _sbgemm_build() -> str:
+    from samebits.kernels.cpu import sbgemm
+
+    return sbgemm.build_key() if sbgemm.available() else "unavailable"
 
 
 def _blas_line() -> str:

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from samebits.kernels.cpu import attention as cpu_attention
 from samebits.kernels.cpu import rowwise
 from samebits.kernels.cpu.linear import TiledLinear
+from samebits.kernels.cpu.sbgemm import SbLinear
 from samebits.kernels.metadata import FlatBatch
 
 Linear = Callable[[torch.Tensor], torch.Tensor]
@@ -21,11 +22,18 @@ class InvariantOps:
     """Row-local kernels whose reduction order depends only on the plan and the element's
     logical position (see kernels/cpu/*.py for the per-op invariant)."""
 
-    def __init__(self, linear_tiles: tuple[int, ...], key_tile: int):
+    def __init__(
+        self, linear_tiles: tuple[int, ...], key_tile: int, linear_kernel: str = "mkl-tiles",
+        num_threads: int = 1,
+    ):  # fmt: skip
         self.linear_tiles = linear_tiles
         self.key_tile = key_tile
+        self.linear_kernel = linear_kernel
+        self.num_threads = num_threads
 
-    def linear(self, weight: torch.Tensor, bias: torch.Tensor | None) -> TiledLinear:
+    def linear(self, weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
+        if self.linear_kernel == "sbgemm":
+            return SbLinear(weight, bias, self.num_threads)
         return TiledLinear(weight, bias, self.linear_tiles)
 
     def rms_norm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:

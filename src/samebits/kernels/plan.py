@@ -16,16 +16,21 @@ from samebits.kernels.ops import FastOps, InvariantOps
 LINEAR_TILES = (64, 32, 16, 8, 4)
 KEY_TILE = 32
 
+LINEAR_KERNELS = {
+    "sbgemm": "samebits C GEMM (sbgemm.c): per output, K fused multiply-adds in k order, one "
+    "SIMD lane; invariant by construction (rows, position, vector width, threads)",
+    "mkl-tiles": f"torch.mm (MKL) on fixed row tiles {LINEAR_TILES}, rows padded to a multiple "
+    f"of {LINEAR_TILES[-1]}; qualified at start-up",
+}
 INVARIANT_OPS = {
     "embedding": "torch.index_select (data movement, no arithmetic)",
-    "linear": f"torch.mm (MKL) on fixed row tiles {LINEAR_TILES}, rows padded to a multiple of "
-    f"{LINEAR_TILES[-1]}; qualified at start-up",
+    "linear": "",
     "rms_norm": "numba row kernel, float64 sum of squares in index order (fused residual add)",
     "rope": "numba, rotate-half with cos/sin tables per absolute position",
     "silu_mul": "numba row kernel, scalar libm exp",
     "attention": f"numba paged attention, key tiles of {KEY_TILE} aligned to absolute positions, "
     "online softmax in tile order, one thread per (token, head)",
-    "final_norm_logits": "numba RMSNorm + tiled torch.mm on sampled rows only",
+    "final_norm_logits": "numba RMSNorm + the linear kernel on sampled rows only",
 }
 FAST_OPS = {
     "embedding": "torch.index_select",
@@ -47,10 +52,13 @@ class KernelPlan:
     linear_tiles: tuple[int, ...]
     attention_key_tile: int
     ops: dict[str, str] = field(hash=False)
+    linear_kernel: str = "mkl-tiles"
 
     def make_ops(self) -> InvariantOps | FastOps:
         if self.name == "invariant":
-            return InvariantOps(self.linear_tiles, self.attention_key_tile)
+            return InvariantOps(
+                self.linear_tiles, self.attention_key_tile, self.linear_kernel, self.num_threads
+            )
         return FastOps()
 
     def to_dict(self) -> dict:
@@ -62,8 +70,14 @@ class KernelPlan:
         return "\n".join(lines)
 
 
-def build_plan(name: str = "invariant", num_threads: int | None = None) -> KernelPlan:
-    """Build the plan and apply its thread count to torch and numba (process-wide)."""
+def build_plan(
+    name: str = "invariant", num_threads: int | None = None, linear_kernel: str | None = None
+) -> KernelPlan:
+    """Build the plan and apply its thread count to torch and numba (process-wide).
+
+    The invariant plan's linear kernel is `sbgemm` where the C kernel builds on this machine,
+    else `mkl-tiles`; `linear_kernel` (or $SAMEBITS_LINEAR_KERNEL) forces one.
+    """
     if name not in ("invariant", "fast"):
         raise ValueError(f"kernel_plan must be 'invariant' or 'fast', got {name!r}")
     threads = num_threads or min(os.cpu_count() or 1, 8)
@@ -71,5 +85,22 @@ def build_plan(name: str = "invariant", num_threads: int | None = None) -> Kerne
     from samebits.kernels.cpu.numba_env import numba
 
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-    ops = INVARIANT_OPS if name == "invariant" else FAST_OPS
-    return KernelPlan(name, threads, LINEAR_TILES, KEY_TILE, dict(ops))
+    if name == "fast":
+        return KernelPlan(name, threads, LINEAR_TILES, KEY_TILE, dict(FAST_OPS), "torch")
+    kernel = _choose_linear_kernel(linear_kernel or os.environ.get("SAMEBITS_LINEAR_KERNEL"))
+    ops = dict(INVARIANT_OPS, linear=LINEAR_KERNELS[kernel])
+    return KernelPlan(name, threads, LINEAR_TILES, KEY_TILE, ops, kernel)
+
+
+def _choose_linear_kernel(requested: str | None) -> str:
+    from samebits.kernels.cpu import sbgemm
+
+    if requested not in (None, "", *LINEAR_KERNELS):
+        raise ValueError(f"linear kernel must be one of {tuple(LINEAR_KERNELS)}, got {requested!r}")
+    if requested == "mkl-tiles":
+        return requested
+    if sbgemm.available():
+        return "sbgemm"
+    if requested == "sbgemm":
+        sbgemm.library()  # raises BuildError with the compiler's reason
+    return "mkl-tiles"

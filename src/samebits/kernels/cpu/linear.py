@@ -58,13 +58,14 @@ class TiledLinear:
         return y + self.bias if self.bias is not None else y
 
 
-def qualify(linear: TiledLinear, seed: int = 0) -> bool:
-    """Probe: every row of `linear(X[o:o+m])` equals the same row of `linear(X)` bit for bit,
+def qualify(linear, seed: int = 0) -> bool:
+    """Probe (any linear with `.shape == (N, K)`): every row of `linear(X[o:o+m])` equals the
+    same row of `linear(X)` bit for bit,
     for the row counts in PROBE_ROW_COUNTS at several offsets (so every tile size and many
     in-tile positions and neighbours are exercised)."""
     gen = torch.Generator().manual_seed(seed)
     total = 160
-    x = torch.randn((total, linear.weight.shape[1]), generator=gen)
+    x = torch.randn((total, linear.shape[1]), generator=gen)
     ref = linear(x)
     for i, m in enumerate(PROBE_ROW_COUNTS):
         offset = (7 * i) % (total - m + 1)
