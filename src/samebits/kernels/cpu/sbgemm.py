@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import torch
@@ -95,7 +95,7 @@ def describe() -> str:
     return f"sbgemm (vector width {lib.sb_vector_width()}, column tile {lib.sb_column_tile()})"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _pool(threads: int) -> ThreadPoolExecutor:
     """One worker pool per thread count, shared by every layer."""
     return ThreadPoolExecutor(threads, thread_name_prefix="sbgemm")
