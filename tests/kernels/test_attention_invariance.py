@@ -67,9 +67,9 @@ TABLE_A_MOVED = [31, 2, 17, 9, 25, 11, 38]
 TABLE_B = [20, 21, 22, 23, 24, 26, 27]
 
 
-@pytest.fixture(scope="module")
-def ops():
-    return InvariantOps(LINEAR_TILES, KEY_TILE)
+@pytest.fixture(scope="module", params=["sbattn", "numba"])
+def ops(request):
+    return InvariantOps(LINEAR_TILES, KEY_TILE, "mkl-tiles", 2, request.param)
 
 
 def test_chunk_sizes_agree(ops):
@@ -124,3 +124,18 @@ def test_serial_and_parallel_variants_agree(ops, monkeypatch):
     monkeypatch.setattr(cpu_attention, "PARALLEL_MIN_WORK", 0)
     assert torch.equal(run_chunks(ops, PROMPT, TABLE_A, k, v), serial)
     assert torch.equal(run_chunks(ops, 7, TABLE_A, k, v), serial)
+
+
+def test_native_attention_thread_split_invariant(monkeypatch):
+    """The C kernel gives the same bits on 1 or 2 threads, whatever the item split."""
+    from samebits.kernels.cpu import sbattn
+
+    k, v = _kv({"a": TABLE_A})
+    monkeypatch.setattr(sbattn, "PARALLEL_MIN_PAIRS", 0)
+    one = run_chunks(
+        InvariantOps(LINEAR_TILES, KEY_TILE, "mkl-tiles", 1, "sbattn"), 7, TABLE_A, k, v
+    )
+    two = run_chunks(
+        InvariantOps(LINEAR_TILES, KEY_TILE, "mkl-tiles", 2, "sbattn"), 7, TABLE_A, k, v
+    )
+    assert torch.equal(one, two)

@@ -37,14 +37,14 @@ def software_versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             versions[pkg] = "absent"
     versions["torch_build"] = _blas_line()
-    versions["sbgemm_build"] = _sbgemm_build()
+    versions["native_kernels_build"] = _native_build()
     return versions
 
 
-def _sbgemm_build() -> str:
-    from samebits.kernels.cpu import sbgemm
+def _native_build() -> str:
+    from samebits.kernels.cpu import native
 
-    return sbgemm.build_key() if sbgemm.available() else "unavailable"
+    return native.build_key() if native.available() else "unavailable"
 
 
 def _blas_line() -> str:

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from samebits.kernels.cpu import attention as cpu_attention
-from samebits.kernels.cpu import rowwise
+from samebits.kernels.cpu import rowwise, sbattn
 from samebits.kernels.cpu.linear import TiledLinear
 from samebits.kernels.cpu.sbgemm import SbLinear
 from samebits.kernels.metadata import FlatBatch
@@ -24,12 +24,13 @@ class InvariantOps:
 
     def __init__(
         self, linear_tiles: tuple[int, ...], key_tile: int, linear_kernel: str = "mkl-tiles",
-        num_threads: int = 1,
+        num_threads: int = 1, attention_kernel: str = "numba",
     ):  # fmt: skip
         self.linear_tiles = linear_tiles
         self.key_tile = key_tile
         self.linear_kernel = linear_kernel
         self.num_threads = num_threads
+        self.attention_kernel = attention_kernel
 
     def linear(self, weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
         if self.linear_kernel == "sbgemm":
@@ -59,6 +60,12 @@ class InvariantOps:
 
     def attention(self, q, k_cache, v_cache, batch: FlatBatch, scale: float) -> torch.Tensor:
         out = torch.empty_like(q)
+        if self.attention_kernel == "sbattn":
+            sbattn.paged_attention(
+                q, k_cache, v_cache, batch.positions, batch.query_req, batch.block_tables,
+                batch.block_size, self.key_tile, scale, out, self.num_threads,
+            )  # fmt: skip
+            return out
         cpu_attention.paged_attention(
             q.numpy(), k_cache.numpy(), v_cache.numpy(), batch.positions, batch.query_req,
             batch.block_tables, batch.block_size, self.key_tile, scale, out.numpy(),

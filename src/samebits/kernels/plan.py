@@ -16,6 +16,13 @@ from samebits.kernels.ops import FastOps, InvariantOps
 LINEAR_TILES = (64, 32, 16, 8, 4)
 KEY_TILE = 32
 
+ATTENTION_KERNELS = {
+    "sbattn": f"samebits C paged attention (sbattn.c): key tiles of {KEY_TILE} aligned to "
+    "absolute positions, online softmax in tile order, 16-lane dot products with a fixed "
+    "tree, one thread per (token, KV head)",
+    "numba": f"numba paged attention, key tiles of {KEY_TILE} aligned to absolute positions, "
+    "online softmax in tile order (float64), one thread per (token, head)",
+}
 LINEAR_KERNELS = {
     "sbgemm": "samebits C GEMM (sbgemm.c): per output, K fused multiply-adds in k order, one "
     "SIMD lane; invariant by construction (rows, position, vector width, threads)",
@@ -28,8 +35,7 @@ INVARIANT_OPS = {
     "rms_norm": "numba row kernel, float64 sum of squares in index order (fused residual add)",
     "rope": "numba, rotate-half with cos/sin tables per absolute position",
     "silu_mul": "numba row kernel, scalar libm exp",
-    "attention": f"numba paged attention, key tiles of {KEY_TILE} aligned to absolute positions, "
-    "online softmax in tile order, one thread per (token, head)",
+    "attention": "",
     "final_norm_logits": "numba RMSNorm + the linear kernel on sampled rows only",
 }
 FAST_OPS = {
@@ -53,12 +59,14 @@ class KernelPlan:
     attention_key_tile: int
     ops: dict[str, str] = field(hash=False)
     linear_kernel: str = "mkl-tiles"
+    attention_kernel: str = "numba"
 
     def make_ops(self) -> InvariantOps | FastOps:
         if self.name == "invariant":
             return InvariantOps(
-                self.linear_tiles, self.attention_key_tile, self.linear_kernel, self.num_threads
-            )
+                self.linear_tiles, self.attention_key_tile, self.linear_kernel,
+                self.num_threads, self.attention_kernel,
+            )  # fmt: skip
         return FastOps()
 
     def to_dict(self) -> dict:
@@ -75,8 +83,9 @@ def build_plan(
 ) -> KernelPlan:
     """Build the plan and apply its thread count to torch and numba (process-wide).
 
-    The invariant plan's linear kernel is `sbgemm` where the C kernel builds on this machine,
-    else `mkl-tiles`; `linear_kernel` (or $SAMEBITS_LINEAR_KERNEL) forces one.
+    The invariant plan's linear kernel is `sbgemm` (and its attention `sbattn`) where the C
+    kernels build on this machine, else `mkl-tiles` (and numba attention); `linear_kernel`
+    (or $SAMEBITS_LINEAR_KERNEL) forces one.
     """
     if name not in ("invariant", "fast"):
         raise ValueError(f"kernel_plan must be 'invariant' or 'fast', got {name!r}")
@@ -88,19 +97,20 @@ def build_plan(
     if name == "fast":
         return KernelPlan(name, threads, LINEAR_TILES, KEY_TILE, dict(FAST_OPS), "torch")
     kernel = _choose_linear_kernel(linear_kernel or os.environ.get("SAMEBITS_LINEAR_KERNEL"))
-    ops = dict(INVARIANT_OPS, linear=LINEAR_KERNELS[kernel])
-    return KernelPlan(name, threads, LINEAR_TILES, KEY_TILE, ops, kernel)
+    attention = "sbattn" if kernel == "sbgemm" else "numba"
+    ops = dict(INVARIANT_OPS, linear=LINEAR_KERNELS[kernel], attention=ATTENTION_KERNELS[attention])
+    return KernelPlan(name, threads, LINEAR_TILES, KEY_TILE, ops, kernel, attention)
 
 
 def _choose_linear_kernel(requested: str | None) -> str:
-    from samebits.kernels.cpu import sbgemm
+    from samebits.kernels.cpu import native
 
     if requested not in (None, "", *LINEAR_KERNELS):
         raise ValueError(f"linear kernel must be one of {tuple(LINEAR_KERNELS)}, got {requested!r}")
     if requested == "mkl-tiles":
         return requested
-    if sbgemm.available():
+    if native.available():
         return "sbgemm"
     if requested == "sbgemm":
-        sbgemm.library()  # raises BuildError with the compiler's reason
+        native.library()  # raises BuildError with the compiler's reason
     return "mkl-tiles"

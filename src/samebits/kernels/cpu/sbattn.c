@@ -1,0 +1,106 @@
+/* samebits paged attention: for query token n and head h, attend over positions 0..t
+ * (t = positions[n]) of its own request, reading K/V through its block table, in key tiles
+ * aligned to absolute positions (0, T, 2T, ...) with an online softmax in tile order.
+ * Per (token, head) the sequence of float operations depends only on t, T and the values:
+ *   score_j = tree16(lanes of q * k_j) * scale    (lane i sums elements d = i mod 16 in d order)
+ *   per tile: m' = max(m, max_j score_j); a = expf(m - m'); l *= a; acc *= a;
+ *             for j ascending: p = expf(score_j - m'); l += p; acc += p * v_j (fma per element)
+ *   out = acc / l
+ * never on the batch, the chunk, page placement, vector width or how items are split between
+ * threads (one item = one token and the query heads that share one KV head). */
+#include <math.h>
+#include <immintrin.h>
+
+#define LANES 16
+#define MAX_DIM 256
+#define MAX_GROUP 16
+#define MAX_TILE 256
+
+static inline float tree16(const float *p) {
+    return (((p[0] + p[8]) + (p[4] + p[12])) + ((p[2] + p[10]) + (p[6] + p[14]))) +
+           (((p[1] + p[9]) + (p[5] + p[13])) + ((p[3] + p[11]) + (p[7] + p[15])));
+}
+
+/* Dot product of q and k (dim a multiple of 16) with 16 fixed lanes and a fixed tree. */
+static inline float dot16(const float *q, const float *k, long dim) {
+    float lanes[LANES];
+#if defined(__AVX512F__)
+    __m512 s = _mm512_setzero_ps();
+    for (long d = 0; d < dim; d += LANES)
+        s = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(k + d), s);
+    _mm512_storeu_ps(lanes, s);
+#else
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    for (long d = 0; d < dim; d += LANES) {
+        lo = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), lo);
+        hi = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(k + d + 8), hi);
+    }
+    _mm256_storeu_ps(lanes, lo);
+    _mm256_storeu_ps(lanes + 8, hi);
+#endif
+    return tree16(lanes);
+}
+
+static inline const float *row(const float *cache, const long *table, long j, long block_size,
+                               long n_kv, long kvh, long dim) {
+    long slot = table[j / block_size] * block_size + j % block_size;
+    return cache + (slot * n_kv + kvh) * dim;
+}
+
+static void attend_group(const float *q, long group, long dim, const float *k_cache,
+                         const float *v_cache, long n_kv, long kvh, const long *table, long t,
+                         long block_size, long key_tile, float scale, float *out) {
+    float acc[MAX_GROUP][MAX_DIM], scores[MAX_GROUP][MAX_TILE], m[MAX_GROUP], l[MAX_GROUP];
+    for (long g = 0; g < group; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+        for (long c = 0; c < dim; c++) acc[g][c] = 0.0f;
+    }
+    for (long start = 0; start <= t; start += key_tile) {
+        long end = start + key_tile < t + 1 ? start + key_tile : t + 1;
+        for (long j = start; j < end; j++) {
+            const float *k = row(k_cache, table, j, block_size, n_kv, kvh, dim);
+            for (long g = 0; g < group; g++) scores[g][j - start] = dot16(q + g * dim, k, dim) * scale;
+        }
+        float m_new[MAX_GROUP];
+        for (long g = 0; g < group; g++) {
+            float mt = m[g];
+            for (long j = 0; j < end - start; j++) mt = scores[g][j] > mt ? scores[g][j] : mt;
+            m_new[g] = mt;
+            float alpha = expf(m[g] - mt);
+            l[g] = l[g] * alpha;
+            for (long c = 0; c < dim; c++) acc[g][c] = acc[g][c] * alpha;
+            m[g] = mt;
+        }
+        for (long j = start; j < end; j++) {
+            const float *v = row(v_cache, table, j, block_size, n_kv, kvh, dim);
+            for (long g = 0; g < group; g++) {
+                float p = expf(scores[g][j - start] - m_new[g]);
+                l[g] = l[g] + p;
+                for (long c = 0; c < dim; c++) acc[g][c] = fmaf(p, v[c], acc[g][c]);
+            }
+        }
+    }
+    for (long g = 0; g < group; g++)
+        for (long c = 0; c < dim; c++) out[g * dim + c] = acc[g][c] / l[g];
+}
+
+int sb_attention_limits(long dim, long group, long key_tile) {
+    return dim % LANES == 0 && dim <= MAX_DIM && group <= MAX_GROUP && key_tile <= MAX_TILE;
+}
+
+/* Items [item_begin, item_end) of n_tokens * n_kv (token, KV head) items. q, out: [N, H, D];
+ * caches: [slots, n_kv, D]; block_tables: [R, width]. */
+void sb_attention(const float *q, long n_heads, long dim, const float *k_cache,
+                  const float *v_cache, long n_kv, const long *positions, const long *query_req,
+                  const long *block_tables, long width, long block_size, long key_tile,
+                  float scale, float *out, long item_begin, long item_end) {
+    long group = n_heads / n_kv;
+    for (long item = item_begin; item < item_end; item++) {
+        long n = item / n_kv, kvh = item % n_kv;
+        long off = (n * n_heads + kvh * group) * dim;
+        attend_group(q + off, group, dim, k_cache, v_cache, n_kv, kvh,
+                     block_tables + query_req[n] * width, positions[n], block_size, key_tile,
+                     scale, out + off);
+    }
+}
