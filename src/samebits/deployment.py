@@ -60,8 +60,9 @@ def build_deployment(
     max_model_len: int | None = None,
 ) -> Deployment:  # fmt: skip
     """Build the plan and decoder for `loaded` (a LoadedModel) and fingerprint the result."""
-    plan = build_plan(kernel_plan, num_threads)
     cfg = loaded.config
+    group = cfg.num_attention_heads // cfg.num_key_value_heads
+    plan = build_plan(kernel_plan, num_threads, head_dim=cfg.head_dim, group=group)
     limit = min(max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
     model = DecoderModel(cfg, loaded.weights, plan, limit)
     qualification = qualify_model(model)

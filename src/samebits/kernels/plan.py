@@ -79,13 +79,15 @@ class KernelPlan:
 
 
 def build_plan(
-    name: str = "invariant", num_threads: int | None = None, linear_kernel: str | None = None
-) -> KernelPlan:
+    name: str = "invariant", num_threads: int | None = None, linear_kernel: str | None = None,
+    head_dim: int = 64, group: int = 1,
+) -> KernelPlan:  # fmt: skip
     """Build the plan and apply its thread count to torch and numba (process-wide).
 
     The invariant plan's linear kernel is `sbgemm` (and its attention `sbattn`) where the C
     kernels build on this machine, else `mkl-tiles` (and numba attention); `linear_kernel`
-    (or $SAMEBITS_LINEAR_KERNEL) forces one.
+    (or $SAMEBITS_LINEAR_KERNEL) forces one. `head_dim` and `group` (query heads per KV head)
+    are the model's: the C attention is chosen only for shapes it supports.
     """
     if name not in ("invariant", "fast"):
         raise ValueError(f"kernel_plan must be 'invariant' or 'fast', got {name!r}")
@@ -97,9 +99,15 @@ def build_plan(
     if name == "fast":
         return KernelPlan(name, threads, LINEAR_TILES, KEY_TILE, dict(FAST_OPS), "torch")
     kernel = _choose_linear_kernel(linear_kernel or os.environ.get("SAMEBITS_LINEAR_KERNEL"))
-    attention = "sbattn" if kernel == "sbgemm" else "numba"
+    attention = "sbattn" if kernel == "sbgemm" and _sbattn_fits(head_dim, group) else "numba"
     ops = dict(INVARIANT_OPS, linear=LINEAR_KERNELS[kernel], attention=ATTENTION_KERNELS[attention])
     return KernelPlan(name, threads, LINEAR_TILES, KEY_TILE, ops, kernel, attention)
+
+
+def _sbattn_fits(head_dim: int, group: int) -> bool:
+    from samebits.kernels.cpu import sbattn
+
+    return sbattn.supports(head_dim, group, KEY_TILE)
 
 
 def _choose_linear_kernel(requested: str | None) -> str:
