@@ -51,6 +51,12 @@ DEFINE_TILE(1)
 DEFINE_TILE(2)
 DEFINE_TILE(3)
 DEFINE_TILE(4)
+DEFINE_TILE(5)
+DEFINE_TILE(6)
+DEFINE_TILE(7)
+DEFINE_TILE(8)
+
+#define MR_MAX 8
 
 int sb_vector_width(void) { return VW; }
 
@@ -60,11 +66,15 @@ int sb_column_tile(void) { return NR; }
 void sb_gemm(const float *x, long M, long K, const float *wt, long Np, float *y, long n_begin,
              long n_end) {
     for (long n = n_begin; n < n_end; n += NR) {
-        for (long m = 0; m < M; m += 4) {
-            long mr = M - m < 4 ? M - m : 4;
+        for (long m = 0; m < M; m += MR_MAX) {
+            long mr = M - m < MR_MAX ? M - m : MR_MAX;
             const float *xm = x + m * K;
             float *ym = y + m * Np + n;
             switch (mr) {
+            case 8: tile_8(xm, K, wt + n, Np, K, ym, Np); break;
+            case 7: tile_7(xm, K, wt + n, Np, K, ym, Np); break;
+            case 6: tile_6(xm, K, wt + n, Np, K, ym, Np); break;
+            case 5: tile_5(xm, K, wt + n, Np, K, ym, Np); break;
             case 4: tile_4(xm, K, wt + n, Np, K, ym, Np); break;
             case 3: tile_3(xm, K, wt + n, Np, K, ym, Np); break;
             case 2: tile_2(xm, K, wt + n, Np, K, ym, Np); break;
