@@ -15,6 +15,7 @@ from safetensors.torch import load_file, save_file
 
 from samebits.model import ModelLoadError, RopeScaling, load_model
 from samebits.model.checkpoint import expected_weight_shapes, model_name_from_path
+from samebits.model.config import _INT_FIELDS
 from samebits.model.gguf_loader import SUPPORTED_TYPES, dequantize
 from tiny_models import make_tiny_checkpoint, write_tiny_gguf
 
@@ -57,27 +58,26 @@ def test_hf_weights_equal_transformers(fixture, request):
     _assert_weights_equal(loaded.weights, reference)
 
 
+COMPARED_FIELDS = (
+    *_INT_FIELDS, "rms_norm_eps", "tie_word_embeddings",
+)  # fmt: skip
+
+
+def _assert_config_matches(config, ref) -> None:
+    """Our ModelConfig equals transformers' config on every shared field and rope_theta."""
+    for field in COMPARED_FIELDS:
+        assert getattr(config, field) == getattr(ref, field), field
+    assert config.rope_theta == ref.rope_parameters["rope_theta"]
+
+
 @pytest.mark.parametrize("fixture", ARCH_FIXTURES)
 def test_hf_config_matches_transformers(fixture, request):
     folder = request.getfixturevalue(fixture)
     config = load_model(folder).config
     hf = _hf_model(folder)
     ref, state = hf.config, hf.state_dict()
-    for field in (
-        "vocab_size",
-        "hidden_size",
-        "intermediate_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "num_key_value_heads",
-        "head_dim",
-        "rms_norm_eps",
-        "max_position_embeddings",
-        "tie_word_embeddings",
-    ):
-        assert getattr(config, field) == getattr(ref, field), field
+    _assert_config_matches(config, ref)
     assert config.model_type == ref.model_type
-    assert config.rope_theta == ref.rope_parameters["rope_theta"]
     assert config.attention_bias == ("model.layers.0.self_attn.q_proj.bias" in state)
     assert config.qk_norm == ("model.layers.0.self_attn.q_norm.weight" in state)
     if ref.rope_parameters["rope_type"] == "default":
@@ -214,20 +214,7 @@ def test_smollm2_weights_equal_transformers(smollm2_model, smollm2_gguf):
     reference, ref_config = hf.state_dict(), hf.config
     _assert_weights_equal(smollm2_model.weights, reference)
     config = smollm2_model.config
-    for field in (
-        "vocab_size",
-        "hidden_size",
-        "intermediate_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "num_key_value_heads",
-        "head_dim",
-        "rms_norm_eps",
-        "max_position_embeddings",
-        "tie_word_embeddings",
-    ):
-        assert getattr(config, field) == getattr(ref_config, field), field
-    assert config.rope_theta == ref_config.rope_parameters["rope_theta"]
+    _assert_config_matches(config, ref_config)
 
 
 # --- bad input ----------------------------------------------------------------------------------
