@@ -57,16 +57,21 @@ def qualify_model(model: DecoderModel) -> dict[str, bool]:
 
 def build_deployment(
     loaded, kernel_plan: str = "invariant", num_threads: int | None = None,
-    max_model_len: int | None = None,
+    max_model_len: int | None = None, release_sources: bool = False,
 ) -> Deployment:  # fmt: skip
-    """Build the plan and decoder for `loaded` (a LoadedModel) and fingerprint the result."""
+    """Build the plan and decoder for `loaded` (a LoadedModel) and fingerprint the result.
+
+    With `release_sources` the projection weights are dropped from `loaded.weights` as the
+    kernels take their own copies (only for a caller that owns `loaded`); the weights digest
+    is taken before."""
     cfg = loaded.config
     group = cfg.num_attention_heads // cfg.num_key_value_heads
     plan = build_plan(kernel_plan, num_threads, head_dim=cfg.head_dim, group=group)
     limit = min(max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
-    model = DecoderModel(cfg, loaded.weights, plan, limit)
+    digest = weights_digest(loaded.weights)
+    model = DecoderModel(cfg, loaded.weights, plan, limit, release_sources)
     qualification = qualify_model(model)
-    components = fingerprint_components(plan, cfg, weights_digest(loaded.weights), qualification)
+    components = fingerprint_components(plan, cfg, digest, qualification)
     return Deployment(
         loaded, plan, model, limit, qualification, components, fingerprint(components)
     )

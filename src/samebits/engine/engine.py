@@ -62,19 +62,23 @@ class LLMEngine:
         """Load `model` (None: the embedded default) and build the engine (see from_loaded)."""
         from samebits.model import load_model
 
-        return cls.from_loaded(load_model(model, progress=progress), **kwargs)
+        return cls.from_loaded(load_model(model, progress=progress), release_sources=True, **kwargs)
 
     @classmethod
     def from_loaded(
         cls, loaded, kernel_plan: str = "invariant", dtype: str = "float32",
-        num_threads: int | None = None, max_model_len: int | None = None, **cache_and_sched,
+        num_threads: int | None = None, max_model_len: int | None = None,
+        release_sources: bool = False, **cache_and_sched,
     ) -> LLMEngine:  # fmt: skip
-        """Build the deployment (plan, decoder, fingerprint) for an already loaded model."""
+        """Build the deployment (plan, decoder, fingerprint) for an already loaded model.
+        `release_sources`: the engine owns `loaded` and may drop weights the kernels copied."""
         from samebits.config import PlanConfig
         from samebits.deployment import build_deployment
 
         PlanConfig(kernel_plan, dtype, "cpu", num_threads)
-        deployment = build_deployment(loaded, kernel_plan, num_threads, max_model_len)
+        deployment = build_deployment(
+            loaded, kernel_plan, num_threads, max_model_len, release_sources
+        )
         return cls.from_deployment(deployment, **cache_and_sched)
 
     @classmethod

@@ -23,7 +23,7 @@ class KVCache:
 
 
 class _Layer:
-    def __init__(self, ops, cfg, w: dict[str, torch.Tensor], prefix: str):
+    def __init__(self, ops, cfg, w: dict[str, torch.Tensor], prefix: str, release: bool):
         attn, mlp = f"{prefix}.self_attn", f"{prefix}.mlp"
         qkv = torch.cat([w[f"{attn}.{p}_proj.weight"] for p in "qkv"])
         bias = None
@@ -38,6 +38,14 @@ class _Layer:
         self.ln2 = w[f"{prefix}.post_attention_layernorm.weight"]
         self.q_norm = w.get(f"{attn}.q_norm.weight")
         self.k_norm = w.get(f"{attn}.k_norm.weight")
+        if release:
+            for name in _PROJECTIONS:
+                w.pop(f"{prefix}.{name}.weight", None)
+
+
+_PROJECTIONS = tuple(f"self_attn.{p}_proj" for p in "qkvo") + tuple(
+    f"mlp.{p}_proj" for p in ("gate", "up", "down")
+)
 
 
 class DecoderModel:
@@ -48,13 +56,18 @@ class DecoderModel:
     history), regardless of the other rows in the batch.
     """
 
-    def __init__(self, cfg, weights: dict[str, torch.Tensor], plan: KernelPlan, max_positions: int):
+    def __init__(
+        self, cfg, weights: dict[str, torch.Tensor], plan: KernelPlan, max_positions: int,
+        release_sources: bool = False,
+    ):  # fmt: skip
+        """`release_sources` pops each projection weight from `weights` once its layer holds
+        the kernel's own copy (peak memory ~ one copy of the weights; the caller owns them)."""
         self.cfg = cfg
         self.plan = plan
         self.ops = plan.make_ops()
         self.embed = weights["model.embed_tokens.weight"]
         self.layers = [
-            _Layer(self.ops, cfg, weights, f"model.layers.{i}")
+            _Layer(self.ops, cfg, weights, f"model.layers.{i}", release_sources)
             for i in range(cfg.num_hidden_layers)
         ]
         self.norm = weights["model.norm.weight"]
