@@ -3,8 +3,10 @@
  * aligned to absolute positions (0, T, 2T, ...) with an online softmax in tile order.
  * Per (token, head) the sequence of float operations depends only on t, T and the values:
  *   score_j = tree16(lanes of q * k_j) * scale    (lane i sums elements d = i mod 16 in d order)
- *   per tile: m' = max(m, max_j score_j); a = expf(m - m'); l *= a; acc *= a;
- *             for j ascending: p = expf(score_j - m'); l += p; acc += p * v_j (fma per element)
+ *   per tile: m' = max(m, max_j score_j); a = e(m - m'); l *= a; acc *= a;
+ *             for j ascending: p = e(score_j - m'); l += p; acc += p * v_j (fma per element)
+ * where e is sb_exp below: a fixed sequence of IEEE operations (round, fma, bit shifts), the
+ * same in its SIMD and scalar forms, so its value never depends on which form computed it.
  *   out = acc / l
  * never on the batch, the chunk, page placement, vector width or how items are split between
  * threads (one item = one token and the query heads that share one KV head). */
@@ -15,6 +17,88 @@
 #define MAX_DIM 256
 #define MAX_GROUP 16
 #define MAX_TILE 256
+
+/* exp(x) for x <= 0 (inputs below -87.3, including -inf, give 0): Cephes-style range
+ * reduction x = n ln2 + r and a degree-7 polynomial in r, all with fused multiply-adds. */
+#define EXP_LO -87.3f
+#define LOG2E 1.44269504088896341f
+#define LN2_HI 0.693359375f
+#define LN2_LO -2.12194440e-4f
+#define P0 1.9875691500e-4f
+#define P1 1.3981999507e-3f
+#define P2 8.3334519073e-3f
+#define P3 4.1665795894e-2f
+#define P4 1.6666665459e-1f
+#define P5 5.0000001201e-1f
+
+static inline float sb_exp(float x) {
+    if (!(x >= EXP_LO)) return 0.0f;
+    float n = nearbyintf(x * LOG2E);
+    float r = fmaf(-n, LN2_HI, x);
+    r = fmaf(-n, LN2_LO, r);
+    float p = fmaf(fmaf(fmaf(fmaf(fmaf(P0, r, P1), r, P2), r, P3), r, P4), r, P5);
+    p = fmaf(p, r * r, r) + 1.0f;
+    union { float f; int i; } scale = {.i = ((int)n + 127) << 23};
+    return p * scale.f;
+}
+
+#if defined(__AVX512F__)
+#define EW 16
+typedef __m512 evec;
+static inline evec sb_exp_vec(evec x) {
+    __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_LO), _CMP_GE_OQ);
+    x = _mm512_max_ps(x, _mm512_set1_ps(EXP_LO));
+    evec n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(LOG2E)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    evec r = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_setzero_ps(), n), _mm512_set1_ps(LN2_HI), x);
+    r = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_setzero_ps(), n), _mm512_set1_ps(LN2_LO), r);
+    evec p = _mm512_fmadd_ps(_mm512_set1_ps(P0), r, _mm512_set1_ps(P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P5));
+    p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    evec out = _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+    return _mm512_maskz_mov_ps(ok, out);
+}
+#define ELOAD _mm512_loadu_ps
+#define ESTORE _mm512_storeu_ps
+#define ESUB _mm512_sub_ps
+#define ESET1 _mm512_set1_ps
+#else
+#define EW 8
+typedef __m256 evec;
+static inline evec sb_exp_vec(evec x) {
+    evec ok = _mm256_cmp_ps(x, _mm256_set1_ps(EXP_LO), _CMP_GE_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(EXP_LO));
+    evec n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    evec r = _mm256_fmadd_ps(_mm256_sub_ps(_mm256_setzero_ps(), n), _mm256_set1_ps(LN2_HI), x);
+    r = _mm256_fmadd_ps(_mm256_sub_ps(_mm256_setzero_ps(), n), _mm256_set1_ps(LN2_LO), r);
+    evec p = _mm256_fmadd_ps(_mm256_set1_ps(P0), r, _mm256_set1_ps(P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P5));
+    p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    evec out = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+    return _mm256_and_ps(out, ok);
+}
+#define ELOAD _mm256_loadu_ps
+#define ESTORE _mm256_storeu_ps
+#define ESUB _mm256_sub_ps
+#define ESET1 _mm256_set1_ps
+#endif
+
+/* out[j] = sb_exp(x[j] - shift) for j < n; x must have room for n rounded up to EW. */
+static inline void exp_shifted(float *x, long n, float shift, float *out) {
+    for (long j = n; j % EW; j++) x[j] = -INFINITY;
+    for (long j = 0; j < n; j += EW) {
+        ESTORE(out + j, sb_exp_vec(ESUB(ELOAD(x + j), ESET1(shift))));
+    }
+}
 
 static inline float tree16(const float *p) {
     return (((p[0] + p[8]) + (p[4] + p[12])) + ((p[2] + p[10]) + (p[6] + p[14]))) +
@@ -50,7 +134,8 @@ static inline const float *row(const float *cache, const long *table, long j, lo
 static void attend_group(const float *q, long group, long dim, const float *k_cache,
                          const float *v_cache, long n_kv, long kvh, const long *table, long t,
                          long block_size, long key_tile, float scale, float *out) {
-    float acc[MAX_GROUP][MAX_DIM], scores[MAX_GROUP][MAX_TILE], m[MAX_GROUP], l[MAX_GROUP];
+    float acc[MAX_GROUP][MAX_DIM], scores[MAX_GROUP][MAX_TILE], probs[MAX_GROUP][MAX_TILE];
+    float m[MAX_GROUP], l[MAX_GROUP];
     for (long g = 0; g < group; g++) {
         m[g] = -INFINITY;
         l[g] = 0.0f;
@@ -67,15 +152,16 @@ static void attend_group(const float *q, long group, long dim, const float *k_ca
             float mt = m[g];
             for (long j = 0; j < end - start; j++) mt = scores[g][j] > mt ? scores[g][j] : mt;
             m_new[g] = mt;
-            float alpha = expf(m[g] - mt);
+            float alpha = sb_exp(m[g] - mt);
             l[g] = l[g] * alpha;
             for (long c = 0; c < dim; c++) acc[g][c] = acc[g][c] * alpha;
             m[g] = mt;
+            exp_shifted(scores[g], end - start, mt, probs[g]);
         }
         for (long j = start; j < end; j++) {
             const float *v = row(v_cache, table, j, block_size, n_kv, kvh, dim);
             for (long g = 0; g < group; g++) {
-                float p = expf(scores[g][j - start] - m_new[g]);
+                float p = probs[g][j - start];
                 l[g] = l[g] + p;
                 for (long c = 0; c < dim; c++) acc[g][c] = fmaf(p, v[c], acc[g][c]);
             }
@@ -86,7 +172,8 @@ static void attend_group(const float *q, long group, long dim, const float *k_ca
 }
 
 int sb_attention_limits(long dim, long group, long key_tile) {
-    return dim % LANES == 0 && dim <= MAX_DIM && group <= MAX_GROUP && key_tile <= MAX_TILE;
+    return dim % LANES == 0 && dim <= MAX_DIM && group <= MAX_GROUP && key_tile <= MAX_TILE &&
+           key_tile % LANES == 0;
 }
 
 /* Items [item_begin, item_end) of n_tokens * n_kv (token, KV head) items. q, out: [N, H, D];
