@@ -2,7 +2,8 @@
  * (t = positions[n]) of its own request, reading K/V through its block table, in key tiles
  * aligned to absolute positions (0, T, 2T, ...) with an online softmax in tile order.
  * Per (token, head) the sequence of float operations depends only on t, T and the values:
- *   score_j = tree16(lanes of q * k_j) * scale    (lane i sums elements d = i mod 16 in d order)
+ *   score_j = tree(lanes of q * k_j) * scale   (lane i sums elements d = i mod 16 in d order;
+ *             tree: halving, lanes i and i+8, then i+4, i+2, i+1)
  *   per tile: m' = max(m, max_j score_j); a = e(m - m'); l *= a; acc *= a;
  *             for j ascending: p = e(score_j - m'); l += p; acc += p * v_j (fma per element)
  * where e is sb_exp below: a fixed sequence of IEEE operations (round, fma, bit shifts), the
@@ -100,35 +101,46 @@ static inline void exp_shifted(float *x, long n, float shift, float *out) {
     }
 }
 
-static inline float tree16(const float *p) {
-    return (((p[0] + p[8]) + (p[4] + p[12])) + ((p[2] + p[10]) + (p[6] + p[14]))) +
-           (((p[1] + p[9]) + (p[5] + p[13])) + ((p[3] + p[11]) + (p[7] + p[15])));
+
+/* The halving tree over 8 lanes held in a 256-bit register: lanes i and i+4, then i and i+2,
+ * then 0 and 1 — after the first halving (lanes i and i+8) of the 16 lanes. */
+static inline float halve8(__m256 a) {
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    __m128 d = _mm_add_ss(c, _mm_shuffle_ps(c, c, 1));
+    return _mm_cvtss_f32(d);
 }
 
-/* Dot product of q and k (dim a multiple of 16) with 16 fixed lanes and a fixed tree. */
+/* Dot product of q and k (dim a multiple of 16) with 16 fixed lanes (lane i sums the
+ * elements d = i mod 16 in d order) and the fixed halving tree. */
 static inline float dot16(const float *q, const float *k, long dim) {
-    float lanes[LANES];
 #if defined(__AVX512F__)
     __m512 s = _mm512_setzero_ps();
     for (long d = 0; d < dim; d += LANES)
         s = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(k + d), s);
-    _mm512_storeu_ps(lanes, s);
+    __m256 lo = _mm512_castps512_ps256(s);
+    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1));
 #else
     __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
     for (long d = 0; d < dim; d += LANES) {
         lo = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), lo);
         hi = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(k + d + 8), hi);
     }
-    _mm256_storeu_ps(lanes, lo);
-    _mm256_storeu_ps(lanes + 8, hi);
 #endif
-    return tree16(lanes);
+    return halve8(_mm256_add_ps(lo, hi));
 }
 
-static inline const float *row(const float *cache, const long *table, long j, long block_size,
-                               long n_kv, long kvh, long dim) {
-    long slot = table[j / block_size] * block_size + j % block_size;
-    return cache + (slot * n_kv + kvh) * dim;
+/* Slot rows of keys start..end-1 through the block table, walking pages without divisions. */
+static inline void tile_rows(const float *cache, const long *table, long start, long end,
+                             long block_size, long n_kv, long kvh, long dim, const float **rows) {
+    long blk = start / block_size, off = start % block_size;
+    for (long j = start; j < end; j++) {
+        rows[j - start] = cache + ((table[blk] * block_size + off) * n_kv + kvh) * dim;
+        if (++off == block_size) {
+            off = 0;
+            blk++;
+        }
+    }
 }
 
 static void attend_group(const float *q, long group, long dim, const float *k_cache,
@@ -143,10 +155,12 @@ static void attend_group(const float *q, long group, long dim, const float *k_ca
     }
     for (long start = 0; start <= t; start += key_tile) {
         long end = start + key_tile < t + 1 ? start + key_tile : t + 1;
-        for (long j = start; j < end; j++) {
-            const float *k = row(k_cache, table, j, block_size, n_kv, kvh, dim);
-            for (long g = 0; g < group; g++) scores[g][j - start] = dot16(q + g * dim, k, dim) * scale;
-        }
+        const float *krows[MAX_TILE], *vrows[MAX_TILE];
+        tile_rows(k_cache, table, start, end, block_size, n_kv, kvh, dim, krows);
+        tile_rows(v_cache, table, start, end, block_size, n_kv, kvh, dim, vrows);
+        for (long j = start; j < end; j++)
+            for (long g = 0; g < group; g++)
+                scores[g][j - start] = dot16(q + g * dim, krows[j - start], dim) * scale;
         float m_new[MAX_GROUP];
         for (long g = 0; g < group; g++) {
             float mt = m[g];
@@ -159,7 +173,7 @@ static void attend_group(const float *q, long group, long dim, const float *k_ca
             exp_shifted(scores[g], end - start, mt, probs[g]);
         }
         for (long j = start; j < end; j++) {
-            const float *v = row(v_cache, table, j, block_size, n_kv, kvh, dim);
+            const float *v = vrows[j - start];
             for (long g = 0; g < group; g++) {
                 float p = probs[g][j - start];
                 l[g] = l[g] + p;
