@@ -86,23 +86,16 @@ def cold_logits(deployment: Deployment, token_ids, all_rows: bool = False):
     import torch
 
     from samebits.engine.runner import build_flat_batch
+    from samebits.engine.scheduler import ScheduledRequest
 
     n = len(token_ids)
     block = 16
     num_blocks = -(-n // block)
-    req = _ColdRequest(tuple(int(t) for t in token_ids), tuple(range(num_blocks)))
+    ids = tuple(int(t) for t in token_ids)
+    req = ScheduledRequest("ref", ids, 0, tuple(range(num_blocks)), sample=True)
     batch = build_flat_batch([req], block)
     if all_rows:
         batch = dataclasses.replace(batch, logits_indices=torch.arange(n))
     kv = deployment.model.new_kv_cache(num_blocks * block)
     logits = deployment.model.forward(batch, kv).numpy()
     return logits if all_rows else logits[-1]
-
-
-@dataclass(frozen=True)
-class _ColdRequest:
-    token_ids: tuple[int, ...]
-    block_table: tuple[int, ...]
-    request_id: str = "ref"
-    start_position: int = 0
-    sample: bool = True

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from samebits.engine.runner import build_flat_batch
+from samebits.engine.scheduler import ScheduledRequest
 from samebits.kernels.cpu import attention as cpu_attention
 from samebits.kernels.ops import FastOps, InvariantOps
 from samebits.kernels.plan import KEY_TILE, LINEAR_TILES
@@ -17,12 +18,8 @@ HEADS, KV_HEADS, HEAD_DIM, BLOCK, PROMPT = 9, 3, 64, 16, 100
 NUM_BLOCKS = 40
 
 
-class Sched:
-    """A minimal ScheduledRequest stand-in (the runner only reads these fields)."""
-
-    def __init__(self, rid, start, n, table):
-        self.request_id, self.start_position = rid, start
-        self.token_ids, self.block_table, self.sample = (0,) * n, tuple(table), True
+def Sched(rid: str, start: int, n: int, table) -> ScheduledRequest:
+    return ScheduledRequest(rid, (0,) * n, start, tuple(table), sample=True)
 
 
 def _kv(tables: dict[str, list[int]], seed: int = 0):

@@ -118,6 +118,10 @@ class FakeEngine:
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
 
+    def pop_failures(self) -> dict[str, Exception]:
+        """The contract's per-request failure report; this engine isolates none."""
+        return {}
+
     def stats(self) -> dict[str, float]:
         return {"num_waiting": max(0, len(self.requests) - self.max_num_seqs), "preemptions": 0}
 

@@ -163,19 +163,18 @@ class LLMEngine:
         rows = self.runner.execute(sched_out)
         sampled = {}
         for rid, row in rows.items():
-            self._isolated(
-                rid, lambda rid=rid, row=row: sampled.__setitem__(rid, self._sample(rid, row))
-            )
+            token = self._isolated(rid, self._sample, rid, row)
+            if token is not None:
+                sampled[rid] = token
         finished = {r.request_id for r in self.scheduler.update_from_output(sched_out, sampled)}
         self.num_steps += 1
         self.num_batched_tokens_total += sched_out.num_batched_tokens
         self.last_batch_size = len(sched_out.scheduled)
         outputs: list[RequestOutput] = []
         for rid, token in sampled.items():
-            self._isolated(
-                rid,
-                lambda rid=rid, token=token: outputs.append(self._advance(rid, token, finished)),
-            )
+            out = self._isolated(rid, self._advance, rid, token, finished)
+            if out is not None:
+                outputs.append(out)
         for rid in finished:
             self._states.pop(rid, None)
         return outputs
@@ -185,12 +184,14 @@ class LLMEngine:
         failures, self._failures = self._failures, {}
         return failures
 
-    def _isolated(self, rid: str, work) -> None:
+    def _isolated(self, rid: str, work, *args):
+        """work(*args), or None after aborting `rid` if it raised (recorded for pop_failures)."""
         try:
-            work()
+            return work(*args)
         except Exception as exc:  # noqa: BLE001 - isolate one request's failure
             self._failures[rid] = exc
             self.abort_request(rid)
+            return None
 
     def _advance(self, rid: str, token: int, finished: set[str]) -> RequestOutput:
         """Detokenize the new token, apply stop strings, and build the request's output."""

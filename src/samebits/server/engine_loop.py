@@ -183,8 +183,7 @@ class EngineLoop:
             return
         for output in outputs:
             self._emit(output)
-        failures = self.engine.pop_failures() if hasattr(self.engine, "pop_failures") else {}
-        for request_id, exc in failures.items():
+        for request_id, exc in self.engine.pop_failures().items():
             if request_id in self._live:
                 self._fail(request_id, exc)
         if self._on_step is not None:

@@ -15,11 +15,6 @@ from samebits.kernels.cpu import native
 PARALLEL_MIN_MACS = 1 << 22
 
 
-def describe() -> str:
-    lib = native.library()
-    return f"sbgemm (vector width {lib.sb_vector_width()}, column tile {lib.sb_column_tile()})"
-
-
 class SbLinear:
     """y = x @ weight.T (+ bias), weight [N, K] float32; invariant by construction."""
 
