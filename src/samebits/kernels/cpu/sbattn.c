@@ -46,52 +46,50 @@ static inline float sb_exp(float x) {
 #if defined(__AVX512F__)
 #define EW 16
 typedef __m512 evec;
-static inline evec sb_exp_vec(evec x) {
-    __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_LO), _CMP_GE_OQ);
-    x = _mm512_max_ps(x, _mm512_set1_ps(EXP_LO));
-    evec n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(LOG2E)),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    evec r = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_setzero_ps(), n), _mm512_set1_ps(LN2_HI), x);
-    r = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_setzero_ps(), n), _mm512_set1_ps(LN2_LO), r);
-    evec p = _mm512_fmadd_ps(_mm512_set1_ps(P0), r, _mm512_set1_ps(P1));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P5));
-    p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-    __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    evec out = _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
-    return _mm512_maskz_mov_ps(ok, out);
-}
+#define ESET1 _mm512_set1_ps
 #define ELOAD _mm512_loadu_ps
 #define ESTORE _mm512_storeu_ps
+#define EADD _mm512_add_ps
 #define ESUB _mm512_sub_ps
-#define ESET1 _mm512_set1_ps
+#define EMUL _mm512_mul_ps
+#define EMAX _mm512_max_ps
+#define EFMA _mm512_fmadd_ps
+#define EROUND(v) _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define EPOW2(n) _mm512_castsi512_ps(_mm512_slli_epi32( \
+    _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23))
+/* lanes of v where x >= EXP_LO (ordered), zero elsewhere */
+#define EKEEP_GE_LO(v, x) _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, ESET1(EXP_LO), _CMP_GE_OQ), v)
 #else
 #define EW 8
 typedef __m256 evec;
-static inline evec sb_exp_vec(evec x) {
-    evec ok = _mm256_cmp_ps(x, _mm256_set1_ps(EXP_LO), _CMP_GE_OQ);
-    x = _mm256_max_ps(x, _mm256_set1_ps(EXP_LO));
-    evec n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)),
-                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    evec r = _mm256_fmadd_ps(_mm256_sub_ps(_mm256_setzero_ps(), n), _mm256_set1_ps(LN2_HI), x);
-    r = _mm256_fmadd_ps(_mm256_sub_ps(_mm256_setzero_ps(), n), _mm256_set1_ps(LN2_LO), r);
-    evec p = _mm256_fmadd_ps(_mm256_set1_ps(P0), r, _mm256_set1_ps(P1));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P5));
-    p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-    __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    evec out = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
-    return _mm256_and_ps(out, ok);
-}
+#define ESET1 _mm256_set1_ps
 #define ELOAD _mm256_loadu_ps
 #define ESTORE _mm256_storeu_ps
+#define EADD _mm256_add_ps
 #define ESUB _mm256_sub_ps
-#define ESET1 _mm256_set1_ps
+#define EMUL _mm256_mul_ps
+#define EMAX _mm256_max_ps
+#define EFMA _mm256_fmadd_ps
+#define EROUND(v) _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define EPOW2(n) _mm256_castsi256_ps(_mm256_slli_epi32( \
+    _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23))
+#define EKEEP_GE_LO(v, x) _mm256_and_ps(v, _mm256_cmp_ps(x, ESET1(EXP_LO), _CMP_GE_OQ))
 #endif
+
+/* sb_exp on EW lanes: the same operations, in the same order, as the scalar form above. */
+static inline evec sb_exp_vec(evec x) {
+    evec xc = EMAX(x, ESET1(EXP_LO));
+    evec n = EROUND(EMUL(xc, ESET1(LOG2E)));
+    evec neg_n = ESUB(ESET1(0.0f), n);
+    evec r = EFMA(neg_n, ESET1(LN2_LO), EFMA(neg_n, ESET1(LN2_HI), xc));
+    evec p = EFMA(ESET1(P0), r, ESET1(P1));
+    p = EFMA(p, r, ESET1(P2));
+    p = EFMA(p, r, ESET1(P3));
+    p = EFMA(p, r, ESET1(P4));
+    p = EFMA(p, r, ESET1(P5));
+    p = EADD(EFMA(p, EMUL(r, r), r), ESET1(1.0f));
+    return EKEEP_GE_LO(EMUL(p, EPOW2(n)), x);
+}
 
 /* out[j] = sb_exp(x[j] - shift) for j < n; x must have room for n rounded up to EW. */
 static inline void exp_shifted(float *x, long n, float shift, float *out) {
