@@ -94,9 +94,11 @@ class SamebitsSystem:
 class HFSystem:
     def __init__(self, args: Args):
         self.model = common.load_hf_model(args.threads)
+        self.threads = args.threads
 
     def generate(self, prompts: list[list[int]], max_tokens: int) -> BatchRun:
-        wall, result = common.timed(lambda: common.hf_generate(self.model, prompts, max_tokens))
+        run = lambda: common.hf_generate(self.model, prompts, max_tokens, self.threads)  # noqa: E731
+        wall, result = common.timed(run)
         return BatchRun(wall, result.token_ids, [[] for _ in prompts])
 
 

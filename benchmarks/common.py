@@ -211,9 +211,13 @@ class _FirstTokenClock:
         pass
 
 
-def hf_generate(model, prompts: list[list[int]], max_new_tokens: int) -> HFResult:
-    """Greedy batch generation, left-padded with an attention mask; returns new ids only."""
+def hf_generate(model, prompts: list[list[int]], max_new_tokens: int, threads: int) -> HFResult:
+    """Greedy batch generation, left-padded with an attention mask; returns new ids only.
+    torch gets `threads` intra-op threads (a samebits plan in the same process may have set
+    another count: the invariant plan runs torch on one thread)."""
     import torch
+
+    torch.set_num_threads(threads)
 
     width = max(len(p) for p in prompts)
     ids = torch.zeros((len(prompts), width), dtype=torch.int64)

@@ -98,9 +98,11 @@ class HFSystem:
 
     def __init__(self, threads: int):
         self.model = common.load_hf_model(threads)
+        self.threads = threads
 
     def generate(self, prompt: list[int], max_tokens: int) -> Run:
-        wall, result = common.timed(lambda: common.hf_generate(self.model, [prompt], max_tokens))
+        run = lambda: common.hf_generate(self.model, [prompt], max_tokens, self.threads)  # noqa: E731
+        wall, result = common.timed(run)
         return Run(wall, result.ttft_s, result.token_ids[0])
 
 

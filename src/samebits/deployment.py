@@ -69,7 +69,7 @@ def build_deployment(
     plan = build_plan(kernel_plan, num_threads, head_dim=cfg.head_dim, group=group)
     limit = min(max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
     digest = weights_digest(loaded.weights)
-    model = DecoderModel(cfg, loaded.weights, plan, limit, release_sources)
+    model = DecoderModel(cfg, loaded.weights, plan, limit, release_sources, loaded.quantized)
     qualification = qualify_model(model)
     components = fingerprint_components(plan, cfg, digest, qualification)
     return Deployment(

@@ -9,30 +9,37 @@ import subprocess
 import numpy as np
 import torch
 
+from quantized_weights import random_q4_1
 from samebits.kernels.cpu import native, sbattn, sbgemm
-
-L, P, F = ctypes.c_long, ctypes.c_void_p, ctypes.c_float
 
 
 def _avx2_library(tmp_path) -> ctypes.CDLL:
     out = tmp_path / "avx2.so"
-    flags = ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fPIC", "-shared"]
-    subprocess.run(
-        [native._compiler(), *flags, *map(str, native.SOURCES), "-o", str(out), "-lm"], check=True
-    )
+    flags = ("-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fPIC", "-shared", "-pthread")
+    subprocess.run(native.compile_command(native._compiler(), flags, out), check=True)
     lib = ctypes.CDLL(str(out))
-    lib.sb_gemm.argtypes = [P, L, L, P, L, P, L, L]
-    lib.sb_attention.argtypes = [P, L, L, P, P, L, P, P, P, L, L, L, F, P, L, L]
+    native.declare(lib)
     return lib
+
+
+def _avx2_gemm(lib, linear: sbgemm.SbLinear, x: torch.Tensor, threads: int) -> torch.Tensor:
+    y = torch.empty(x.shape[0], linear.np)
+    fmt = sbgemm.FORMATS[linear.format]
+    lib.sb_gemm(x.data_ptr(), x.shape[0], linear.k, linear.packed.data_ptr(), fmt, linear.np,
+                y.data_ptr(), threads)  # fmt: skip
+    return y[:, : linear.n]
 
 
 def test_avx2_build_matches_native_build(tmp_path):
     lib = _avx2_library(tmp_path)
     gen = torch.Generator().manual_seed(0)
     w, x = torch.randn(960, 576, generator=gen), torch.randn(5, 576, generator=gen)
-    wt, y = w.t().contiguous(), torch.empty(5, 960)
-    lib.sb_gemm(x.data_ptr(), 5, 576, wt.data_ptr(), 960, y.data_ptr(), 0, 960)
-    assert torch.equal(sbgemm.SbLinear(w, None, 1)(x), y)
+    dense = sbgemm.SbLinear(w, None, 1)
+    assert torch.equal(dense(x), _avx2_gemm(lib, dense, x, 2))
+    source, weight = random_q4_1(200, 576, gen)
+    quantized = sbgemm.SbLinear(weight, None, 2, source)
+    assert quantized.format == "Q4_1"
+    assert torch.equal(quantized(x), _avx2_gemm(lib, quantized, x, 1))
 
     q, k, v = (
         torch.randn(shape, generator=gen) for shape in ((4, 9, 64), (256, 3, 64), (256, 3, 64))
@@ -41,5 +48,5 @@ def test_avx2_build_matches_native_build(tmp_path):
     ours, theirs = torch.zeros(4, 9, 64), torch.zeros(4, 9, 64)
     sbattn.paged_attention(q, k, v, pos, req, table, 16, 32, 0.125, ours, 1)
     lib.sb_attention(q.data_ptr(), 9, 64, k.data_ptr(), v.data_ptr(), 3, pos.ctypes.data,
-                     req.ctypes.data, table.ctypes.data, 16, 16, 32, 0.125, theirs.data_ptr(), 0, 12)  # fmt: skip
+                     req.ctypes.data, table.ctypes.data, 16, 16, 32, 0.125, theirs.data_ptr(), 4, 2)  # fmt: skip
     assert torch.equal(ours, theirs)

@@ -14,6 +14,7 @@ from samebits.kernels.cpu import rowwise, sbattn
 from samebits.kernels.cpu.linear import TiledLinear
 from samebits.kernels.cpu.sbgemm import SbLinear
 from samebits.kernels.metadata import FlatBatch
+from samebits.kernels.quantized import QuantizedTensor
 
 Linear = Callable[[torch.Tensor], torch.Tensor]
 
@@ -32,9 +33,12 @@ class InvariantOps:
         self.num_threads = num_threads
         self.attention_kernel = attention_kernel
 
-    def linear(self, weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
+    def linear(
+        self, weight: torch.Tensor, bias: torch.Tensor | None, source: QuantizedTensor | None = None
+    ) -> Linear:
+        """`source`: the quantized blocks `weight` came from; sbgemm reads those (same bits)."""
         if self.linear_kernel == "sbgemm":
-            return SbLinear(weight, bias, self.num_threads)
+            return SbLinear(weight, bias, self.num_threads, source)
         return TiledLinear(weight, bias, self.linear_tiles)
 
     def rms_norm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -76,7 +80,7 @@ class InvariantOps:
 class FastOps:
     """Stock torch ops. Correct, but reductions follow the library's shape-dependent choices."""
 
-    def linear(self, weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
+    def linear(self, weight: torch.Tensor, bias: torch.Tensor | None, source=None) -> Linear:
         return lambda x: F.linear(x, weight, bias)
 
     def rms_norm(self, x, w, eps):

@@ -25,7 +25,8 @@ ATTENTION_KERNELS = {
 }
 LINEAR_KERNELS = {
     "sbgemm": "samebits C GEMM (sbgemm.c): per output, K fused multiply-adds in k order, one "
-    "SIMD lane; invariant by construction (rows, position, vector width, threads)",
+    "SIMD lane; invariant by construction (rows, position, vector width, threads); GGUF "
+    "Q4_1/Q8_0 weights read as blocks and expanded with the loader's float32 ops (same bits)",
     "mkl-tiles": f"torch.mm (MKL) on fixed row tiles {LINEAR_TILES}, rows padded to a multiple "
     f"of {LINEAR_TILES[-1]}; qualified at start-up",
 }
@@ -60,6 +61,18 @@ class KernelPlan:
     ops: dict[str, str] = field(hash=False)
     linear_kernel: str = "mkl-tiles"
     attention_kernel: str = "numba"
+    torch_threads: int = 0  # torch's intra-op threads during a forward; 0: num_threads
+
+    def intra_op_threads(self) -> int:
+        """Threads torch may use inside a forward pass. With the native kernels torch only
+        moves data, and one thread keeps its OpenMP workers from spinning on the cores the
+        kernels' own pool runs on."""
+        return self.torch_threads or self.num_threads
+
+    def apply_threads(self) -> None:
+        """Set torch's intra-op thread count for this plan (process-wide; cheap if unchanged)."""
+        if torch.get_num_threads() != self.intra_op_threads():
+            torch.set_num_threads(self.intra_op_threads())
 
     def make_ops(self) -> InvariantOps | FastOps:
         if self.name == "invariant":
@@ -73,7 +86,10 @@ class KernelPlan:
         return asdict(self)
 
     def describe(self) -> str:
-        lines = [f"kernel plan: {self.name} (threads={self.num_threads})"]
+        threads = f"threads={self.num_threads}"
+        if self.intra_op_threads() != self.num_threads:
+            threads += f", torch intra-op threads={self.intra_op_threads()}"
+        lines = [f"kernel plan: {self.name} ({threads})"]
         lines += [f"  {op:<18} {kernel}" for op, kernel in self.ops.items()]
         return "\n".join(lines)
 
@@ -82,7 +98,8 @@ def build_plan(
     name: str = "invariant", num_threads: int | None = None, linear_kernel: str | None = None,
     head_dim: int = 64, group: int = 1,
 ) -> KernelPlan:  # fmt: skip
-    """Build the plan and apply its thread count to torch and numba (process-wide).
+    """Build the plan and apply its thread counts to torch and numba (process-wide; the model
+    re-applies torch's at every forward, see `KernelPlan.apply_threads`).
 
     The invariant plan's linear kernel is `sbgemm` (and its attention `sbattn`) where the C
     kernels build on this machine, else `mkl-tiles` (and numba attention); `linear_kernel`
@@ -101,7 +118,10 @@ def build_plan(
     kernel = _choose_linear_kernel(linear_kernel or os.environ.get("SAMEBITS_LINEAR_KERNEL"))
     attention = "sbattn" if kernel == "sbgemm" and _sbattn_fits(head_dim, group) else "numba"
     ops = dict(INVARIANT_OPS, linear=LINEAR_KERNELS[kernel], attention=ATTENTION_KERNELS[attention])
-    return KernelPlan(name, threads, LINEAR_TILES, KEY_TILE, ops, kernel, attention)
+    torch_threads = 1 if kernel == "sbgemm" and attention == "sbattn" else 0
+    plan = KernelPlan(name, threads, LINEAR_TILES, KEY_TILE, ops, kernel, attention, torch_threads)
+    plan.apply_threads()
+    return plan
 
 
 def _sbattn_fits(head_dim: int, group: int) -> bool:

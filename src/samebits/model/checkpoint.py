@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from tqdm.auto import tqdm
 
+from samebits.kernels.quantized import QuantizedTensor
 from samebits.model.config import ModelConfig
 from samebits.model.errors import ModelLoadError
 from samebits.model.tokenizer import Tokenizer
@@ -26,7 +27,9 @@ class LoadedModel:
 
     Invariants: `weights` holds exactly the names of `expected_weight_shapes(config)`, each a
     contiguous float32 CPU tensor of that shape (`lm_head.weight` is absent when
-    `config.tie_word_embeddings`); `source_files` lists every file read, in read order.
+    `config.tie_word_embeddings`); `source_files` lists every file read, in read order;
+    `quantized` holds, for some of those names, the checkpoint's quantized blocks that
+    dequantize bitwise to the float32 weight (GGUF Q4_1 / Q8_0), for kernels that read them.
     """
 
     config: ModelConfig
@@ -34,6 +37,7 @@ class LoadedModel:
     tokenizer: Tokenizer
     name: str
     source_files: tuple[str, ...]
+    quantized: dict[str, QuantizedTensor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

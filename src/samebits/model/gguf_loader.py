@@ -20,6 +20,7 @@ import torch
 from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize as gguf_dequantize
 
+from samebits.kernels.quantized import QuantizedTensor
 from samebits.model.checkpoint import LoadedModel, TensorEntry, model_name_from_path, read_weights
 from samebits.model.config import ModelConfig
 from samebits.model.errors import ModelLoadError
@@ -58,7 +59,9 @@ def load_gguf(path: str | Path, progress: bool = False) -> LoadedModel:
     entries = gguf_entries(reader, config, path)
     tokenizer = gguf_tokenizer(reader, path)
     weights = read_weights(entries, config, path, progress)
-    return LoadedModel(config, weights, tokenizer, model_name_from_path(path), (str(path),))
+    quantized = gguf_blocks(reader, config)
+    name = model_name_from_path(path)
+    return LoadedModel(config, weights, tokenizer, name, (str(path),), quantized)
 
 
 def _open(path: Path) -> GGUFReader:
@@ -158,14 +161,35 @@ def hf_tensor_name(gguf_name: str) -> str | None:
 
 def _reader(data: np.ndarray, qtype: GGMLQuantizationType, name: str, config: ModelConfig):
     def read() -> torch.Tensor:
-        weight = dequantize(data, qtype)
-        if name.endswith("self_attn.q_proj.weight"):
-            return unpermute_qk(weight, config.num_attention_heads)
-        if name.endswith("self_attn.k_proj.weight"):
-            return unpermute_qk(weight, config.num_key_value_heads)
-        return weight
+        return _unpermute_for(name, dequantize(data, qtype), config)
 
     return read
+
+
+KEPT_BLOCK_TYPES = frozenset(GGMLQuantizationType[name] for name in ("Q4_1", "Q8_0"))
+
+
+def gguf_blocks(reader: GGUFReader, config: ModelConfig) -> dict[str, QuantizedTensor]:
+    """The Q4_1 / Q8_0 matrices' raw blocks by HF name, rows in HF order (q/k un-permuted
+    like their float32 weights), for kernels that read quantized weights."""
+    blocks: dict[str, QuantizedTensor] = {}
+    for tensor in reader.tensors:
+        qtype = GGMLQuantizationType(tensor.tensor_type)
+        name = hf_tensor_name(tensor.name)
+        if qtype not in KEPT_BLOCK_TYPES or name is None or tensor.data.ndim != 2:
+            continue
+        rows = _unpermute_for(name, torch.from_numpy(np.array(tensor.data)), config)
+        shape = (int(tensor.shape[1]), int(tensor.shape[0]))
+        blocks[name] = QuantizedTensor(qtype.name, shape, rows)
+    return blocks
+
+
+def _unpermute_for(name: str, rows: torch.Tensor, config: ModelConfig) -> torch.Tensor:
+    if name.endswith("self_attn.q_proj.weight"):
+        return unpermute_qk(rows, config.num_attention_heads)
+    if name.endswith("self_attn.k_proj.weight"):
+        return unpermute_qk(rows, config.num_key_value_heads)
+    return rows
 
 
 def dequantize(data: np.ndarray, qtype: GGMLQuantizationType) -> torch.Tensor:

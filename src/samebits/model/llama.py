@@ -11,6 +11,7 @@ import torch
 from samebits.kernels.metadata import FlatBatch
 from samebits.kernels.ops import default_scale
 from samebits.kernels.plan import KernelPlan
+from samebits.kernels.quantized import QuantizedTensor
 from samebits.model.rope_tables import rope_tables
 
 
@@ -23,24 +24,26 @@ class KVCache:
 
 
 class _Layer:
-    def __init__(self, ops, cfg, w: dict[str, torch.Tensor], prefix: str, release: bool):
-        attn, mlp = f"{prefix}.self_attn", f"{prefix}.mlp"
-        qkv = torch.cat([w[f"{attn}.{p}_proj.weight"] for p in "qkv"])
+    def __init__(self, ops, cfg, w: dict[str, torch.Tensor], blocks: dict, prefix: str):
+        attn = f"{prefix}.self_attn"
+
+        def linear(parts: list[str], bias: torch.Tensor | None = None):
+            names = [f"{prefix}.{p}.weight" for p in parts]
+            weight = torch.cat([w[n] for n in names]) if len(names) > 1 else w[names[0]]
+            source = QuantizedTensor.concat([blocks.get(n) for n in names])
+            return ops.linear(weight, bias, source)
+
         bias = None
         if cfg.attention_bias:
             bias = torch.cat([w[f"{attn}.{p}_proj.bias"] for p in "qkv"])
-        self.qkv = ops.linear(qkv, bias)
-        self.o = ops.linear(w[f"{attn}.o_proj.weight"], None)
-        gate_up = torch.cat([w[f"{mlp}.gate_proj.weight"], w[f"{mlp}.up_proj.weight"]])
-        self.gate_up = ops.linear(gate_up, None)
-        self.down = ops.linear(w[f"{mlp}.down_proj.weight"], None)
+        self.qkv = linear([f"self_attn.{p}_proj" for p in "qkv"], bias)
+        self.o = linear(["self_attn.o_proj"])
+        self.gate_up = linear(["mlp.gate_proj", "mlp.up_proj"])
+        self.down = linear(["mlp.down_proj"])
         self.ln1 = w[f"{prefix}.input_layernorm.weight"]
         self.ln2 = w[f"{prefix}.post_attention_layernorm.weight"]
         self.q_norm = w.get(f"{attn}.q_norm.weight")
         self.k_norm = w.get(f"{attn}.k_norm.weight")
-        if release:
-            for name in _PROJECTIONS:
-                w.pop(f"{prefix}.{name}.weight", None)
 
 
 _PROJECTIONS = tuple(f"self_attn.{p}_proj" for p in "qkvo") + tuple(
@@ -58,21 +61,30 @@ class DecoderModel:
 
     def __init__(
         self, cfg, weights: dict[str, torch.Tensor], plan: KernelPlan, max_positions: int,
-        release_sources: bool = False,
+        release_sources: bool = False, quantized: dict[str, QuantizedTensor] | None = None,
     ):  # fmt: skip
-        """`release_sources` pops each projection weight from `weights` once its layer holds
-        the kernel's own copy (peak memory ~ one copy of the weights; the caller owns them)."""
+        """`quantized`: checkpoint blocks by weight name that linear kernels may read instead
+        of the float32 weight (same bits). `release_sources` pops each projection weight (and
+        its blocks) from `weights` / `quantized` once its layer holds the kernel's own copy
+        (peak memory ~ one copy of the weights; the caller owns them)."""
         self.cfg = cfg
         self.plan = plan
         self.ops = plan.make_ops()
+        blocks = quantized if quantized is not None else {}
         self.embed = weights["model.embed_tokens.weight"]
-        self.layers = [
-            _Layer(self.ops, cfg, weights, f"model.layers.{i}", release_sources)
-            for i in range(cfg.num_hidden_layers)
-        ]
+        self.layers = []
+        for i in range(cfg.num_hidden_layers):
+            prefix = f"model.layers.{i}"
+            self.layers.append(_Layer(self.ops, cfg, weights, blocks, prefix))
+            if release_sources:
+                for name in _PROJECTIONS:
+                    weights.pop(f"{prefix}.{name}.weight", None)
+                    blocks.pop(f"{prefix}.{name}.weight", None)
         self.norm = weights["model.norm.weight"]
-        head = weights.get("lm_head.weight", self.embed)
-        self.lm_head = self.ops.linear(head, None)
+        head_name = "lm_head.weight" if "lm_head.weight" in weights else "model.embed_tokens.weight"
+        self.lm_head = self.ops.linear(weights[head_name], None, blocks.get(head_name))
+        if release_sources:
+            blocks.pop(head_name, None)
         self.cos, self.sin = rope_tables(
             cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, max_positions
         )
@@ -92,6 +104,7 @@ class DecoderModel:
 
     @torch.inference_mode()
     def forward(self, batch: FlatBatch, kv: KVCache) -> torch.Tensor:
+        self.plan.apply_threads()
         eps = self.cfg.rms_norm_eps
         residual = self.embed.index_select(0, batch.input_ids).contiguous()
         x = self.ops.rms_norm(residual, self.layers[0].ln1, eps)

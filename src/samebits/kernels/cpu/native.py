@@ -1,4 +1,5 @@
-"""Native (C) kernels of the invariant plan: sbgemm.c (linear) and sbattn.c (attention).
+"""Native (C) kernels of the invariant plan: sbgemm.c (linear) and sbattn.c (attention), both
+running their threads on the worker pool of sbpool.c.
 
 The C sources are compiled once per machine with the system C compiler (-march=native) into
 the user cache directory and loaded with ctypes; `available()` says whether that worked (the
@@ -14,12 +15,13 @@ import os
 import shutil
 import subprocess
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
-from functools import cache, lru_cache
+from functools import lru_cache
 from pathlib import Path
 
-SOURCES = (Path(__file__).with_name("sbgemm.c"), Path(__file__).with_name("sbattn.c"))
-CFLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-ffp-contract=off")
+_HERE = Path(__file__).parent
+SOURCES = tuple(_HERE / name for name in ("sbgemm.c", "sbattn.c", "sbpool.c"))
+HEADERS = (_HERE / "sbpool.h",)
+CFLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-ffp-contract=off", "-pthread")
 _L, _P, _F = ctypes.c_long, ctypes.c_void_p, ctypes.c_float
 
 
@@ -45,7 +47,11 @@ def build_key() -> str:
     """Identity of the compiled kernels: sources, compiler version and flags."""
     cc = _compiler()
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
-    blob = b"".join(p.read_bytes() for p in SOURCES) + version.encode() + " ".join(CFLAGS).encode()
+    blob = (
+        b"".join(p.read_bytes() for p in SOURCES + HEADERS)
+        + version.encode()
+        + " ".join(CFLAGS).encode()
+    )
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
@@ -56,12 +62,17 @@ def _build(cc: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / target.name
-        cmd = [cc, *CFLAGS, *map(str, SOURCES), "-o", str(out), "-lm"]
+        cmd = compile_command(cc, CFLAGS, out)
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise BuildError(f"compiling the native kernels failed: {proc.stderr.strip()[:500]}")
         os.replace(out, target)
     return target
+
+
+def compile_command(cc: str, flags: tuple[str, ...], out: Path) -> list[str]:
+    """The compiler command line that builds the kernels into the shared library `out`."""
+    return [cc, *flags, f"-I{_HERE}", *map(str, SOURCES), "-o", str(out), "-lm"]
 
 
 @lru_cache(maxsize=1)
@@ -71,12 +82,21 @@ def library() -> ctypes.CDLL:
         lib = ctypes.CDLL(str(_build(_compiler())))
     except (OSError, subprocess.SubprocessError) as exc:
         raise BuildError(f"loading the native kernels failed: {exc}") from exc
-    lib.sb_gemm.argtypes = [_P, _L, _L, _P, _L, _P, _L, _L]
+    declare(lib)
+    return lib
+
+
+def declare(lib: ctypes.CDLL) -> None:
+    """Argument types of the kernels' entry points."""
+    lib.sb_gemm.argtypes = [_P, _L, _L, _P, _L, _L, _P, _L]
     lib.sb_gemm.restype = None
+    lib.sb_expand.argtypes = [_P, _L, _L, _L, _P]
+    lib.sb_expand.restype = None
+    lib.sb_strip_bytes.argtypes = [_L, _L]
+    lib.sb_strip_bytes.restype = _L
     lib.sb_attention.argtypes = [_P, _L, _L, _P, _P, _L, _P, _P, _P, _L, _L, _L, _F, _P, _L, _L]
     lib.sb_attention.restype = None
     lib.sb_attention_limits.argtypes = [_L, _L, _L]
-    return lib
 
 
 def available() -> bool:
@@ -85,26 +105,3 @@ def available() -> bool:
     except BuildError:
         return False
     return True
-
-
-@cache
-def pool(threads: int) -> ThreadPoolExecutor:
-    """One worker pool per thread count, shared by every native call."""
-    return ThreadPoolExecutor(threads, thread_name_prefix="samebits-native")
-
-
-def run_split(fn, args: tuple, total: int, threads: int, align: int = 1) -> None:
-    """Call fn(*args, begin, end) over [0, total) cut into `threads` aligned ranges.
-
-    Each output is computed entirely inside one range, so the split never changes a bit.
-    """
-    if threads <= 1 or total <= align:
-        fn(*args, 0, total)
-        return
-    units = total // align
-    cuts = [align * (units * i // threads) for i in range(threads)] + [total]
-    jobs = [
-        pool(threads).submit(fn, *args, a, b) for a, b in zip(cuts, cuts[1:], strict=False) if a < b
-    ]
-    for job in jobs:
-        job.result()

@@ -14,6 +14,8 @@
 #include <math.h>
 #include <immintrin.h>
 
+#include "sbpool.h"
+
 #define LANES 16
 #define MAX_DIM 256
 #define MAX_GROUP 16
@@ -188,18 +190,41 @@ int sb_attention_limits(long dim, long group, long key_tile) {
            key_tile % LANES == 0;
 }
 
-/* Items [item_begin, item_end) of n_tokens * n_kv (token, KV head) items. q, out: [N, H, D];
- * caches: [slots, n_kv, D]; block_tables: [R, width]. */
+struct attn_args {
+    const float *q, *k_cache, *v_cache;
+    long n_heads, dim, n_kv;
+    const long *positions, *query_req, *block_tables;
+    long width, block_size, key_tile;
+    float scale;
+    float *out;
+    long n_items, stride;
+};
+
+/* Items i with i % stride in [lane_begin, lane_end): a strided split balances requests of
+ * different lengths between threads. */
+static void attend_items(void *ctx, long lane_begin, long lane_end) {
+    const struct attn_args *a = ctx;
+    long group = a->n_heads / a->n_kv;
+    for (long lane = lane_begin; lane < lane_end; lane++) {
+        for (long item = lane; item < a->n_items; item += a->stride) {
+            long n = item / a->n_kv, kvh = item % a->n_kv;
+            long off = (n * a->n_heads + kvh * group) * a->dim;
+            attend_group(a->q + off, group, a->dim, a->k_cache, a->v_cache, a->n_kv, kvh,
+                         a->block_tables + a->query_req[n] * a->width, a->positions[n],
+                         a->block_size, a->key_tile, a->scale, a->out + off);
+        }
+    }
+}
+
+/* All n_tokens * n_kv (token, KV head) items, on `threads` threads (each item entirely on
+ * one). q, out: [N, H, D]; caches: [slots, n_kv, D]; block_tables: [R, width]. */
 void sb_attention(const float *q, long n_heads, long dim, const float *k_cache,
                   const float *v_cache, long n_kv, const long *positions, const long *query_req,
                   const long *block_tables, long width, long block_size, long key_tile,
-                  float scale, float *out, long item_begin, long item_end) {
-    long group = n_heads / n_kv;
-    for (long item = item_begin; item < item_end; item++) {
-        long n = item / n_kv, kvh = item % n_kv;
-        long off = (n * n_heads + kvh * group) * dim;
-        attend_group(q + off, group, dim, k_cache, v_cache, n_kv, kvh,
-                     block_tables + query_req[n] * width, positions[n], block_size, key_tile,
-                     scale, out + off);
-    }
+                  float scale, float *out, long n_tokens, long threads) {
+    long stride = threads < 1 ? 1 : threads;
+    struct attn_args args = {q,     k_cache,   v_cache,      n_heads,    dim,      n_kv,
+                             positions, query_req, block_tables, width, block_size, key_tile,
+                             scale, out,       n_tokens * n_kv, stride};
+    sb_parallel(attend_items, &args, stride, 1, stride);
 }

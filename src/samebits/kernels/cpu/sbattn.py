@@ -1,7 +1,7 @@
 """Paged attention in C (sbattn.c), batch-invariant by construction (see that file).
 
-Work is split between threads by (token, KV head) items; each item is computed entirely by
-one thread, so neither the split nor the batch changes a bit.
+Work is split between threads by (token, KV head) items (strided, on the pool of sbpool.c);
+each item is computed entirely by one thread, so neither the split nor the batch changes a bit.
 """
 
 from __future__ import annotations
@@ -38,4 +38,4 @@ def paged_attention(
     )  # fmt: skip
     pairs = (int(pos.sum()) + n_tokens) * n_heads
     use = threads if pairs >= PARALLEL_MIN_PAIRS else 1
-    native.run_split(native.library().sb_attention, args, n_tokens * n_kv, use)
+    native.library().sb_attention(*args, n_tokens, use)

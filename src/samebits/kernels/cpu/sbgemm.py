@@ -3,6 +3,13 @@
 Every output element is one SIMD lane running K fused multiply-adds in k order, so a row's
 result never depends on the number of rows, its position, the vector width or how columns
 are split between threads (see sbgemm.c).
+
+Weights live in strips of 32 output columns. A weight that came from a GGUF Q4_1 or Q8_0
+tensor can keep its quantized blocks (`QuantizedTensor`): the kernel expands each strip with
+exactly the loader's float32 operations before the multiply-adds, so the outputs are bitwise
+those of the float32 weight, while ~5x (Q4_1) or ~3.5x (Q8_0) fewer bytes are read per call.
+Construction checks this: the expansion of every strip must equal the float32 weight bit for
+bit, or `SbLinear` raises.
 """
 
 from __future__ import annotations
@@ -10,20 +17,34 @@ from __future__ import annotations
 import torch
 
 from samebits.kernels.cpu import native
+from samebits.kernels.quantized import QuantizedTensor
 
-# Below this many multiply-adds a call runs on the calling thread (thread hand-off costs more).
-PARALLEL_MIN_MACS = 1 << 22
+# Below this many multiply-adds a call runs on the calling thread.
+PARALLEL_MIN_MACS = 1 << 18
+STRIP = 32  # output columns per strip (sbgemm.c QN)
+BLOCK = 32  # k per quantized block (sbgemm.c QK)
+FORMATS = {"F32": 0, "Q4_1": 1, "Q8_0": 2}
 
 
 class SbLinear:
-    """y = x @ weight.T (+ bias), weight [N, K] float32; invariant by construction."""
+    """y = x @ weight.T (+ bias), weight [N, K] float32; invariant by construction.
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, num_threads: int):
-        tile = native.library().sb_column_tile()
+    `source`, when given, is the quantized tensor `weight` was dequantized from; the kernel
+    then reads its blocks instead of float32 (same bits, checked at construction).
+    """
+
+    def __init__(
+        self, weight: torch.Tensor, bias: torch.Tensor | None, num_threads: int,
+        source: QuantizedTensor | None = None,
+    ):  # fmt: skip
         n, k = weight.shape
-        self.n, self.k, self.np, self.tile = n, k, -(-n // tile) * tile, tile
-        self.wt = torch.zeros((k, self.np), dtype=torch.float32)
-        self.wt[:, :n] = weight.t()
+        self.n, self.k, self.np = n, k, -(-n // STRIP) * STRIP
+        self.format = "F32"
+        self.packed = pack_float32(weight, self.np)
+        if source is not None and packable(source, k):
+            quantized = pack_quantized(source, self.np)
+            check_expansion(quantized, source.qtype, k, self.np, self.packed)
+            self.packed, self.format = quantized, source.qtype
         self.bias = bias
         self.threads = max(1, num_threads)
 
@@ -36,8 +57,69 @@ class SbLinear:
         rows = x.shape[0]
         y = torch.empty((rows, self.np), dtype=torch.float32)
         if rows:
-            args = (x.data_ptr(), rows, self.k, self.wt.data_ptr(), self.np, y.data_ptr())
             threads = self.threads if rows * self.k * self.np >= PARALLEL_MIN_MACS else 1
-            native.run_split(native.library().sb_gemm, args, self.np, threads, self.tile)
+            native.library().sb_gemm(
+                x.data_ptr(), rows, self.k, self.packed.data_ptr(), FORMATS[self.format],
+                self.np, y.data_ptr(), threads,
+            )  # fmt: skip
         out = y[:, : self.n] if self.np != self.n else y
         return out + self.bias if self.bias is not None else out
+
+
+def packable(source: QuantizedTensor, k: int) -> bool:
+    """Whether sbgemm reads this quantized tensor directly (Q4_1/Q8_0, K a multiple of 32)."""
+    return source.qtype in ("Q4_1", "Q8_0") and k % BLOCK == 0 and source.shape[1] == k
+
+
+def pack_float32(weight: torch.Tensor, np_: int) -> torch.Tensor:
+    """[N, K] float32 -> bytes of strips: strip s holds w[k][c] = weight[32 s + c, k]."""
+    n, k = weight.shape
+    padded = torch.zeros((np_, k), dtype=torch.float32)
+    padded[:n] = weight
+    strips = padded.reshape(np_ // STRIP, STRIP, k).transpose(1, 2).contiguous()
+    return strips.reshape(-1).view(torch.uint8)
+
+
+def pack_quantized(source: QuantizedTensor, np_: int) -> torch.Tensor:
+    """GGUF rows [N, blocks * block bytes] -> bytes of strips in the sbgemm.c layout."""
+    n, k = source.shape
+    blocks = source.data.reshape(n, k // BLOCK, -1)
+    padded = torch.zeros((np_, *blocks.shape[1:]), dtype=torch.uint8)
+    padded[:n] = blocks
+    by_strip = padded.reshape(np_ // STRIP, STRIP, k // BLOCK, -1).transpose(1, 2)
+    if source.qtype == "Q4_1":
+        parts = [_f16_field(by_strip, 0), _f16_field(by_strip, 2), _q4_nibbles(by_strip[..., 4:])]
+    else:
+        parts = [
+            _f16_field(by_strip, 0),
+            by_strip[..., 2:].transpose(2, 3).reshape(*_lead(by_strip), -1),
+        ]
+    return torch.cat(parts, dim=-1).reshape(-1).contiguous()
+
+
+def _lead(by_strip: torch.Tensor) -> tuple[int, int]:
+    return by_strip.shape[0], by_strip.shape[1]
+
+
+def _f16_field(by_strip: torch.Tensor, offset: int) -> torch.Tensor:
+    """Per (strip, block): the 32 columns' float16 field at `offset`, as float32 bytes."""
+    raw = by_strip[..., offset : offset + 2].contiguous().view(torch.float16)[..., 0]
+    return raw.to(torch.float32).contiguous().view(torch.uint8)
+
+
+def _q4_nibbles(qs: torch.Tensor) -> torch.Tensor:
+    """[S, B, 32 columns, 16 bytes] GGUF nibbles (k < 16 low, k >= 16 high) -> per k, 16
+    bytes holding column j (low nibble) and column j + 16 (high nibble)."""
+    values = torch.cat([qs & 15, qs >> 4], dim=-1).transpose(2, 3)  # [S, B, 32 k, 32 columns]
+    packed = values[..., :16] | (values[..., 16:] << 4)
+    return packed.reshape(*_lead(qs), -1)
+
+
+def check_expansion(
+    packed: torch.Tensor, qtype: str, k: int, np_: int, reference: torch.Tensor
+) -> None:
+    """Raise unless the kernel's float32 expansion of `packed` is bitwise `reference`."""
+    expanded = torch.empty(np_ * k, dtype=torch.float32)
+    native.library().sb_expand(packed.data_ptr(), FORMATS[qtype], k, np_, expanded.data_ptr())
+    if not torch.equal(expanded.view(torch.int32), reference.view(torch.int32)):
+        raise RuntimeError(f"sbgemm: the {qtype} expansion differs from the float32 weight")
