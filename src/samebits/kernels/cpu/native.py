@@ -20,7 +20,7 @@ from pathlib import Path
 
 _HERE = Path(__file__).parent
 SOURCES = tuple(_HERE / name for name in ("sbgemm.c", "sbattn.c", "sbpool.c"))
-HEADERS = (_HERE / "sbpool.h",)
+HEADERS = (_HERE / "sbpool.h", _HERE / "sbexp.h")
 CFLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-ffp-contract=off", "-pthread")
 _L, _P, _F = ctypes.c_long, ctypes.c_void_p, ctypes.c_float
 
