@@ -73,6 +73,60 @@ static inline void tile_rows(const float *cache, const long *table, long start, 
     }
 }
 
+#if defined(__AVX512F__)
+#define EDIV _mm512_div_ps
+#else
+#define EDIV _mm256_div_ps
+#endif
+
+/* One query head with dim = NV * EW, its accumulator held in registers: per head, exactly
+ * the operations of attend_group below, in the same order (so the same bits). */
+#define DEFINE_HEAD(NV)                                                                      \
+    static void attend_head_##NV(const float *q, const float *k_cache, const float *v_cache, \
+                                 long n_kv, long kvh, const long *table, long t,             \
+                                 long block_size, long key_tile, float scale, float *out) {  \
+        const long dim = NV * EW;                                                            \
+        evec acc[NV];                                                                        \
+        for (int c = 0; c < NV; c++) acc[c] = ESET1(0.0f);                                   \
+        float m = -INFINITY, l = 0.0f, scores[MAX_TILE], probs[MAX_TILE];                    \
+        const float *krows[MAX_TILE], *vrows[MAX_TILE];                                      \
+        for (long start = 0; start <= t; start += key_tile) {                                \
+            long end = start + key_tile < t + 1 ? start + key_tile : t + 1, n = end - start; \
+            tile_rows(k_cache, table, start, end, block_size, n_kv, kvh, dim, krows);        \
+            tile_rows(v_cache, table, start, end, block_size, n_kv, kvh, dim, vrows);        \
+            for (long j = 0; j < n; j++) scores[j] = dot16(q, krows[j], dim) * scale;        \
+            float mt = m;                                                                    \
+            for (long j = 0; j < n; j++) mt = scores[j] > mt ? scores[j] : mt;               \
+            float alpha = sb_exp(m - mt);                                                    \
+            l = l * alpha;                                                                   \
+            for (int c = 0; c < NV; c++) acc[c] = EMUL(acc[c], ESET1(alpha));                \
+            m = mt;                                                                          \
+            exp_shifted(scores, n, mt, probs);                                               \
+            for (long j = 0; j < n; j++) {                                                   \
+                evec p = ESET1(probs[j]);                                                    \
+                l = l + probs[j];                                                            \
+                for (int c = 0; c < NV; c++)                                                 \
+                    acc[c] = EFMA(p, ELOAD(vrows[j] + c * EW), acc[c]);                      \
+            }                                                                                \
+        }                                                                                    \
+        for (int c = 0; c < NV; c++) ESTORE(out + c * EW, EDIV(acc[c], ESET1(l)));           \
+    }
+
+DEFINE_HEAD(4)
+DEFINE_HEAD(8)
+DEFINE_HEAD(16)
+
+typedef void (*head_fn)(const float *, const float *, const float *, long, long, const long *,
+                        long, long, long, float, float *);
+
+/* The register-resident per-head kernel for this dim, or 0 (then attend_group runs). */
+static head_fn head_kernel(long dim) {
+    if (dim == 4 * EW) return attend_head_4;
+    if (dim == 8 * EW) return attend_head_8;
+    if (dim == 16 * EW) return attend_head_16;
+    return 0;
+}
+
 static void attend_group(const float *q, long group, long dim, const float *k_cache,
                          const float *v_cache, long n_kv, long kvh, const long *table, long t,
                          long block_size, long key_tile, float scale, float *out) {
@@ -135,13 +189,22 @@ struct attn_args {
 static void attend_items(void *ctx, long lane_begin, long lane_end) {
     const struct attn_args *a = ctx;
     long group = a->n_heads / a->n_kv;
+    head_fn head = head_kernel(a->dim);
     for (long lane = lane_begin; lane < lane_end; lane++) {
         for (long item = lane; item < a->n_items; item += a->stride) {
             long n = item / a->n_kv, kvh = item % a->n_kv;
             long off = (n * a->n_heads + kvh * group) * a->dim;
-            attend_group(a->q + off, group, a->dim, a->k_cache, a->v_cache, a->n_kv, kvh,
-                         a->block_tables + a->query_req[n] * a->width, a->positions[n],
-                         a->block_size, a->key_tile, a->scale, a->out + off);
+            const long *table = a->block_tables + a->query_req[n] * a->width;
+            if (!head) {
+                attend_group(a->q + off, group, a->dim, a->k_cache, a->v_cache, a->n_kv, kvh,
+                             table, a->positions[n], a->block_size, a->key_tile, a->scale,
+                             a->out + off);
+                continue;
+            }
+            for (long g = 0; g < group; g++)
+                head(a->q + off + g * a->dim, a->k_cache, a->v_cache, a->n_kv, kvh, table,
+                     a->positions[n], a->block_size, a->key_tile, a->scale,
+                     a->out + off + g * a->dim);
         }
     }
 }
