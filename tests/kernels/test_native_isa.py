@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from quantized_weights import random_q4_1
-from samebits.kernels.cpu import native, sbattn, sbgemm
+from samebits.kernels.cpu import native, sbattn, sbgemm, sbrow
 
 
 def _avx2_library(tmp_path) -> ctypes.CDLL:
@@ -50,3 +50,24 @@ def test_avx2_build_matches_native_build(tmp_path):
     lib.sb_attention(q.data_ptr(), 9, 64, k.data_ptr(), v.data_ptr(), 3, pos.ctypes.data,
                      req.ctypes.data, table.ctypes.data, 16, 16, 32, 0.125, theirs.data_ptr(), 4, 2)  # fmt: skip
     assert torch.equal(ours, theirs)
+
+
+def test_avx2_row_kernels_match_native_build(tmp_path):
+    """silu_mul, rms_norm and add_rms_norm (sbrow.c), including scalar tails (dims 70, 5)."""
+    lib = _avx2_library(tmp_path)
+    gen = torch.Generator().manual_seed(1)
+    for dim in (576, 70, 5):
+        gate_up, w = torch.randn(6, 2 * dim, generator=gen) * 6, torch.randn(dim, generator=gen)
+        x, residual = torch.randn(6, dim, generator=gen), torch.randn(6, dim, generator=gen)
+        ours, theirs = torch.empty(6, dim), torch.empty(6, dim)
+        sbrow.silu_mul(gate_up, ours, 1)
+        lib.sb_silu_mul(gate_up.data_ptr(), 6, dim, theirs.data_ptr(), 2)
+        assert torch.equal(ours, theirs)
+        sbrow.rms_norm(x, w, 1e-5, ours, 1)
+        lib.sb_rms_norm(x.data_ptr(), 6, dim, w.data_ptr(), 1e-5, theirs.data_ptr(), 2)
+        assert torch.equal(ours, theirs)
+        res_ours, res_theirs = residual.clone(), residual.clone()
+        sbrow.add_rms_norm(x, res_ours, w, 1e-5, ours, 1)
+        lib.sb_add_rms_norm(x.data_ptr(), res_theirs.data_ptr(), 6, dim, w.data_ptr(), 1e-5,
+                            theirs.data_ptr(), 2)  # fmt: skip
+        assert torch.equal(ours, theirs) and torch.equal(res_ours, res_theirs)

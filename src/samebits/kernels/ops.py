@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from samebits.kernels.cpu import attention as cpu_attention
-from samebits.kernels.cpu import rowwise, sbattn
+from samebits.kernels.cpu import rowwise, sbattn, sbrow
 from samebits.kernels.cpu.linear import TiledLinear
 from samebits.kernels.cpu.sbgemm import SbLinear
 from samebits.kernels.metadata import FlatBatch
@@ -42,11 +42,22 @@ class InvariantOps:
         return TiledLinear(weight, bias, self.linear_tiles)
 
     def rms_norm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+        if self.linear_kernel == "sbgemm":
+            x = x.contiguous()
+            out = torch.empty_like(x)
+            sbrow.rms_norm(x, w.contiguous(), eps, out, self.num_threads)
+            return out
         out = torch.empty_like(x)
         rowwise.rms_norm(x.numpy(), w.numpy(), eps, out.numpy())
         return out
 
     def add_rms_norm(self, x, residual, w, eps):
+        """residual += x in place (it must be contiguous for the C kernel), out = norm(residual)."""
+        if self.linear_kernel == "sbgemm":
+            x = x.contiguous()
+            out = torch.empty_like(x)
+            sbrow.add_rms_norm(x, residual, w.contiguous(), eps, out, self.num_threads)
+            return out, residual
         out = torch.empty_like(x)
         rowwise.add_rms_norm(x.numpy(), residual.numpy(), w.numpy(), eps, out.numpy())
         return out, residual
@@ -59,6 +70,9 @@ class InvariantOps:
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         out = torch.empty((gate_up.shape[0], gate_up.shape[1] // 2), dtype=gate_up.dtype)
+        if self.linear_kernel == "sbgemm":
+            sbrow.silu_mul(gate_up.contiguous(), out, self.num_threads)
+            return out
         rowwise.silu_mul(gate_up.numpy(), out.numpy())
         return out
 

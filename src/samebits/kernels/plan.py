@@ -39,6 +39,13 @@ INVARIANT_OPS = {
     "attention": "",
     "final_norm_logits": "numba RMSNorm + the linear kernel on sampled rows only",
 }
+NATIVE_ROW_OPS = {
+    "rms_norm": "samebits C row kernel (sbrow.c): float64 sum of squares in 16 fixed lanes + "
+    "a fixed halving tree (fused residual add), one thread per row",
+    "silu_mul": "samebits C row kernel (sbrow.c): sb_exp (same bits SIMD/scalar), "
+    "g/(1+e) or g*e/(1+e) with e = exp(-|g|), one thread per row",
+    "final_norm_logits": "C RMSNorm (sbrow.c) + the linear kernel on sampled rows only",
+}
 FAST_OPS = {
     "embedding": "torch.index_select",
     "linear": "torch.nn.functional.linear on all rows (MKL/oneDNN, shape-dependent)",
@@ -118,6 +125,8 @@ def build_plan(
     kernel = _choose_linear_kernel(linear_kernel or os.environ.get("SAMEBITS_LINEAR_KERNEL"))
     attention = "sbattn" if kernel == "sbgemm" and _sbattn_fits(head_dim, group) else "numba"
     ops = dict(INVARIANT_OPS, linear=LINEAR_KERNELS[kernel], attention=ATTENTION_KERNELS[attention])
+    if kernel == "sbgemm":
+        ops.update(NATIVE_ROW_OPS)
     torch_threads = 1 if kernel == "sbgemm" and attention == "sbattn" else 0
     plan = KernelPlan(name, threads, LINEAR_TILES, KEY_TILE, ops, kernel, attention, torch_threads)
     plan.apply_threads()

@@ -1,5 +1,5 @@
-"""Native (C) kernels of the invariant plan: sbgemm.c (linear) and sbattn.c (attention), both
-running their threads on the worker pool of sbpool.c.
+"""Native (C) kernels of the invariant plan: sbgemm.c (linear), sbattn.c (attention) and
+sbrow.c (RMSNorm, SiLU-mul), all running their threads on the worker pool of sbpool.c.
 
 The C sources are compiled once per machine with the system C compiler (-march=native) into
 the user cache directory and loaded with ctypes; `available()` says whether that worked (the
@@ -19,10 +19,10 @@ from functools import lru_cache
 from pathlib import Path
 
 _HERE = Path(__file__).parent
-SOURCES = tuple(_HERE / name for name in ("sbgemm.c", "sbattn.c", "sbpool.c"))
+SOURCES = tuple(_HERE / name for name in ("sbgemm.c", "sbattn.c", "sbrow.c", "sbpool.c"))
 HEADERS = (_HERE / "sbpool.h", _HERE / "sbexp.h")
 CFLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-ffp-contract=off", "-pthread")
-_L, _P, _F = ctypes.c_long, ctypes.c_void_p, ctypes.c_float
+_L, _P, _F, _D = ctypes.c_long, ctypes.c_void_p, ctypes.c_float, ctypes.c_double
 
 
 class BuildError(RuntimeError):
@@ -97,6 +97,12 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.sb_attention.argtypes = [_P, _L, _L, _P, _P, _L, _P, _P, _P, _L, _L, _L, _F, _P, _L, _L]
     lib.sb_attention.restype = None
     lib.sb_attention_limits.argtypes = [_L, _L, _L]
+    lib.sb_silu_mul.argtypes = [_P, _L, _L, _P, _L]
+    lib.sb_silu_mul.restype = None
+    lib.sb_rms_norm.argtypes = [_P, _L, _L, _P, _D, _P, _L]
+    lib.sb_rms_norm.restype = None
+    lib.sb_add_rms_norm.argtypes = [_P, _P, _L, _L, _P, _D, _P, _L]
+    lib.sb_add_rms_norm.restype = None
 
 
 def available() -> bool:
