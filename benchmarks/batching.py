@@ -185,14 +185,17 @@ def report_body(args: Args, timings: Timings, spots: list, load: tuple[str, str]
         f"- date: {date}",
         *common.machine_lines(),
         f"- command: `{common.command_line()}`",
-        f"- workload: SmolLM2-135M-Instruct (embedded Q4_1 GGUF, dequantized to float32), "
+        f"- workload: SmolLM2-135M-Instruct (embedded Q4_1 GGUF; HF and the fast plan run its "
+        "float32 dequantization, the invariant plan reads the Q4_1 / Q8_0 blocks and expands "
+        "them in-kernel to the same float32 values), "
         f"{args.num_requests} concurrent requests, each {args.prompt_len} distinct random "
         f"prompt tokens + exactly {args.max_tokens} greedy output tokens; samebits: one "
         f"`LLM.generate` call, max_num_seqs={max(16, args.num_requests)}, "
         f"max_num_batched_tokens={args.max_num_batched_tokens}; HF: one left-padded batch "
         f"with attention mask, EOS disabled; tokens/s = {total} / wall; {args.reps} "
         f"repetition(s) per system, interleaved in one process after a warm-up each",
-        f"- threads: {args.threads} (torch.set_num_threads for all; numba the same for samebits)",
+        f"- threads: {args.threads} (HF and the fast plan: torch intra-op threads; invariant "
+        "plan: native-kernel threads, torch on 1 intra-op thread)",
         f"- load average (1/5/15 min) before: {load[0]}; after: {load[1]} "
         "(machine shared with other engineers' runs)",
         "",

@@ -213,11 +213,14 @@ def report_body(args: Args, timings: Timings, rss: dict, load: tuple[str, str], 
         f"- date: {date}",
         *common.machine_lines(),
         f"- command: `{common.command_line()}`",
-        f"- workload: SmolLM2-135M-Instruct (embedded Q4_1 GGUF, dequantized to float32), "
+        f"- workload: SmolLM2-135M-Instruct (embedded Q4_1 GGUF; HF and the fast plan run its "
+        "float32 dequantization, the invariant plan reads the Q4_1 / Q8_0 blocks and expands "
+        "them in-kernel to the same float32 values), "
         f"greedy, {args.prompt_len} random prompt tokens, exactly {args.max_tokens} output "
         f"tokens (engine: ignore_eos; HF: EOS disabled), batch 1, {args.reps} repetitions "
         f"each, interleaved round-robin in one process after one warm-up generation each",
-        f"- threads: {args.threads} (torch.set_num_threads for all; numba the same for samebits)",
+        f"- threads: {args.threads} (HF and the fast plan: torch intra-op threads; invariant "
+        "plan: native-kernel threads, torch on 1 intra-op thread)",
         f"- load average (1/5/15 min) before: {load[0]}; after: {load[1]} "
         "(machine shared with other engineers' runs)",
         "",
