@@ -215,9 +215,9 @@ void sb_attention(const float *q, long n_heads, long dim, const float *k_cache,
                   const float *v_cache, long n_kv, const long *positions, const long *query_req,
                   const long *block_tables, long width, long block_size, long key_tile,
                   float scale, float *out, long n_tokens, long threads) {
-    long stride = threads < 1 ? 1 : threads;
+    long stride = threads <= 1 ? 1 : 4 * threads; /* lanes: items dealt round-robin */
     struct attn_args args = {q,     k_cache,   v_cache,      n_heads,    dim,      n_kv,
                              positions, query_req, block_tables, width, block_size, key_tile,
                              scale, out,       n_tokens * n_kv, stride};
-    sb_parallel(attend_items, &args, stride, 1, stride);
+    sb_parallel(attend_items, &args, stride, 1, threads);
 }
