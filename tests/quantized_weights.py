@@ -1,5 +1,6 @@
 """Random GGUF Q4_1 / Q8_0 weights with their float32 values from gguf-py's dequantizer (the
-code the loader runs), for tests of kernels that read quantized blocks."""
+code the loader runs), and random bfloat16 / float16 weights with torch's widening, for tests
+of kernels that read stored weights."""
 
 from __future__ import annotations
 
@@ -46,3 +47,26 @@ def random_q8_0(rows: int, k: int, gen: torch.Generator) -> tuple[QuantizedTenso
     qs = rng.integers(-128, 128, (rows, blocks, 32), dtype=np.int8).view(np.uint8)
     raw = np.concatenate([d[..., None].view(np.uint8), qs], axis=-1)
     return from_raw("Q8_0", raw.reshape(rows, -1), rows, k)
+
+
+_HALF_EDGES = [0.0, -0.0, 1e-7, -6e-8, 3e-5, 65504.0, -2.5]  # float16 subnormals included
+
+
+def random_half(
+    dtype: torch.dtype, rows: int, k: int, gen: torch.Generator
+) -> tuple[QuantizedTensor, torch.Tensor]:
+    """(stored values, float32 weight [rows, k]) of a random bfloat16 / float16 matrix."""
+    values = (torch.randn(rows, k, generator=gen) * 2).to(dtype)
+    edges = torch.tensor(_HALF_EDGES * (k // len(_HALF_EDGES) + 1))[:k].to(dtype)
+    values[0] = edges
+    qtype = {torch.bfloat16: "BF16", torch.float16: "F16"}[dtype]
+    stored = QuantizedTensor(qtype, (rows, k), values.contiguous().view(torch.uint8))
+    return stored, values.to(torch.float32)
+
+
+def random_bf16(rows: int, k: int, gen: torch.Generator):
+    return random_half(torch.bfloat16, rows, k, gen)
+
+
+def random_f16(rows: int, k: int, gen: torch.Generator):
+    return random_half(torch.float16, rows, k, gen)

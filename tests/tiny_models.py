@@ -95,11 +95,14 @@ def tiny_hf_config(arch: str):
     raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
 
 
-def make_tiny_checkpoint(path: Path, arch: str, seed: int = 0, sharded: bool = False) -> Path:
+def make_tiny_checkpoint(
+    path: Path, arch: str, seed: int = 0, sharded: bool = False, dtype=None
+) -> Path:
     """Write a tiny random HF checkpoint of `arch` to `path` and return `path`.
 
     Deterministic in (`arch`, `seed`). `sharded=True` splits the weights over several
-    safetensors files with a `model.safetensors.index.json`.
+    safetensors files with a `model.safetensors.index.json`; `dtype` (e.g. torch.bfloat16)
+    stores the weights in that dtype (default float32).
     """
     import transformers
 
@@ -109,6 +112,8 @@ def make_tiny_checkpoint(path: Path, arch: str, seed: int = 0, sharded: bool = F
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
     _randomize(model, seed)
+    if dtype is not None:
+        model = model.to(dtype)
     model.save_pretrained(path, max_shard_size="100KB" if sharded else "50GB")
     train_tiny_tokenizer().save(str(path / "tokenizer.json"))
     _write_tokenizer_config(path, arch)

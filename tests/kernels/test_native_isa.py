@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import torch
 
-from quantized_weights import random_q4_1
+from quantized_weights import random_f16, random_q4_1
 from samebits.kernels.cpu import native, sbattn, sbgemm, sbrow
 
 
@@ -40,6 +40,10 @@ def test_avx2_build_matches_native_build(tmp_path):
     quantized = sbgemm.SbLinear(weight, None, 2, source)
     assert quantized.format == "Q4_1"
     assert torch.equal(quantized(x), _avx2_gemm(lib, quantized, x, 1))
+    source, weight = random_f16(50, 576, gen)  # no F16C in this build: the scalar widening
+    half = sbgemm.SbLinear(weight, None, 2, source)
+    assert half.format == "F16"
+    assert torch.equal(half(x), _avx2_gemm(lib, half, x, 2))
 
     q, k, v = (
         torch.randn(shape, generator=gen) for shape in ((4, 9, 64), (256, 3, 64), (256, 3, 64))

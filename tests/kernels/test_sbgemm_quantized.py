@@ -1,6 +1,6 @@
-"""sbgemm reading GGUF Q4_1 / Q8_0 blocks gives, bit for bit, the outputs of sbgemm on the
-float32 weights gguf-py dequantizes them to, for any row count, row position and thread
-count; and it refuses blocks that do not expand to the given weight."""
+"""sbgemm reading GGUF Q4_1 / Q8_0 blocks or bfloat16 / float16 values gives, bit for bit, the
+outputs of sbgemm on the float32 weights gguf-py / torch widen them to, for any row count, row
+position and thread count; and it refuses stored weights that do not expand to the given one."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from quantized_weights import from_raw, random_q4_1, random_q8_0
+from quantized_weights import from_raw, random_bf16, random_f16, random_q4_1, random_q8_0
 from samebits.kernels.cpu import sbgemm
 from samebits.kernels.quantized import QuantizedTensor
 
-MAKERS = {"Q4_1": random_q4_1, "Q8_0": random_q8_0}
+MAKERS = {"Q4_1": random_q4_1, "Q8_0": random_q8_0, "BF16": random_bf16, "F16": random_f16}
+MIN_SHRINK = {"Q4_1": 3, "Q8_0": 3, "BF16": 1.9, "F16": 1.9}
 
 
 @pytest.fixture(autouse=True)
@@ -35,7 +36,7 @@ def test_quantized_equals_float32_bitwise(qtype, rows, k):
     for threads in (1, 2, 3):
         linear = sbgemm.SbLinear(weight, None, threads, source)
         assert linear.format == qtype
-        assert linear.packed.numel() < dense.packed.numel() // 3
+        assert linear.packed.numel() * MIN_SHRINK[qtype] <= dense.packed.numel()
         assert torch.equal(_bits(linear(x)), _bits(expected))
         for i in (0, 7, 18):  # alone, or a row of any position, gives the same bits
             assert torch.equal(_bits(linear(x[i : i + 1])), _bits(expected[i : i + 1]))
@@ -80,3 +81,13 @@ def test_fused_rows_concatenate():
     assert torch.equal(_bits(linear(x)), _bits(sbgemm.SbLinear(torch.cat([wa, wb]), None, 1)(x)))
     assert QuantizedTensor.concat([a, None]) is None
     assert QuantizedTensor.concat([a, random_q8_0(8, 96, gen)[0]]) is None
+
+
+@pytest.mark.parametrize("maker", [random_bf16, random_f16])
+def test_half_precision_of_any_width(maker):
+    gen = torch.Generator().manual_seed(7)
+    source, weight = maker(41, 45, gen)  # K not a multiple of 32 or of the vector width
+    x = torch.randn(6, 45, generator=gen)
+    linear = sbgemm.SbLinear(weight, None, 2, source)
+    assert linear.format == source.qtype
+    assert torch.equal(_bits(linear(x)), _bits(sbgemm.SbLinear(weight, None, 1)(x)))

@@ -26,7 +26,8 @@ ATTENTION_KERNELS = {
 LINEAR_KERNELS = {
     "sbgemm": "samebits C GEMM (sbgemm.c): per output, K fused multiply-adds in k order, one "
     "SIMD lane; invariant by construction (rows, position, vector width, threads); GGUF "
-    "Q4_1/Q8_0 weights read as blocks and expanded with the loader's float32 ops (same bits)",
+    "Q4_1/Q8_0 blocks and bf16/f16 weights read as stored and expanded with the loader's "
+    "float32 ops (same bits)",
     "mkl-tiles": f"torch.mm (MKL) on fixed row tiles {LINEAR_TILES}, rows padded to a multiple "
     f"of {LINEAR_TILES[-1]}; qualified at start-up",
 }

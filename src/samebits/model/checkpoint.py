@@ -28,8 +28,9 @@ class LoadedModel:
     Invariants: `weights` holds exactly the names of `expected_weight_shapes(config)`, each a
     contiguous float32 CPU tensor of that shape (`lm_head.weight` is absent when
     `config.tie_word_embeddings`); `source_files` lists every file read, in read order;
-    `quantized` holds, for some of those names, the checkpoint's quantized blocks that
-    dequantize bitwise to the float32 weight (GGUF Q4_1 / Q8_0), for kernels that read them.
+    `quantized` holds, for some of those names, the checkpoint's stored form that widens
+    bitwise to the float32 weight (GGUF Q4_1 / Q8_0 blocks, bfloat16 / float16 values), for
+    kernels that read it.
     """
 
     config: ModelConfig
@@ -112,17 +113,26 @@ def read_weights(
     config: ModelConfig,
     checkpoint: str | os.PathLike,
     progress: bool = False,
+    kept: dict[str, QuantizedTensor] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Check every entry, then read each into a contiguous float32 tensor (HF name order)."""
+    """Check every entry, then read each into a contiguous float32 tensor (HF name order).
+
+    With `kept`, each bfloat16 / float16 matrix's stored values also go there (kernels can
+    read them; they widen exactly to the float32 weight)."""
     expected = check_entries(entries, config, checkpoint)
     weights: dict[str, torch.Tensor] = {}
     bar = tqdm(expected, desc="Loading weights", unit="tensor", disable=not progress)
     for name in bar:
-        weights[name] = _as_float32(entries[name], name)
+        weights[name] = _as_float32(entries[name], name, kept)
     return weights
 
 
-def _as_float32(entry: TensorEntry, name: str) -> torch.Tensor:
+_HALF_DTYPES = {torch.bfloat16: "BF16", torch.float16: "F16"}
+
+
+def _as_float32(
+    entry: TensorEntry, name: str, kept: dict[str, QuantizedTensor] | None
+) -> torch.Tensor:
     tensor = entry.read()
     if not tensor.is_floating_point():
         raise ModelLoadError(entry.file, f"tensor {name!r} has non-float dtype {tensor.dtype}")
@@ -131,6 +141,9 @@ def _as_float32(entry: TensorEntry, name: str) -> torch.Tensor:
             entry.file,
             f"tensor {name!r} read as {list(tensor.shape)}, expected {list(entry.shape)}",
         )
+    if kept is not None and tensor.dim() == 2 and tensor.dtype in _HALF_DTYPES:
+        rows = tensor.contiguous().view(torch.uint8)
+        kept[name] = QuantizedTensor(_HALF_DTYPES[tensor.dtype], entry.shape, rows)
     return tensor.to(torch.float32).contiguous()
 
 

@@ -166,20 +166,21 @@ def _reader(data: np.ndarray, qtype: GGMLQuantizationType, name: str, config: Mo
     return read
 
 
-KEPT_BLOCK_TYPES = frozenset(GGMLQuantizationType[name] for name in ("Q4_1", "Q8_0"))
+KEPT_BLOCK_TYPES = frozenset(GGMLQuantizationType[name] for name in ("Q4_1", "Q8_0", "F16", "BF16"))
 
 
 def gguf_blocks(reader: GGUFReader, config: ModelConfig) -> dict[str, QuantizedTensor]:
-    """The Q4_1 / Q8_0 matrices' raw blocks by HF name, rows in HF order (q/k un-permuted
-    like their float32 weights), for kernels that read quantized weights."""
+    """The Q4_1 / Q8_0 / F16 / BF16 matrices' stored rows by HF name, in HF row order (q/k
+    un-permuted like their float32 weights), for kernels that read them."""
     blocks: dict[str, QuantizedTensor] = {}
     for tensor in reader.tensors:
         qtype = GGMLQuantizationType(tensor.tensor_type)
         name = hf_tensor_name(tensor.name)
-        if qtype not in KEPT_BLOCK_TYPES or name is None or tensor.data.ndim != 2:
+        if qtype not in KEPT_BLOCK_TYPES or name is None or len(tensor.shape) != 2:
             continue
-        rows = _unpermute_for(name, torch.from_numpy(np.array(tensor.data)), config)
         shape = (int(tensor.shape[1]), int(tensor.shape[0]))
+        raw = np.array(tensor.data).view(np.uint8).reshape(shape[0], -1)
+        rows = _unpermute_for(name, torch.from_numpy(raw), config)
         blocks[name] = QuantizedTensor(qtype.name, shape, rows)
     return blocks
 

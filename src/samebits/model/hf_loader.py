@@ -3,7 +3,8 @@
 Files read: `config.json`; `model.safetensors.index.json` and its shards, or every
 `*.safetensors`; `tokenizer.json`; optional `tokenizer_config.json` (chat template, bos/eos
 token), `chat_template.jinja` (overrides the config's template) and `generation_config.json`
-(`eos_token_id`, an int or a list). Weights of any float dtype come back as float32.
+(`eos_token_id`, an int or a list). Weights of any float dtype come back as float32; bfloat16 /
+float16 matrices also keep their stored values (`LoadedModel.quantized`) for the linear kernel.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import tokenizers
 from safetensors import safe_open
 
+from samebits.kernels.quantized import QuantizedTensor
 from samebits.model.checkpoint import LoadedModel, TensorEntry, model_name_from_path, read_weights
 from samebits.model.config import ModelConfig, model_config_from_hf
 from samebits.model.errors import ModelLoadError
@@ -31,8 +33,10 @@ def load_hf_folder(folder: str | Path, progress: bool = False) -> LoadedModel:
     config = load_hf_config(folder, files)
     entries = safetensors_entries(folder, config, files)
     tokenizer = load_hf_tokenizer(folder, files)
-    weights = read_weights(entries, config, folder, progress)
-    return LoadedModel(config, weights, tokenizer, model_name_from_path(folder), tuple(files))
+    kept: dict[str, QuantizedTensor] = {}
+    weights = read_weights(entries, config, folder, progress, kept)
+    name = model_name_from_path(folder)
+    return LoadedModel(config, weights, tokenizer, name, tuple(files), kept)
 
 
 def load_hf_config(folder: Path, files: list[str]) -> ModelConfig:

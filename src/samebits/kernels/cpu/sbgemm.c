@@ -11,6 +11,8 @@
  *            whose byte j holds column j in its low nibble and column j + 16 in its high one;
  *            w = d * q + m (a multiply then an add, two roundings: GGUF Q4_1's dequantization).
  *   SB_Q8_0: per block of 32 k: float32 d[32], then for each k 32 int8; w = q * d (GGUF Q8_0).
+ *   SB_BF16, SB_F16: 16-bit w[k][32]; widened to float32 exactly (bfloat16: the bits shifted
+ *            left by 16; IEEE half: the hardware conversion or its exact scalar form).
  * A quantized strip is expanded to float32 w[k][32] (the exact values the GGUF loader
  * produces) before the multiply-adds, so its outputs are bitwise those of the SB_F32 strip
  * holding the loader's weights; only the bytes read from memory shrink. */
@@ -41,7 +43,7 @@ typedef __m256 vec;
 #define QN 32
 #define QK 32
 
-enum { SB_F32 = 0, SB_Q4_1 = 1, SB_Q8_0 = 2 };
+enum { SB_F32 = 0, SB_Q4_1 = 1, SB_Q8_0 = 2, SB_BF16 = 3, SB_F16 = 4 };
 
 #define Q4_1_BYTES (2 * QN * 4 + QK * QN / 2)
 #define Q8_0_BYTES (QN * 4 + QK * QN)
@@ -90,6 +92,7 @@ int sb_column_tile(void) { return QN; }
 /* Bytes of one strip of K rows in `format` (0 if the format or K is not supported). */
 long sb_strip_bytes(long format, long K) {
     if (format == SB_F32) return K * QN * (long)sizeof(float);
+    if (format == SB_BF16 || format == SB_F16) return K * QN * 2;
     if (K % QK) return 0;
     if (format == SB_Q4_1) return K / QK * Q4_1_BYTES;
     if (format == SB_Q8_0) return K / QK * Q8_0_BYTES;
@@ -145,10 +148,46 @@ static void expand_q8_0(const unsigned char *p, long K, float *w) {
     }
 }
 
+/* IEEE half -> float32, exactly (subnormal halves become normal floats; NaN payloads kept). */
+static inline float half_to_float(unsigned short h) {
+    unsigned sign = (unsigned)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    union { unsigned u; float f; } v;
+    if (exp == 0x1fu) v.u = sign | 0x7f800000u | (man << 13);
+    else if (exp) v.u = sign | ((exp + 112u) << 23) | (man << 13);
+    else {
+        v.f = (float)man * 5.9604644775390625e-08f; /* man * 2^-24, exact */
+        v.u |= sign;
+    }
+    return v.f;
+}
+
+static void expand_bf16(const unsigned char *p, long K, float *w) {
+    const unsigned short *q = (const unsigned short *)p;
+    for (long i = 0; i < K * QN; i++) {
+        union { unsigned u; float f; } v = {.u = (unsigned)q[i] << 16};
+        w[i] = v.f;
+    }
+}
+
+static void expand_f16(const unsigned char *p, long K, float *w) {
+    const unsigned short *q = (const unsigned short *)p;
+    long i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= K * QN; i += 16)
+        _mm512_storeu_ps(w + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q + i))));
+#elif defined(__F16C__)
+    for (; i + 8 <= K * QN; i += 8)
+        _mm256_storeu_ps(w + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(q + i))));
+#endif
+    for (; i < K * QN; i++) w[i] = half_to_float(q[i]);
+}
+
 /* Float32 w[k][32] of one strip: the strip itself (SB_F32) or its expansion into scratch. */
 static const float *strip_weights(const unsigned char *strip, long format, long K, float *scratch) {
     if (format == SB_Q4_1) expand_q4_1(strip, K, scratch);
     else if (format == SB_Q8_0) expand_q8_0(strip, K, scratch);
+    else if (format == SB_BF16) expand_bf16(strip, K, scratch);
+    else if (format == SB_F16) expand_f16(strip, K, scratch);
     else return (const float *)strip;
     return scratch;
 }

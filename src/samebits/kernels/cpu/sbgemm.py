@@ -5,9 +5,10 @@ result never depends on the number of rows, its position, the vector width or ho
 are split between threads (see sbgemm.c).
 
 Weights live in strips of 32 output columns. A weight that came from a GGUF Q4_1 or Q8_0
-tensor can keep its quantized blocks (`QuantizedTensor`): the kernel expands each strip with
-exactly the loader's float32 operations before the multiply-adds, so the outputs are bitwise
-those of the float32 weight, while ~5x (Q4_1) or ~3.5x (Q8_0) fewer bytes are read per call.
+tensor, or from bfloat16 / float16 data, can keep that stored form (`QuantizedTensor`): the
+kernel expands each strip with exactly the loader's float32 operations before the
+multiply-adds, so the outputs are bitwise those of the float32 weight, while ~5x (Q4_1),
+~3.5x (Q8_0) or 2x (16-bit) fewer bytes are read per call.
 Construction checks this: the expansion of every strip must equal the float32 weight bit for
 bit, or `SbLinear` raises.
 """
@@ -23,7 +24,8 @@ from samebits.kernels.quantized import QuantizedTensor
 PARALLEL_MIN_MACS = 1 << 18
 STRIP = 32  # output columns per strip (sbgemm.c QN)
 BLOCK = 32  # k per quantized block (sbgemm.c QK)
-FORMATS = {"F32": 0, "Q4_1": 1, "Q8_0": 2}
+FORMATS = {"F32": 0, "Q4_1": 1, "Q8_0": 2, "BF16": 3, "F16": 4}
+HALF_TYPES = ("BF16", "F16")
 
 
 class SbLinear:
@@ -67,22 +69,32 @@ class SbLinear:
 
 
 def packable(source: QuantizedTensor, k: int) -> bool:
-    """Whether sbgemm reads this quantized tensor directly (Q4_1/Q8_0, K a multiple of 32)."""
-    return source.qtype in ("Q4_1", "Q8_0") and k % BLOCK == 0 and source.shape[1] == k
+    """Whether sbgemm reads this tensor's stored form directly: BF16 / F16 of any width,
+    Q4_1 / Q8_0 with K a multiple of 32."""
+    if source.shape[1] != k:
+        return False
+    return source.qtype in HALF_TYPES or (source.qtype in ("Q4_1", "Q8_0") and k % BLOCK == 0)
 
 
 def pack_float32(weight: torch.Tensor, np_: int) -> torch.Tensor:
     """[N, K] float32 -> bytes of strips: strip s holds w[k][c] = weight[32 s + c, k]."""
-    n, k = weight.shape
-    padded = torch.zeros((np_, k), dtype=torch.float32)
-    padded[:n] = weight
+    return _strips(weight.to(torch.float32), np_)
+
+
+def _strips(values: torch.Tensor, np_: int) -> torch.Tensor:
+    """[N, K] values of one dtype -> bytes of strips of w[k][32], zero columns from N to np_."""
+    n, k = values.shape
+    padded = torch.zeros((np_, k), dtype=values.dtype)
+    padded[:n] = values
     strips = padded.reshape(np_ // STRIP, STRIP, k).transpose(1, 2).contiguous()
     return strips.reshape(-1).view(torch.uint8)
 
 
 def pack_quantized(source: QuantizedTensor, np_: int) -> torch.Tensor:
-    """GGUF rows [N, blocks * block bytes] -> bytes of strips in the sbgemm.c layout."""
+    """Stored rows [N, row bytes] -> bytes of strips in the sbgemm.c layout."""
     n, k = source.shape
+    if source.qtype in HALF_TYPES:
+        return _strips(source.data.view(torch.int16).reshape(n, k), np_)
     blocks = source.data.reshape(n, k // BLOCK, -1)
     padded = torch.zeros((np_, *blocks.shape[1:]), dtype=torch.uint8)
     padded[:n] = blocks
