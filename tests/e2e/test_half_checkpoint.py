@@ -27,3 +27,27 @@ def test_bf16_checkpoint_reads_stored_values_with_float32_bits(tmp_path):
     theirs = cold_logits(dense, ids, all_rows=True)
     assert np.array_equal(ours.view(np.int32), theirs.view(np.int32))
     assert stored.fingerprint == dense.fingerprint
+
+
+def test_mixed_gguf_reads_f16_bf16_and_blocks_with_float32_bits(tmp_path, tiny_llama_dir):
+    """A GGUF mixing F16, BF16, Q8_0 and Q4_1 matrices (and F32 ones the kernel keeps as
+    float32): each linear reads its stored form, the logits equal the float32 build's bits
+    (q/k rows un-permuted in stored form exactly like the float32 weights)."""
+    from gguf import GGMLQuantizationType as Q
+
+    from tiny_models import write_tiny_gguf
+
+    overrides = {"blk.0.attn_q.weight": Q.BF16, "blk.0.attn_k.weight": Q.BF16,
+                 "blk.0.attn_v.weight": Q.BF16, "blk.0.ffn_down.weight": Q.Q8_0,
+                 "blk.1.attn_output.weight": Q.Q4_1, "blk.1.ffn_gate.weight": Q.F32}  # fmt: skip
+    path = write_tiny_gguf(tmp_path / "mixed.gguf", tiny_llama_dir, Q.F16, overrides)
+    loaded = load_model(path)
+    stored = build_deployment(loaded, "invariant", num_threads=2)
+    dense = build_deployment(dataclasses.replace(loaded, quantized={}), "invariant", 2)
+    first, second = stored.model.layers[0], stored.model.layers[1]
+    assert (first.qkv.format, first.down.format, first.o.format) == ("BF16", "Q8_0", "F16")
+    assert (second.o.format, second.gate_up.format) == ("Q4_1", "F32")  # gate F32, up F16
+    ids = list(range(5, 37))
+    ours = cold_logits(stored, ids, all_rows=True)
+    theirs = cold_logits(dense, ids, all_rows=True)
+    assert np.array_equal(ours.view(np.int32), theirs.view(np.int32))
