@@ -19,7 +19,7 @@ KEY_TILE = 32
 ATTENTION_KERNELS = {
     "sbattn": f"samebits C paged attention (sbattn.c): key tiles of {KEY_TILE} aligned to "
     "absolute positions, online softmax in tile order, 16-lane dot products with a fixed "
-    "tree, own vectorised exp, one thread per (token, KV head)",
+    "tree, own vectorised exp; each (token, KV head) item on one thread",
     "numba": f"numba paged attention, key tiles of {KEY_TILE} aligned to absolute positions, "
     "online softmax in tile order (float64), one thread per (token, head)",
 }
