@@ -36,7 +36,7 @@ class InvariantOps:
     def linear(
         self, weight: torch.Tensor, bias: torch.Tensor | None, source: QuantizedTensor | None = None
     ) -> Linear:
-        """`source`: the quantized blocks `weight` came from; sbgemm reads those (same bits)."""
+        """`source`: the stored form `weight` was widened from; sbgemm reads it (same bits)."""
         if self.linear_kernel == "sbgemm":
             return SbLinear(weight, bias, self.num_threads, source)
         return TiledLinear(weight, bias, self.linear_tiles)

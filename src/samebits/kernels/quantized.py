@@ -1,4 +1,5 @@
-"""A weight kept in its checkpoint's quantized blocks, next to its dequantized float32 copy."""
+"""A weight kept in its checkpoint's stored form (quantized blocks or 16-bit values), next to
+its float32 copy."""
 
 from __future__ import annotations
 
@@ -9,15 +10,17 @@ import torch
 
 @dataclass(frozen=True)
 class QuantizedTensor:
-    """GGUF blocks of one [N, K] weight, one row of blocks per output row (HF row order).
+    """The stored form of one [N, K] weight, one row of bytes per output row (HF row order):
+    GGUF Q4_1 / Q8_0 blocks, or bfloat16 / float16 values ("BF16" / "F16").
 
-    Invariant: dequantizing `data` with GGUF's `qtype` rule gives, bit for bit, the float32
-    weight the loader produced for the same name (kernels that read the blocks verify this).
+    Invariant: widening `data` by the `qtype` rule (GGUF's dequantization, or the exact 16-bit
+    to float32 conversion) gives, bit for bit, the float32 weight the loader produced for the
+    same name (kernels that read the stored form verify this).
     """
 
     qtype: str
     shape: tuple[int, int]
-    data: torch.Tensor  # uint8 [N, K / 32 * bytes per block]
+    data: torch.Tensor  # uint8 [N, bytes per row]
 
     @staticmethod
     def concat(parts: list[QuantizedTensor | None]) -> QuantizedTensor | None:

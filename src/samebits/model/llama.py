@@ -63,9 +63,9 @@ class DecoderModel:
         self, cfg, weights: dict[str, torch.Tensor], plan: KernelPlan, max_positions: int,
         release_sources: bool = False, quantized: dict[str, QuantizedTensor] | None = None,
     ):  # fmt: skip
-        """`quantized`: checkpoint blocks by weight name that linear kernels may read instead
-        of the float32 weight (same bits). `release_sources` pops each projection weight (and
-        its blocks) from `weights` / `quantized` once its layer holds the kernel's own copy
+        """`quantized`: stored forms (quantized blocks, 16-bit values) by weight name that linear
+        kernels may read instead of the float32 weight (same bits). `release_sources` pops each projection weight (and
+        its stored form) from `weights` / `quantized` once its layer holds the kernel's own copy
         (peak memory ~ one copy of the weights; the caller owns them)."""
         self.cfg = cfg
         self.plan = plan

@@ -92,8 +92,6 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.sb_gemm.restype = None
     lib.sb_expand.argtypes = [_P, _L, _L, _L, _P]
     lib.sb_expand.restype = None
-    lib.sb_strip_bytes.argtypes = [_L, _L]
-    lib.sb_strip_bytes.restype = _L
     lib.sb_attention.argtypes = [_P, _L, _L, _P, _P, _L, _P, _P, _P, _L, _L, _L, _F, _P, _L, _L]
     lib.sb_attention.restype = None
     lib.sb_attention_limits.argtypes = [_L, _L, _L]

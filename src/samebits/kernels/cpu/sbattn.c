@@ -73,12 +73,6 @@ static inline void tile_rows(const float *cache, const long *table, long start, 
     }
 }
 
-#if defined(__AVX512F__)
-#define EDIV _mm512_div_ps
-#else
-#define EDIV _mm256_div_ps
-#endif
-
 /* One query head with dim = NV * EW, its accumulator held in registers: per head, exactly
  * the operations of attend_group below, in the same order (so the same bits). */
 #define DEFINE_HEAD(NV)                                                                      \

@@ -37,6 +37,7 @@ typedef __m512 evec;
 #define EADD _mm512_add_ps
 #define ESUB _mm512_sub_ps
 #define EMUL _mm512_mul_ps
+#define EDIV _mm512_div_ps
 #define EMAX _mm512_max_ps
 #define EFMA _mm512_fmadd_ps
 #define EROUND(v) _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
@@ -53,6 +54,7 @@ typedef __m256 evec;
 #define EADD _mm256_add_ps
 #define ESUB _mm256_sub_ps
 #define EMUL _mm256_mul_ps
+#define EDIV _mm256_div_ps
 #define EMAX _mm256_max_ps
 #define EFMA _mm256_fmadd_ps
 #define EROUND(v) _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)

@@ -85,12 +85,8 @@ typedef void (*tile_fn)(const float *, long, const float *, long, long, float *,
 static const tile_fn TILES[MR_MAX + 1] = {0,      tile_1, tile_2, tile_3, tile_4,
                                           tile_5, tile_6, tile_7, tile_8};
 
-int sb_vector_width(void) { return VW; }
-
-int sb_column_tile(void) { return QN; }
-
 /* Bytes of one strip of K rows in `format` (0 if the format or K is not supported). */
-long sb_strip_bytes(long format, long K) {
+static long strip_bytes_of(long format, long K) {
     if (format == SB_F32) return K * QN * (long)sizeof(float);
     if (format == SB_BF16 || format == SB_F16) return K * QN * 2;
     if (K % QK) return 0;
@@ -202,7 +198,7 @@ struct gemm_args {
 
 static void gemm_columns(void *ctx, long n_begin, long n_end) {
     const struct gemm_args *a = ctx;
-    long strip_bytes = sb_strip_bytes(a->format, a->K);
+    long strip_bytes = strip_bytes_of(a->format, a->K);
     float *scratch = a->format == SB_F32 ? 0 : malloc(a->K * QN * sizeof(float));
     for (long n = n_begin; n < n_end; n += QN) {
         const float *w = strip_weights(a->w + n / QN * strip_bytes, a->format, a->K, scratch);
@@ -225,7 +221,7 @@ void sb_gemm(const float *x, long M, long K, const unsigned char *w, long format
 
 /* The float32 strips (SB_F32 layout) that the strips w in `format` stand for. */
 void sb_expand(const unsigned char *w, long format, long K, long Np, float *out) {
-    long strip_bytes = sb_strip_bytes(format, K);
+    long strip_bytes = strip_bytes_of(format, K);
     for (long n = 0; n < Np; n += QN) {
         float *dst = out + n * K;
         const float *src = strip_weights(w + n / QN * strip_bytes, format, K, dst);

@@ -31,8 +31,9 @@ HALF_TYPES = ("BF16", "F16")
 class SbLinear:
     """y = x @ weight.T (+ bias), weight [N, K] float32; invariant by construction.
 
-    `source`, when given, is the quantized tensor `weight` was dequantized from; the kernel
-    then reads its blocks instead of float32 (same bits, checked at construction).
+    `source`, when given, is the stored form `weight` was widened from (quantized blocks or
+    16-bit values); the kernel then reads it instead of float32 (same bits, checked at
+    construction).
     """
 
     def __init__(

@@ -27,13 +27,11 @@
 #define RABS(v) _mm512_abs_ps(v)
 #define RNEG(v) _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), \
     _mm512_set1_epi32((int)0x80000000u)))
-#define RDIV _mm512_div_ps
 #define RPICK_GE0(g, if_ge, if_lt) \
     _mm512_mask_blend_ps(_mm512_cmp_ps_mask(g, ESET1(0.0f), _CMP_GE_OQ), if_lt, if_ge)
 #else
 #define RABS(v) _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)))
 #define RNEG(v) _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u)))
-#define RDIV _mm256_div_ps
 #define RPICK_GE0(g, if_ge, if_lt) \
     _mm256_blendv_ps(if_lt, if_ge, _mm256_cmp_ps(g, ESET1(0.0f), _CMP_GE_OQ))
 #endif
@@ -48,7 +46,7 @@ static inline float silu_mul1(float g, float u) {
 static inline evec silu_mul_vec(evec g, evec u) {
     evec e = sb_exp_vec(RNEG(RABS(g)));
     evec num = RPICK_GE0(g, g, EMUL(g, e));
-    return EMUL(RDIV(num, EADD(ESET1(1.0f), e)), u);
+    return EMUL(EDIV(num, EADD(ESET1(1.0f), e)), u);
 }
 
 static void silu_mul_row(const float *g, const float *u, long n, float *out) {
