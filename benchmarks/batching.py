@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
+from common import Timings  # noqa: E402
 
 SYSTEMS = ("invariant", "fast", "hf")
 SECTION = "CPU continuous batching (issue 3)"
@@ -56,18 +57,6 @@ class BatchRun:
 
     def tokens_per_s(self) -> float:
         return sum(len(t) for t in self.token_ids) / self.wall_s
-
-
-@dataclass
-class Timings:
-    runs: dict[str, list[BatchRun]] = field(default_factory=lambda: {s: [] for s in SYSTEMS})
-
-    def median_tps(self, system: str) -> float:
-        return common.median([r.tokens_per_s() for r in self.runs[system]])
-
-    def best_tps(self, system: str) -> float:
-        """Fastest repetition: the least disturbed by other jobs on a shared machine."""
-        return max(r.tokens_per_s() for r in self.runs[system])
 
 
 # ---------------------------------------------------------------------------- systems
@@ -116,7 +105,7 @@ def time_systems(args: Args, systems: dict) -> tuple[Timings, list[list[int]]]:
     for name, system in systems.items():
         system.generate(batches[0], WARMUP_TOKENS)
         print(f"warmed up {name}", flush=True)
-    timings = Timings()
+    timings = Timings.for_systems(SYSTEMS)
     names = list(systems)
     for rep, batch in enumerate(batches[1:]):
         for name in names[rep % len(names) :] + names[: rep % len(names)]:

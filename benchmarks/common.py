@@ -33,6 +33,26 @@ PROMPT_TOKEN_RANGE = (100, 49000)
 
 
 # ---------------------------------------------------------------------------- machine facts
+
+
+@dataclass
+class Timings:
+    """Timed runs per system; each run has `tokens_per_s()`."""
+
+    runs: dict[str, list]
+
+    @classmethod
+    def for_systems(cls, systems: tuple[str, ...]) -> Timings:
+        return cls({s: [] for s in systems})
+
+    def median_tps(self, system: str) -> float:
+        return median([r.tokens_per_s() for r in self.runs[system]])
+
+    def best_tps(self, system: str) -> float:
+        """Fastest repetition: the least disturbed by other jobs on a shared machine."""
+        return max(r.tokens_per_s() for r in self.runs[system])
+
+
 def cpu_model() -> str:
     """The CPU model name from /proc/cpuinfo (platform.processor() as a fallback)."""
     try:

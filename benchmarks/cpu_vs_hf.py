@@ -18,11 +18,12 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
+from common import Timings  # noqa: E402
 
 SYSTEMS = ("invariant", "fast", "hf")
 SECTION = "CPU, batch 1 (issue 2)"
@@ -55,18 +56,6 @@ class Run:
 
     def decode_tokens_per_s(self) -> float:
         return (len(self.token_ids) - 1) / (self.wall_s - self.ttft_s)
-
-
-@dataclass
-class Timings:
-    runs: dict[str, list[Run]] = field(default_factory=lambda: {s: [] for s in SYSTEMS})
-
-    def median_tps(self, system: str) -> float:
-        return common.median([r.tokens_per_s() for r in self.runs[system]])
-
-    def best_tps(self, system: str) -> float:
-        """Fastest repetition: the least disturbed by other jobs on a shared machine."""
-        return max(r.tokens_per_s() for r in self.runs[system])
 
 
 # ---------------------------------------------------------------------------- systems
@@ -117,7 +106,7 @@ def time_systems(args: Args, systems: dict, prompts: list[list[int]]) -> Timings
     for name, system in systems.items():
         system.generate(prompts[0], 8)
         print(f"warmed up {name}", flush=True)
-    timings = Timings()
+    timings = Timings.for_systems(SYSTEMS)
     names = list(systems)
     for rep, prompt in enumerate(prompts[1:]):
         order = names[rep % len(names) :] + names[: rep % len(names)]
