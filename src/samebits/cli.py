@@ -20,15 +20,20 @@ def _add_generate(sub) -> None:
     p.add_argument(
         "--no-chat", action="store_true", help="send PROMPT raw, without the chat template"
     )
+    _add_plan_arguments(p)
+
+
+def _add_plan_arguments(p) -> None:
     p.add_argument("--kernel-plan", default="invariant", choices=("invariant", "fast"))
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--dtype", default=None, help="float32 on cpu, bfloat16 on cuda (the default)")
     p.add_argument("--threads", type=int, default=None)
 
 
 def _add_info(sub) -> None:
     p = sub.add_parser("info", help="print the kernel plan and the deployment fingerprint")
     p.add_argument("--model", default=None)
-    p.add_argument("--kernel-plan", default="invariant", choices=("invariant", "fast"))
-    p.add_argument("--threads", type=int, default=None)
+    _add_plan_arguments(p)
     p.add_argument("--json", action="store_true", help="print all fingerprint components as JSON")
 
 
@@ -39,7 +44,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     params = SamplingParams(
         max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed
     )
-    llm = LLM(args.model, kernel_plan=args.kernel_plan, num_threads=args.threads, progress=True)
+    llm = LLM(
+        args.model, kernel_plan=args.kernel_plan, num_threads=args.threads, progress=True,
+        device=args.device, dtype=args.dtype,
+    )  # fmt: skip
     tok = llm.tokenizer
     if args.no_chat:
         ids = tok.encode(args.prompt, add_special_tokens=True)
@@ -64,10 +72,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    from samebits.config import PlanConfig
     from samebits.deployment import build_deployment
     from samebits.model import load_model
 
-    dep = build_deployment(load_model(args.model, progress=True), args.kernel_plan, args.threads)
+    plan = PlanConfig(args.kernel_plan, args.dtype, args.device, args.threads)
+    dep = build_deployment(
+        load_model(args.model, progress=True), plan.kernel_plan, plan.num_threads,
+        device=plan.device, dtype=plan.dtype,
+    )  # fmt: skip
     if args.json:
         print(json.dumps({"fingerprint": dep.fingerprint, **dep.components}, indent=2))
         return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 KERNEL_PLANS = ("invariant", "fast")
+DEVICE_DTYPES = {"cpu": ("float32",), "cuda": ("bfloat16",)}  # first: the device's default
 
 
 @dataclass(frozen=True)
@@ -39,21 +40,31 @@ class PlanConfig:
     """Static facts the kernel plan is chosen from (never runtime state)."""
 
     kernel_plan: str = "invariant"
-    dtype: str = "float32"
+    dtype: str | None = None  # None: the device's default (float32 on cpu, bfloat16 on cuda)
     device: str = "cpu"
     num_threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.kernel_plan not in KERNEL_PLANS:
             raise ValueError(f"kernel_plan must be one of {KERNEL_PLANS}, got {self.kernel_plan!r}")
-        if self.dtype not in ("float32",):
-            raise ValueError(f"dtype must be 'float32' on the CPU backend, got {self.dtype!r}")
-        if self.device != "cpu":
-            raise ValueError(
-                f"device must be 'cpu' (GPU plans are not built yet), got {self.device!r}"
-            )
+        if self.device not in DEVICE_DTYPES:
+            raise ValueError(f"device must be one of {tuple(DEVICE_DTYPES)}, got {self.device!r}")
+        dtypes = DEVICE_DTYPES[self.device]
+        if self.dtype is None:
+            object.__setattr__(self, "dtype", dtypes[0])
+        if self.dtype not in dtypes:
+            raise ValueError(f"dtype on {self.device} must be one of {dtypes}, got {self.dtype!r}")
+        if self.device == "cuda":
+            _require_cuda()
         if self.num_threads is not None:
             _require_positive("num_threads", self.num_threads)
+
+
+def _require_cuda() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError("device 'cuda' was asked for, but torch sees no CUDA GPU on this machine")
 
 
 def _require_positive(name: str, value: int) -> None:

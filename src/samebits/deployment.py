@@ -41,11 +41,12 @@ def qualify_model(model: DecoderModel) -> dict[str, bool]:
     """Run the linear probe once per distinct weight shape; raise if any fails."""
     results: dict[str, bool] = {}
     for lin in model.linears():
-        if not isinstance(lin, (TiledLinear, SbLinear)):
+        probe = _probe_for(lin)
+        if probe is None:
             continue
         key = f"linear[{lin.shape[0]}x{lin.shape[1]}]"
         if key not in results:
-            results[key] = qualify(lin)
+            results[key] = probe()
     failed = [k for k, ok in results.items() if not ok]
     if failed:
         raise KernelQualificationError(
@@ -55,26 +56,52 @@ def qualify_model(model: DecoderModel) -> dict[str, bool]:
     return results
 
 
+def _probe_for(lin):
+    """The start-up row-invariance probe of a linear kernel (a no-argument callable returning
+    pass/fail), or None where the kernel has nothing to qualify (stock torch)."""
+    if isinstance(lin, (TiledLinear, SbLinear)):
+        return lambda: qualify(lin)
+    return getattr(lin, "qualify", None)
+
+
 def build_deployment(
     loaded, kernel_plan: str = "invariant", num_threads: int | None = None,
-    max_model_len: int | None = None, release_sources: bool = False,
+    max_model_len: int | None = None, release_sources: bool = False, device: str = "cpu",
+    dtype: str | None = None,
 ) -> Deployment:  # fmt: skip
     """Build the plan and decoder for `loaded` (a LoadedModel) and fingerprint the result.
 
     With `release_sources` the projection weights are dropped from `loaded.weights` as the
     kernels take their own copies (only for a caller that owns `loaded`); the weights digest
-    is taken before."""
+    is taken before. `device` "cuda" builds the GPU plan (`dtype` default "bfloat16")."""
     cfg = loaded.config
     group = cfg.num_attention_heads // cfg.num_key_value_heads
-    plan = build_plan(kernel_plan, num_threads, head_dim=cfg.head_dim, group=group)
+    plan = build_plan(
+        kernel_plan, num_threads, head_dim=cfg.head_dim, group=group, device=device, dtype=dtype
+    )
     limit = min(max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
-    digest = weights_digest(loaded.weights)
+    digest = loaded.weights_identity or weights_digest(loaded.weights)
     model = DecoderModel(cfg, loaded.weights, plan, limit, release_sources, loaded.quantized)
     qualification = qualify_model(model)
-    components = fingerprint_components(plan, cfg, digest, qualification)
+    components = fingerprint_components(
+        plan, cfg, digest, qualification, _specializations(plan, model)
+    )
     return Deployment(
         loaded, plan, model, limit, qualification, components, fingerprint(components)
     )
+
+
+def _specializations(plan: KernelPlan, model: DecoderModel) -> list[str]:
+    """The GPU plan's compiled linear variants, per (role, N, K) of this model."""
+    if plan.device != "cuda" or plan.name != "invariant":
+        return []
+    from samebits.kernels.triton.backend import linear_specializations
+
+    roles = ("qkv", "o", "gate_up", "down", "lm_head")
+    shapes = [
+        (r, lin.shape[0], lin.shape[1]) for r, lin in zip(roles, model.linears(), strict=True)
+    ]
+    return linear_specializations(shapes)
 
 
 def cold_logits(deployment: Deployment, token_ids, all_rows: bool = False):
@@ -93,9 +120,10 @@ def cold_logits(deployment: Deployment, token_ids, all_rows: bool = False):
     num_blocks = -(-n // block)
     ids = tuple(int(t) for t in token_ids)
     req = ScheduledRequest("ref", ids, 0, tuple(range(num_blocks)), sample=True)
-    batch = build_flat_batch([req], block)
+    device = deployment.model.ops.device
+    batch = build_flat_batch([req], block, device)
     if all_rows:
-        batch = dataclasses.replace(batch, logits_indices=torch.arange(n))
+        batch = dataclasses.replace(batch, logits_indices=torch.arange(n, device=device))
     kv = deployment.model.new_kv_cache(num_blocks * block)
-    logits = deployment.model.forward(batch, kv).numpy()
+    logits = deployment.model.forward(batch, kv).cpu().numpy()
     return logits if all_rows else logits[-1]

@@ -18,14 +18,16 @@ class LLM:
     state produce alone (a prefix of the spec's Ref), whatever else is in the batch."""
 
     def __init__(
-        self, model: str | None = None, dtype: str = "float32", kernel_plan: str = "invariant",
+        self, model: str | None = None, dtype: str | None = None, kernel_plan: str = "invariant",
         max_num_seqs: int = 32, max_num_batched_tokens: int = 512, block_size: int = 16,
         num_kv_blocks: int = DEFAULT_NUM_KV_BLOCKS, enable_prefix_caching: bool = True,
         num_threads: int | None = None, max_model_len: int | None = None, progress: bool = False,
-        engine: LLMEngine | None = None,
+        engine: LLMEngine | None = None, device: str = "cpu",
     ) -> None:  # fmt: skip
+        """`device` "cpu" (float32) or "cuda" (bfloat16, Triton invariant kernels); `dtype`
+        None takes the device's default."""
         self.engine = engine or LLMEngine.from_args(
-            model, progress=progress, kernel_plan=kernel_plan, dtype=dtype,
+            model, progress=progress, kernel_plan=kernel_plan, dtype=dtype, device=device,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             block_size=block_size, num_kv_blocks=num_kv_blocks,
             enable_prefix_caching=enable_prefix_caching, num_threads=num_threads,

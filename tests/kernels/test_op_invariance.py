@@ -3,6 +3,8 @@ op(X[r:r+1]) for many row counts M and for thread counts 1 and 2."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -88,7 +90,7 @@ def test_qk_norm_and_rope_row_invariant(ops, threads):
         pos = row[:, 0].to(torch.int64).numpy()
         y = row[:, 1:].reshape(row.shape[0], HEADS, HEAD_DIM).clone()
         ops.head_rms_norm(y, w, 1e-6)
-        ops.rope(y, pos, cos, sin)
+        ops.rope(y, SimpleNamespace(positions=pos), cos, sin)  # CPU rope reads batch.positions
         return y.reshape(row.shape[0], -1)
 
     positions = torch.randint(0, 256, (128, 1), generator=torch.Generator().manual_seed(8))

@@ -18,7 +18,7 @@ from samebits.audit.report import format_header, format_refusal, format_result, 
 from samebits.audit.verify import SampleSpec, check_log, replay_sample
 
 EngineFactory = Callable[[dict[str, Any]], ReplayEngine]
-FINGERPRINT_ARGS = ("kernel_plan", "dtype", "num_threads", "max_model_len")
+FINGERPRINT_ARGS = ("kernel_plan", "device", "dtype", "num_threads", "max_model_len")
 
 
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +31,8 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--head", help="published head hash the log must end with")
     parser.add_argument("--model", help="model to replay with (default: the one in the log)")
     parser.add_argument("--kernel-plan", choices=("invariant", "fast"), default=None)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None)
+    parser.add_argument("--dtype", default=None)
     parser.add_argument("--num-threads", type=int, default=None)
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")

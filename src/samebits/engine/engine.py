@@ -66,19 +66,21 @@ class LLMEngine:
 
     @classmethod
     def from_loaded(
-        cls, loaded, kernel_plan: str = "invariant", dtype: str = "float32",
+        cls, loaded, kernel_plan: str = "invariant", dtype: str | None = None,
         num_threads: int | None = None, max_model_len: int | None = None,
-        release_sources: bool = False, **cache_and_sched,
+        release_sources: bool = False, device: str = "cpu", **cache_and_sched,
     ) -> LLMEngine:  # fmt: skip
         """Build the deployment (plan, decoder, fingerprint) for an already loaded model.
-        `release_sources`: the engine owns `loaded` and may drop weights the kernels copied."""
+        `release_sources`: the engine owns `loaded` and may drop weights the kernels copied.
+        `device` "cpu" or "cuda"; `dtype` None takes the device's default."""
         from samebits.config import PlanConfig
         from samebits.deployment import build_deployment
 
-        PlanConfig(kernel_plan, dtype, "cpu", num_threads)
+        plan = PlanConfig(kernel_plan, dtype, device, num_threads)
         deployment = build_deployment(
-            loaded, kernel_plan, num_threads, max_model_len, release_sources
-        )
+            loaded, kernel_plan, num_threads, max_model_len, release_sources, plan.device,
+            plan.dtype,
+        )  # fmt: skip
         return cls.from_deployment(deployment, **cache_and_sched)
 
     @classmethod

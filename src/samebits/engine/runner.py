@@ -13,8 +13,9 @@ import torch
 from samebits.kernels.metadata import FlatBatch
 
 
-def build_flat_batch(scheduled, block_size: int) -> FlatBatch:
-    """Flatten scheduled requests (see docs/architecture.md, scheduler -> runner contract)."""
+def build_flat_batch(scheduled, block_size: int, device: torch.device | str = "cpu") -> FlatBatch:
+    """Flatten scheduled requests (see docs/architecture.md, scheduler -> runner contract).
+    The tensors the model reads are put on `device` in one host-to-device copy."""
     counts = [len(s.token_ids) for s in scheduled]
     starts = np.array([s.start_position for s in scheduled], dtype=np.int64)
     query_req = np.repeat(np.arange(len(scheduled), dtype=np.int64), counts)
@@ -27,18 +28,30 @@ def build_flat_batch(scheduled, block_size: int) -> FlatBatch:
         tables[i, : len(s.block_table)] = s.block_table
     slots = tables[query_req, positions // block_size] * block_size + positions % block_size
     last_rows = [int(query_start_loc[i + 1]) - 1 for i, s in enumerate(scheduled) if s.sample]
-    ids = [t for s in scheduled for t in s.token_ids]
+    ids = np.fromiter((t for s in scheduled for t in s.token_ids), np.int64, len(positions))
+    ids_t, slots_t, rows_t, pos_t = _to_device(
+        device, ids, slots, np.array(last_rows, dtype=np.int64), positions
+    )
     return FlatBatch(
-        input_ids=torch.tensor(ids, dtype=torch.int64),
+        input_ids=ids_t,
         positions=positions,
         query_req=query_req,
         query_start_loc=query_start_loc,
         seq_lens=starts + np.array(counts, dtype=np.int64),
-        slot_mapping=torch.from_numpy(slots),
+        slot_mapping=slots_t,
         block_tables=tables,
         block_size=block_size,
-        logits_indices=torch.tensor(last_rows, dtype=torch.int64),
+        logits_indices=rows_t,
+        position_ids=None if pos_t.device.type == "cpu" else pos_t,
     )
+
+
+def _to_device(device, *arrays: np.ndarray) -> list[torch.Tensor]:
+    """int64 host arrays -> tensors on `device`, packed into one copy (zero-copy on CPU)."""
+    if torch.device(device).type == "cpu":
+        return [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
+    packed = torch.from_numpy(np.concatenate(arrays)).pin_memory().to(device, non_blocking=True)
+    return list(packed.split([len(a) for a in arrays]))
 
 
 class ModelRunner:
@@ -48,13 +61,14 @@ class ModelRunner:
         self.model = model
         self.block_size = block_size
         self.kv_cache = model.new_kv_cache(num_blocks * block_size)
+        self.device = model.ops.device
 
     def execute(self, sched_out) -> dict[str, np.ndarray]:
         """Returns one float32 logits row per scheduled request with `sample=True`."""
         scheduled = sched_out.scheduled
         if not scheduled:
             return {}
-        batch = build_flat_batch(scheduled, self.block_size)
+        batch = build_flat_batch(scheduled, self.block_size, self.device)
         sampled = [s.request_id for s in scheduled if s.sample]
-        logits = self.model.forward(batch, self.kv_cache).numpy()
+        logits = self.model.forward(batch, self.kv_cache).cpu().numpy()  # sampled rows only
         return {rid: logits[i] for i, rid in enumerate(sampled)}

@@ -73,8 +73,44 @@ def hardware() -> dict[str, str]:
     return info
 
 
-def fingerprint_components(plan, model_config, weights_hash: str, qualification: dict) -> dict:
+def gpu() -> dict[str, str]:
+    """The CUDA device that runs a GPU plan: name, compute capability, driver, CUDA runtime and
+    Triton version (the compiler of the kernels)."""
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    try:
+        triton_version = metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        triton_version = "absent"
     return {
+        "name": props.name,
+        "capability": f"{props.major}.{props.minor}",
+        "multiprocessors": str(props.multi_processor_count),
+        "driver": _driver_version(),
+        "cuda": str(torch.version.cuda),
+        "triton": triton_version,
+    }
+
+
+def _driver_version() -> str:
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=True,
+        )  # fmt: skip
+        return out.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return "unknown"
+
+
+def fingerprint_components(
+    plan, model_config, weights_hash: str, qualification: dict,
+    specializations: list[str] | None = None,
+) -> dict:  # fmt: skip
+    """`specializations`: the compiled kernel variants a GPU plan may launch (see
+    `samebits.kernels.triton.backend.linear_specializations`)."""
+    components = {
         "plan": plan.to_dict(),
         "qualification": qualification,
         "model_config": dataclasses.asdict(model_config),
@@ -82,6 +118,10 @@ def fingerprint_components(plan, model_config, weights_hash: str, qualification:
         "versions": software_versions(),
         "hardware": hardware(),
     }
+    if plan.device == "cuda":
+        components["gpu"] = gpu()
+        components["specializations"] = list(specializations or ())
+    return components
 
 
 def fingerprint(components: dict) -> str:

@@ -17,18 +17,31 @@ class FlatBatch:
     (= block_tables[query_req[i], positions[i] // block_size] * block_size + positions[i] % block_size);
     `query_start_loc[r]:query_start_loc[r+1]` are request r's tokens; `seq_lens[r]` is the number
     of positions request r has after this step; `logits_indices` are the rows whose logits are returned.
+
+    The torch tensors (`input_ids`, `slot_mapping`, `logits_indices`, `position_ids`) live on the
+    deployment's device; the numpy arrays are the host copies the runner built them from (CPU
+    kernels and host-side planning read those). `attn` is per-forward metadata an op set may
+    attach once for all layers (`Ops.prepare_batch`).
     """
 
-    input_ids: torch.Tensor  # [N] int64
-    positions: np.ndarray  # [N] int64
-    query_req: np.ndarray  # [N] int64
-    query_start_loc: np.ndarray  # [R + 1] int64
-    seq_lens: np.ndarray  # [R] int64
-    slot_mapping: torch.Tensor  # [N] int64
-    block_tables: np.ndarray  # [R, max_blocks] int64
+    input_ids: torch.Tensor  # [N] int64, device
+    positions: np.ndarray  # [N] int64, host
+    query_req: np.ndarray  # [N] int64, host
+    query_start_loc: np.ndarray  # [R + 1] int64, host
+    seq_lens: np.ndarray  # [R] int64, host
+    slot_mapping: torch.Tensor  # [N] int64, device
+    block_tables: np.ndarray  # [R, max_blocks] int64, host
     block_size: int
-    logits_indices: torch.Tensor  # [S] int64
+    logits_indices: torch.Tensor  # [S] int64, device
+    position_ids: torch.Tensor | None = None  # [N] int64, device (None: CPU, use `positions`)
+    attn: object | None = None
 
     @property
     def num_tokens(self) -> int:
         return int(self.positions.shape[0])
+
+    def device_positions(self) -> torch.Tensor:
+        """`positions` as a tensor on the batch's device."""
+        if self.position_ids is not None:
+            return self.position_ids
+        return torch.from_numpy(self.positions)

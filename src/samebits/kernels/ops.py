@@ -1,5 +1,6 @@
-"""The two op sets a KernelPlan can select: `InvariantOps` (batch-invariant) and `FastOps`
-(stock torch: MKL/oneDNN, SDPA — fast, and *not* batch-invariant)."""
+"""The CPU op sets: `InvariantOps` (batch-invariant) and `FastOps` (stock torch: MKL/oneDNN,
+SDPA — fast, and *not* batch-invariant; on CUDA it is the GPU plan's negative control too).
+Both implement `samebits.kernels.backend.Ops` and are registered there."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from samebits.kernels.backend import KVCache, register_ops
 from samebits.kernels.cpu import attention as cpu_attention
 from samebits.kernels.cpu import rowwise, sbattn, sbrow
 from samebits.kernels.cpu.linear import TiledLinear
@@ -19,7 +21,36 @@ from samebits.kernels.quantized import QuantizedTensor
 Linear = Callable[[torch.Tensor], torch.Tensor]
 
 
-class InvariantOps:
+class TorchPlacement:
+    """Parameter placement, KV cache allocation and KV store shared by the torch-memory op
+    sets: tensors on `device`, activations and KV cache in `act_dtype` (data movement only)."""
+
+    device = torch.device("cpu")
+    act_dtype = torch.float32
+
+    def weight(self, t: torch.Tensor) -> torch.Tensor:
+        return t.to(device=self.device, dtype=torch.float32).contiguous()
+
+    def embedding(self, table: torch.Tensor) -> torch.Tensor:
+        return table.to(device=self.device, dtype=self.act_dtype).contiguous()
+
+    def new_kv_cache(self, layers: int, slots: int, kv_heads: int, head_dim: int) -> KVCache:
+        def make() -> torch.Tensor:
+            return torch.zeros(
+                (slots, kv_heads, head_dim), dtype=self.act_dtype, device=self.device
+            )
+
+        return KVCache([make() for _ in range(layers)], [make() for _ in range(layers)])
+
+    def store_kv(self, kv: KVCache, layer: int, batch: FlatBatch, k, v) -> None:
+        kv.k[layer].index_copy_(0, batch.slot_mapping, k)
+        kv.v[layer].index_copy_(0, batch.slot_mapping, v)
+
+    def prepare_batch(self, batch: FlatBatch) -> FlatBatch:
+        return batch
+
+
+class InvariantOps(TorchPlacement):
     """Row-local kernels whose reduction order depends only on the plan and the element's
     logical position (see kernels/cpu/*.py for the per-op invariant)."""
 
@@ -33,9 +64,16 @@ class InvariantOps:
         self.num_threads = num_threads
         self.attention_kernel = attention_kernel
 
+    def weight(self, t: torch.Tensor) -> torch.Tensor:
+        return t.contiguous()
+
+    def embedding(self, table: torch.Tensor) -> torch.Tensor:
+        return table
+
     def linear(
-        self, weight: torch.Tensor, bias: torch.Tensor | None, source: QuantizedTensor | None = None
-    ) -> Linear:
+        self, weight: torch.Tensor, bias: torch.Tensor | None,
+        source: QuantizedTensor | None = None, role: str = "",
+    ) -> Linear:  # fmt: skip
         """`source`: the stored form `weight` was widened from; sbgemm reads it (same bits)."""
         if self.linear_kernel == "sbgemm":
             return SbLinear(weight, bias, self.num_threads, source)
@@ -65,8 +103,8 @@ class InvariantOps:
     def head_rms_norm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> None:
         rowwise.head_rms_norm(x.numpy(), w.numpy(), eps)
 
-    def rope(self, x: torch.Tensor, positions, cos: torch.Tensor, sin: torch.Tensor) -> None:
-        rowwise.rope(x.numpy(), positions, cos.numpy(), sin.numpy())
+    def rope(self, x: torch.Tensor, batch: FlatBatch, cos: torch.Tensor, sin: torch.Tensor) -> None:
+        rowwise.rope(x.numpy(), batch.positions, cos.numpy(), sin.numpy())
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         out = torch.empty((gate_up.shape[0], gate_up.shape[1] // 2), dtype=gate_up.dtype)
@@ -91,30 +129,44 @@ class InvariantOps:
         return out
 
 
-class FastOps:
-    """Stock torch ops. Correct, but reductions follow the library's shape-dependent choices."""
+class FastOps(TorchPlacement):
+    """Stock torch ops (MKL/oneDNN on CPU; cuBLAS and SDPA on CUDA). Correct, but reductions
+    follow the library's shape-dependent choices."""
 
-    def linear(self, weight: torch.Tensor, bias: torch.Tensor | None, source=None) -> Linear:
+    def __init__(self, device: str = "cpu", act_dtype: torch.dtype = torch.float32):
+        self.device = torch.device(device)
+        self.act_dtype = act_dtype
+
+    def linear(self, weight, bias, source=None, role: str = "") -> Linear:
+        weight = weight.to(device=self.device, dtype=self.act_dtype).contiguous()
+        bias = None if bias is None else bias.to(device=self.device, dtype=self.act_dtype)
+        if role == "lm_head":
+            return lambda x: F.linear(x, weight, bias).float()
         return lambda x: F.linear(x, weight, bias)
 
+    def _norm(self, x, w, eps):
+        x = x.float()
+        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w).to(self.act_dtype)
+
     def rms_norm(self, x, w, eps):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+        return self._norm(x, w, eps)
 
     def add_rms_norm(self, x, residual, w, eps):
         residual.add_(x)
-        return self.rms_norm(residual, w, eps), residual
+        return self._norm(residual, w, eps), residual
 
     def head_rms_norm(self, x, w, eps) -> None:
-        x.copy_(self.rms_norm(x, w, eps))
+        x.copy_(self._norm(x, w, eps))
 
-    def rope(self, x, positions, cos, sin) -> None:
-        pos = torch.from_numpy(positions)
+    def rope(self, x, batch: FlatBatch, cos, sin) -> None:
+        pos = batch.device_positions()
         c = cos[pos].unsqueeze(1)
         s = sin[pos].unsqueeze(1)
         half = x.shape[-1] // 2
-        a, b = x[..., :half].clone(), x[..., half:].clone()
-        x[..., :half] = a * c - b * s
-        x[..., half:] = b * c + a * s
+        a, b = x[..., :half].float(), x[..., half:].float()
+        lo, hi = a * c - b * s, b * c + a * s  # both before either write (a may alias x)
+        x[..., :half] = lo
+        x[..., half:] = hi
 
     def silu_mul(self, gate_up):
         inter = gate_up.shape[1] // 2
@@ -130,8 +182,8 @@ class FastOps:
             slots = _request_slots(batch, r)
             k = k_cache[slots].repeat_interleave(group, 1).transpose(0, 1)
             v = v_cache[slots].repeat_interleave(group, 1).transpose(0, 1)
-            pos = torch.from_numpy(batch.positions[lo:hi])
-            mask = torch.arange(len(slots))[None, :] <= pos[:, None]
+            pos = torch.from_numpy(batch.positions[lo:hi]).to(self.device)
+            mask = torch.arange(len(slots), device=self.device)[None, :] <= pos[:, None]
             qr = q[lo:hi].transpose(0, 1)
             o = F.scaled_dot_product_attention(qr, k, v, attn_mask=mask, scale=scale)
             out[lo:hi] = o.transpose(0, 1)
@@ -142,8 +194,25 @@ def _request_slots(batch: FlatBatch, r: int) -> torch.Tensor:
     n = int(batch.seq_lens[r])
     pos = torch.arange(n)
     table = torch.from_numpy(batch.block_tables[r])
-    return table[pos // batch.block_size] * batch.block_size + pos % batch.block_size
+    slots = table[pos // batch.block_size] * batch.block_size + pos % batch.block_size
+    return slots.to(batch.slot_mapping.device)
 
 
 def default_scale(head_dim: int) -> float:
     return 1.0 / math.sqrt(head_dim)
+
+
+def _cpu_invariant(plan) -> InvariantOps:
+    return InvariantOps(
+        plan.linear_tiles, plan.attention_key_tile, plan.linear_kernel, plan.num_threads,
+        plan.attention_kernel,
+    )  # fmt: skip
+
+
+def _torch_fast(plan) -> FastOps:
+    return FastOps(plan.device, getattr(torch, plan.dtype))
+
+
+register_ops("cpu", "invariant", _cpu_invariant)
+register_ops("cpu", "fast", _torch_fast)
+register_ops("cuda", "fast", _torch_fast)

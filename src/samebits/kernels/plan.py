@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from samebits.kernels.ops import FastOps, InvariantOps
+from samebits.kernels.backend import Ops, make_ops
 
 LINEAR_TILES = (64, 32, 16, 8, 4)
 KEY_TILE = 32
@@ -70,6 +70,10 @@ class KernelPlan:
     linear_kernel: str = "mkl-tiles"
     attention_kernel: str = "numba"
     torch_threads: int = 0  # torch's intra-op threads during a forward; 0: num_threads
+    device: str = "cpu"
+    dtype: str = "float32"  # activations, KV cache and (GPU) weights; residual/logits float32
+    head_dim: int = 0  # the model's; attention kernels are specialised on it
+    group: int = 1  # query heads per KV head
 
     def intra_op_threads(self) -> int:
         """Threads torch may use inside a forward pass. With the native kernels torch only
@@ -78,17 +82,13 @@ class KernelPlan:
         return self.torch_threads or self.num_threads
 
     def apply_threads(self) -> None:
-        """Set torch's intra-op thread count for this plan (process-wide; cheap if unchanged)."""
-        if torch.get_num_threads() != self.intra_op_threads():
+        """Set torch's intra-op thread count for a CPU plan (process-wide; cheap if unchanged)."""
+        if self.device == "cpu" and torch.get_num_threads() != self.intra_op_threads():
             torch.set_num_threads(self.intra_op_threads())
 
-    def make_ops(self) -> InvariantOps | FastOps:
-        if self.name == "invariant":
-            return InvariantOps(
-                self.linear_tiles, self.attention_key_tile, self.linear_kernel,
-                self.num_threads, self.attention_kernel,
-            )  # fmt: skip
-        return FastOps()
+    def make_ops(self) -> Ops:
+        """The registered op set for (device, name) (`samebits.kernels.backend`)."""
+        return make_ops(self)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -97,6 +97,8 @@ class KernelPlan:
         threads = f"threads={self.num_threads}"
         if self.intra_op_threads() != self.num_threads:
             threads += f", torch intra-op threads={self.intra_op_threads()}"
+        if self.device != "cpu":
+            threads = f"device={self.device}, dtype={self.dtype}"
         lines = [f"kernel plan: {self.name} ({threads})"]
         lines += [f"  {op:<18} {kernel}" for op, kernel in self.ops.items()]
         return "\n".join(lines)
@@ -104,7 +106,7 @@ class KernelPlan:
 
 def build_plan(
     name: str = "invariant", num_threads: int | None = None, linear_kernel: str | None = None,
-    head_dim: int = 64, group: int = 1,
+    head_dim: int = 64, group: int = 1, device: str = "cpu", dtype: str | None = None,
 ) -> KernelPlan:  # fmt: skip
     """Build the plan and apply its thread counts to torch and numba (process-wide; the model
     re-applies torch's at every forward, see `KernelPlan.apply_threads`).
@@ -116,20 +118,27 @@ def build_plan(
     """
     if name not in ("invariant", "fast"):
         raise ValueError(f"kernel_plan must be 'invariant' or 'fast', got {name!r}")
+    if device == "cuda":
+        from samebits.kernels.triton.backend import build_cuda_plan
+
+        return build_cuda_plan(name, dtype or "bfloat16", head_dim, group)
     threads = num_threads or min(os.cpu_count() or 1, 8)
     torch.set_num_threads(threads)
     from samebits.kernels.cpu.numba_env import numba
 
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    shape = {"head_dim": head_dim, "group": group}
     if name == "fast":
-        return KernelPlan(name, threads, LINEAR_TILES, KEY_TILE, dict(FAST_OPS), "torch")
+        return KernelPlan(name, threads, LINEAR_TILES, KEY_TILE, dict(FAST_OPS), "torch", **shape)
     kernel = _choose_linear_kernel(linear_kernel or os.environ.get("SAMEBITS_LINEAR_KERNEL"))
     attention = "sbattn" if kernel == "sbgemm" and _sbattn_fits(head_dim, group) else "numba"
     ops = dict(INVARIANT_OPS, linear=LINEAR_KERNELS[kernel], attention=ATTENTION_KERNELS[attention])
     if kernel == "sbgemm":
         ops.update(NATIVE_ROW_OPS)
     torch_threads = 1 if kernel == "sbgemm" and attention == "sbattn" else 0
-    plan = KernelPlan(name, threads, LINEAR_TILES, KEY_TILE, ops, kernel, attention, torch_threads)
+    plan = KernelPlan(
+        name, threads, LINEAR_TILES, KEY_TILE, ops, kernel, attention, torch_threads, **shape
+    )
     plan.apply_threads()
     return plan
 

@@ -30,7 +30,10 @@ class LoadedModel:
     `config.tie_word_embeddings`); `source_files` lists every file read, in read order;
     `quantized` holds, for some of those names, the checkpoint's stored form that widens
     bitwise to the float32 weight (GGUF Q4_1 / Q8_0 blocks, bfloat16 / float16 values), for
-    kernels that read it.
+    kernels that read it. A generated model (`samebits.model.random_init`) may instead hold
+    its weights in another dtype on another device (e.g. bfloat16 on CUDA); it then names
+    them by `weights_identity` (its generator recipe), which replaces the SHA-256 of the
+    bytes in the fingerprint.
     """
 
     config: ModelConfig
@@ -39,6 +42,7 @@ class LoadedModel:
     name: str
     source_files: tuple[str, ...]
     quantized: dict[str, QuantizedTensor] = field(default_factory=dict)
+    weights_identity: str = ""
 
 
 @dataclass(frozen=True)

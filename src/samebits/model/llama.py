@@ -4,46 +4,43 @@ besides the paged KV cache it is handed."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
+from samebits.kernels.backend import KVCache
 from samebits.kernels.metadata import FlatBatch
 from samebits.kernels.ops import default_scale
 from samebits.kernels.plan import KernelPlan
 from samebits.kernels.quantized import QuantizedTensor
 from samebits.model.rope_tables import rope_tables
 
-
-@dataclass
-class KVCache:
-    """Per-layer K and V slot arrays: [num_slots, num_kv_heads, head_dim] float32."""
-
-    k: list[torch.Tensor]
-    v: list[torch.Tensor]
+__all__ = ["DecoderModel", "KVCache"]
 
 
 class _Layer:
     def __init__(self, ops, cfg, w: dict[str, torch.Tensor], blocks: dict, prefix: str):
         attn = f"{prefix}.self_attn"
 
-        def linear(parts: list[str], bias: torch.Tensor | None = None):
+        def linear(role: str, parts: list[str], bias: torch.Tensor | None = None):
             names = [f"{prefix}.{p}.weight" for p in parts]
             weight = torch.cat([w[n] for n in names]) if len(names) > 1 else w[names[0]]
             source = QuantizedTensor.concat([blocks.get(n) for n in names])
-            return ops.linear(weight, bias, source)
+            return ops.linear(weight, bias, source, role=role)
 
         bias = None
         if cfg.attention_bias:
-            bias = torch.cat([w[f"{attn}.{p}_proj.bias"] for p in "qkv"])
-        self.qkv = linear([f"self_attn.{p}_proj" for p in "qkv"], bias)
-        self.o = linear(["self_attn.o_proj"])
-        self.gate_up = linear(["mlp.gate_proj", "mlp.up_proj"])
-        self.down = linear(["mlp.down_proj"])
-        self.ln1 = w[f"{prefix}.input_layernorm.weight"]
-        self.ln2 = w[f"{prefix}.post_attention_layernorm.weight"]
-        self.q_norm = w.get(f"{attn}.q_norm.weight")
-        self.k_norm = w.get(f"{attn}.k_norm.weight")
+            bias = ops.weight(torch.cat([w[f"{attn}.{p}_proj.bias"] for p in "qkv"]))
+        self.qkv = linear("qkv", [f"self_attn.{p}_proj" for p in "qkv"], bias)
+        self.o = linear("o", ["self_attn.o_proj"])
+        self.gate_up = linear("gate_up", ["mlp.gate_proj", "mlp.up_proj"])
+        self.down = linear("down", ["mlp.down_proj"])
+        self.ln1 = ops.weight(w[f"{prefix}.input_layernorm.weight"])
+        self.ln2 = ops.weight(w[f"{prefix}.post_attention_layernorm.weight"])
+        self.q_norm = _optional(ops, w.get(f"{attn}.q_norm.weight"))
+        self.k_norm = _optional(ops, w.get(f"{attn}.k_norm.weight"))
+
+
+def _optional(ops, t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else ops.weight(t)
 
 
 _PROJECTIONS = tuple(f"self_attn.{p}_proj" for p in "qkvo") + tuple(
@@ -71,7 +68,7 @@ class DecoderModel:
         self.plan = plan
         self.ops = plan.make_ops()
         blocks = quantized if quantized is not None else {}
-        self.embed = weights["model.embed_tokens.weight"]
+        self.embed = self.ops.embedding(weights["model.embed_tokens.weight"])
         self.layers = []
         for i in range(cfg.num_hidden_layers):
             prefix = f"model.layers.{i}"
@@ -80,14 +77,15 @@ class DecoderModel:
                 for name in _PROJECTIONS:
                     weights.pop(f"{prefix}.{name}.weight", None)
                     blocks.pop(f"{prefix}.{name}.weight", None)
-        self.norm = weights["model.norm.weight"]
+        self.norm = self.ops.weight(weights["model.norm.weight"])
         head_name = "lm_head.weight" if "lm_head.weight" in weights else "model.embed_tokens.weight"
-        self.lm_head = self.ops.linear(weights[head_name], None, blocks.get(head_name))
+        self.lm_head = self.ops.linear(
+            weights[head_name], None, blocks.get(head_name), role="lm_head"
+        )
         if release_sources:
             blocks.pop(head_name, None)
-        self.cos, self.sin = rope_tables(
-            cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, max_positions
-        )
+        cos, sin = rope_tables(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, max_positions)
+        self.cos, self.sin = self.ops.weight(cos), self.ops.weight(sin)
         self.scale = default_scale(cfg.head_dim)
 
     def linears(self) -> list:
@@ -96,20 +94,21 @@ class DecoderModel:
         return [first.qkv, first.o, first.gate_up, first.down, self.lm_head]
 
     def new_kv_cache(self, num_slots: int) -> KVCache:
-        shape = (num_slots, self.cfg.num_key_value_heads, self.cfg.head_dim)
-        n = self.cfg.num_hidden_layers
-        return KVCache(
-            [torch.zeros(shape) for _ in range(n)], [torch.zeros(shape) for _ in range(n)]
+        cfg = self.cfg
+        return self.ops.new_kv_cache(
+            cfg.num_hidden_layers, num_slots, cfg.num_key_value_heads, cfg.head_dim
         )
 
     @torch.inference_mode()
     def forward(self, batch: FlatBatch, kv: KVCache) -> torch.Tensor:
+        """float32 logits [len(batch.logits_indices), vocab] on the plan's device."""
         self.plan.apply_threads()
+        batch = self.ops.prepare_batch(batch)
         eps = self.cfg.rms_norm_eps
-        residual = self.embed.index_select(0, batch.input_ids).contiguous()
+        residual = self.embed.index_select(0, batch.input_ids).float().contiguous()
         x = self.ops.rms_norm(residual, self.layers[0].ln1, eps)
         for i, layer in enumerate(self.layers):
-            attn = self._attention(layer, x, batch, kv.k[i], kv.v[i])
+            attn = self._attention(layer, x, batch, kv, i)
             x, residual = self.ops.add_rms_norm(layer.o(attn), residual, layer.ln2, eps)
             mlp = layer.down(self.ops.silu_mul(layer.gate_up(x)))
             nxt = self.layers[i + 1].ln1 if i + 1 < len(self.layers) else None
@@ -124,7 +123,7 @@ class DecoderModel:
         )[0]
         return self.lm_head(last)
 
-    def _attention(self, layer: _Layer, x, batch: FlatBatch, k_cache, v_cache) -> torch.Tensor:
+    def _attention(self, layer: _Layer, x, batch: FlatBatch, kv: KVCache, i: int) -> torch.Tensor:
         cfg = self.cfg
         n, hd, kvd = (
             x.shape[0],
@@ -138,9 +137,8 @@ class DecoderModel:
         if layer.q_norm is not None:
             self.ops.head_rms_norm(q, layer.q_norm, cfg.rms_norm_eps)
             self.ops.head_rms_norm(k, layer.k_norm, cfg.rms_norm_eps)
-        self.ops.rope(q, batch.positions, self.cos, self.sin)
-        self.ops.rope(k, batch.positions, self.cos, self.sin)
-        k_cache.index_copy_(0, batch.slot_mapping, k)
-        v_cache.index_copy_(0, batch.slot_mapping, v)
-        out = self.ops.attention(q, k_cache, v_cache, batch, self.scale)
+        self.ops.rope(q, batch, self.cos, self.sin)
+        self.ops.rope(k, batch, self.cos, self.sin)
+        self.ops.store_kv(kv, i, batch, k, v)
+        out = self.ops.attention(q, kv.k[i], kv.v[i], batch, self.scale)
         return out.reshape(n, hd)

@@ -39,6 +39,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="rotate segments at this size",
     )
     add("--kernel-plan", default="invariant", choices=("invariant", "fast"))
+    add("--device", default="cpu", choices=("cpu", "cuda"))
+    add("--dtype", default=None, help="float32 on cpu, bfloat16 on cuda (the default)")
     add("--num-threads", type=int, default=None)
     add("--max-model-len", type=int, default=None)
     add("--max-num-seqs", type=int, default=32)
@@ -56,6 +58,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """`LLMEngine.from_args` keyword arguments from the command line."""
     kwargs: dict[str, Any] = {
         "kernel_plan": args.kernel_plan,
+        "device": args.device,
+        "dtype": args.dtype,
         "num_threads": args.num_threads,
         "max_model_len": args.max_model_len,
         "max_num_seqs": args.max_num_seqs,
@@ -74,7 +78,8 @@ def session_engine_args(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "model": model,
         "kernel_plan": args.kernel_plan,
-        "dtype": "float32",
+        "device": args.device,
+        "dtype": args.dtype,
         "num_threads": args.num_threads,
         "max_model_len": args.max_model_len,
     }

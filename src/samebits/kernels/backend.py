@@ -1,0 +1,105 @@
+"""The op-set interface every backend implements, and the registry keyed by (device, plan).
+
+The decoder (`samebits.model.llama`) calls only the methods of `Ops`; adding a backend means
+registering a factory here, never changing the model. A factory receives the built
+`KernelPlan` (static facts only) and returns the op set.
+
+Invariant of an op set registered under plan name "invariant": every output row of every op
+is a function of that row's inputs and its logical position only (never of the other rows in
+the batch, the number of query tokens of a chunk, or where KV pages sit in memory).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import torch
+
+if TYPE_CHECKING:
+    from samebits.kernels.metadata import FlatBatch
+    from samebits.kernels.plan import KernelPlan
+    from samebits.kernels.quantized import QuantizedTensor
+
+Linear = Callable[[torch.Tensor], torch.Tensor]
+LINEAR_ROLES = ("qkv", "o", "gate_up", "down", "lm_head")
+
+
+@dataclass
+class KVCache:
+    """Per-layer K and V slot arrays: [num_slots, num_kv_heads, head_dim] in the op set's
+    cache dtype, on its device. Slot `s` of block `b` is `b * block_size + offset`."""
+
+    k: list[torch.Tensor]
+    v: list[torch.Tensor]
+
+
+class Ops(Protocol):
+    """What the decoder needs from a backend. Activations between ops are `act_dtype` on
+    `device`; the residual stream is float32; logits are float32."""
+
+    device: torch.device
+    act_dtype: torch.dtype
+
+    def weight(self, t: torch.Tensor) -> torch.Tensor:
+        """A small parameter (norm weights, RoPE tables, biases) placed for the kernels."""
+
+    def embedding(self, table: torch.Tensor) -> torch.Tensor:
+        """The embedding table placed for `index_select` (rows are copied, never summed)."""
+
+    def linear(
+        self, weight: torch.Tensor, bias: torch.Tensor | None,
+        source: QuantizedTensor | None = None, role: str = "",
+    ) -> Linear:  # fmt: skip
+        """y = x @ weight.T + bias. `role` is one of LINEAR_ROLES (fixes the split plan and,
+        for "lm_head", a float32 output)."""
+
+    def rms_norm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor: ...
+
+    def add_rms_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """residual += x in place; returns (norm(residual), residual)."""
+
+    def head_rms_norm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> None: ...
+
+    def rope(self, x: torch.Tensor, batch: FlatBatch, cos, sin) -> None: ...
+
+    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor: ...
+
+    def new_kv_cache(self, layers: int, slots: int, kv_heads: int, head_dim: int) -> KVCache: ...
+
+    def store_kv(self, kv: KVCache, layer: int, batch: FlatBatch, k, v) -> None: ...
+
+    def prepare_batch(self, batch: FlatBatch) -> FlatBatch:
+        """Per-forward metadata (e.g. attention tile maps), computed once for all layers."""
+
+    def attention(self, q, k_cache, v_cache, batch: FlatBatch, scale: float) -> torch.Tensor: ...
+
+
+OpsFactory = Callable[["KernelPlan"], Ops]
+_REGISTRY: dict[tuple[str, str], OpsFactory] = {}
+
+
+def register_ops(device: str, plan_name: str, factory: OpsFactory) -> None:
+    """Register the op-set factory for plans named `plan_name` on `device` ("cpu", "cuda")."""
+    _REGISTRY[(device, plan_name)] = factory
+
+
+def make_ops(plan: KernelPlan) -> Ops:
+    """The op set of `plan` (raises ValueError for an unregistered (device, plan) pair)."""
+    _load_backends(plan.device)
+    factory = _REGISTRY.get((plan.device, plan.name))
+    if factory is None:
+        known = ", ".join(f"{d}/{p}" for d, p in _REGISTRY)
+        raise ValueError(f"no kernel plan {plan.name!r} for device {plan.device!r} ({known})")
+    return factory(plan)
+
+
+def _load_backends(device: str) -> None:
+    """Import the module that registers `device`'s op sets (GPU code only when asked for)."""
+    if device == "cuda":
+        import samebits.kernels.triton.backend  # noqa: F401
+    else:
+        import samebits.kernels.ops  # noqa: F401
