@@ -9,14 +9,11 @@ import pytest
 from samebits.deployment import build_deployment
 from samebits.model import load_model
 from samebits.testing.determinism_matrix import (
-    CATEGORIES,
     MatrixSize,
-    RefCache,
     build_scenarios,
     check_matrix,
-    is_reference_prefix,
-    prefill_vs_decode,
-    prefix_with_generated,
+    full_check,
+    full_check_problems,
 )
 
 
@@ -26,22 +23,9 @@ def _deployment(path_or_model, plan: str = "invariant"):
 
 
 def _full_check(dep, size: MatrixSize, label: str, matrix_log) -> int:
-    scenarios = build_scenarios(size)
-    report = check_matrix(dep, scenarios)
-    prompt = scenarios[0].jobs[0].prompt
-    rows, bad = prefill_vs_decode(dep, prompt, size.n_out)
-    report.rows["prefill_vs_decode"] += rows
-    report.mismatches += bad
-    follow, view, hits = prefix_with_generated(dep, prompt, size.n_out, (1, 2, 3))
-    report.rows["prefix"] += len(view.records)
-    if not is_reference_prefix(view, RefCache(dep).get(follow)):
-        report.mismatches.append("follow-up turn differs from Ref")
+    report, hits = full_check(dep, size)
     matrix_log(f"{label}: {report.summary()}")
-    assert hits > 0, "the follow-up turn should hit blocks holding generated tokens"
-    assert report.preemptions > 0, "the pressure scenarios should force preemption"
-    assert report.prefix_hits > 0
-    assert all(report.rows[c] > 0 for c in CATEGORIES)
-    assert report.mismatches == []
+    assert full_check_problems(report, hits) == []
     return report.total_rows
 
 

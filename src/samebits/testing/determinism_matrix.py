@@ -277,3 +277,34 @@ def _run_one(engine: LLMEngine, rid: str, job: Job):
         for out in engine.step():
             final = out if out.finished else final
     return final
+
+
+def full_check(deployment, size: MatrixSize) -> tuple[Report, int]:
+    """Every category of the matrix, the prefill-vs-decode comparison and a follow-up turn that
+    reuses cached blocks of generated tokens. Returns (report, follow-up prefix-hit tokens);
+    the caller asserts `report.mismatches == []` and that every category was exercised."""
+    scenarios = build_scenarios(size)
+    report = check_matrix(deployment, scenarios)
+    prompt = scenarios[0].jobs[0].prompt
+    rows, bad = prefill_vs_decode(deployment, prompt, size.n_out)
+    report.rows["prefill_vs_decode"] += rows
+    report.mismatches += bad
+    follow, view, hits = prefix_with_generated(deployment, prompt, size.n_out, (1, 2, 3))
+    report.rows["prefix"] += len(view.records)
+    if not is_reference_prefix(view, RefCache(deployment).get(follow)):
+        report.mismatches.append("follow-up turn differs from Ref")
+    return report, hits
+
+
+def full_check_problems(report: Report, hits: int) -> list[str]:
+    """Why a `full_check` run does not pass (empty: it passes): mismatches, or a category
+    the run failed to exercise (no preemption, no prefix hit, an empty category)."""
+    problems = list(report.mismatches)
+    if hits <= 0:
+        problems.append("the follow-up turn hit no blocks holding generated tokens")
+    if report.preemptions <= 0:
+        problems.append("the pressure scenarios forced no preemption")
+    if report.prefix_hits <= 0:
+        problems.append("no prefix-cache hits")
+    problems += [f"category {c} compared no rows" for c in CATEGORIES if report.rows[c] <= 0]
+    return problems

@@ -1,0 +1,358 @@
+"""Agreement with HF transformers on the same random weights: samebits' invariant GPU plan
+(bfloat16 on cuda) against transformers' own model of the architecture, per preset.
+
+For each preset (`samebits.model.random_init`): one `random_model(..., device, dtype)`; the HF
+model (LlamaForCausalLM / Qwen3ForCausalLM / Qwen2ForCausalLM / MistralForCausalLM, from
+`to_hf_config(cfg)`) gets the very same tensors (`load_state_dict(strict=True, assign=True)`;
+tied embeddings: lm_head is the embedding tensor). Reported per model:
+
+- logits over every position of one prompt (`samebits.deployment.cold_logits(..., all_rows=
+  True)` against HF's forward): max |diff| / max |HF logit|, mean |diff|, and the fraction of
+  positions whose argmax agrees;
+- greedy generation, 16 steps, on a few prompts: HF `generate(do_sample=False)` (EOS off)
+  against samebits `SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)`: equal or
+  not, and the length of the common leading run;
+- with the float32 reference (default on cuda): both against HF in float32 on the same
+  weights (widened exactly), logits and greedy runs, to tell which side's rounding is larger.
+
+Random weights give logits ~N(0, 1) over the vocabulary (see random_init), so near-ties are
+common and a greedy divergence after some steps is expected from bfloat16 rounding alone;
+the logits numbers are the primary measure.
+
+    python benchmarks/gpu_agreement.py            # tiny-llama, tiny-qwen3 (cuda, bfloat16)
+    python benchmarks/gpu_agreement.py --big      # + llama-3-8b, qwen3-8b
+    python benchmarks/gpu_agreement.py --device cpu   # float32 CPU plan (a check of this script)
+Writes JSON to $OUT/gpu_agreement.json when OUT is set, else ./gpu_agreement.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+DEFAULT_PRESETS = ("tiny-llama", "tiny-qwen3")
+BIG_PRESETS = ("llama-3-8b", "qwen3-8b")
+HF_CLASSES = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+}
+DEVICE_DTYPE = {"cuda": "bfloat16", "cpu": "float32"}
+LOGITS_PROMPT_LEN = 256
+GREEDY_PROMPT_LENS = (7, 64, 200)
+GREEDY_STEPS = 16
+MAX_MODEL_LEN = 2048
+# Recorded, not enforced: a bfloat16 forward through 32+ layers is not expected to be closer.
+REL_DIFF_TARGET = 5e-2
+
+
+# ---------------------------------------------------------------------------- HF side
+def to_hf_config(cfg):
+    """The transformers config of a samebits `ModelConfig` (inverse of `model_config_from_hf`)."""
+    import transformers
+
+    rope: dict = {"rope_type": "default", "rope_theta": cfg.rope_theta}
+    if cfg.rope_scaling is not None:
+        s = cfg.rope_scaling
+        rope.update(
+            rope_type=s.rope_type, factor=s.factor, low_freq_factor=s.low_freq_factor,
+            high_freq_factor=s.high_freq_factor,
+            original_max_position_embeddings=s.original_max_position_embeddings,
+        )  # fmt: skip
+    common = dict(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_hidden_layers,
+        num_attention_heads=cfg.num_attention_heads, num_key_value_heads=cfg.num_key_value_heads,
+        head_dim=cfg.head_dim, rms_norm_eps=cfg.rms_norm_eps,
+        max_position_embeddings=cfg.max_position_embeddings,
+        tie_word_embeddings=cfg.tie_word_embeddings, hidden_act="silu", rope_parameters=rope,
+    )  # fmt: skip
+    if cfg.model_type == "llama":
+        return transformers.LlamaConfig(**common, attention_bias=False, mlp_bias=False)
+    if cfg.model_type == "mistral":
+        return transformers.MistralConfig(**common, sliding_window=None)
+    if cfg.model_type == "qwen2":
+        return transformers.Qwen2Config(**common, use_sliding_window=False)
+    if cfg.model_type == "qwen3":
+        return transformers.Qwen3Config(**common, use_sliding_window=False, attention_bias=False)
+    raise ValueError(f"no HF class for model_type {cfg.model_type!r}")
+
+
+def check_config_round_trip(cfg) -> None:
+    """`model_config_from_hf(to_hf_config(cfg))` must give `cfg` back (raises otherwise)."""
+    from samebits.model.config import model_config_from_hf
+
+    hf_cfg = to_hf_config(cfg)
+    raw = {**hf_cfg.to_dict(), "architectures": [HF_CLASSES[cfg.model_type]]}
+    back = model_config_from_hf(raw)
+    if back != cfg:
+        raise AssertionError(f"to_hf_config does not round-trip:\n{cfg}\n!=\n{back}")
+
+
+def hf_model(loaded, device: str, dtype):
+    """transformers' model of `loaded.config`, its parameters being `loaded.weights` (shared
+    tensors, no copy); EOS is off in its generation config (`generate` runs every step)."""
+    import torch
+    import transformers
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    cls = getattr(transformers, HF_CLASSES[loaded.config.model_type])
+    with torch.device(device):
+        model = cls._from_config(to_hf_config(loaded.config), dtype=dtype)
+    state = dict(loaded.weights)
+    if loaded.config.tie_word_embeddings:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    model.load_state_dict(state, strict=True, assign=True)
+    _check_shared(model, state)
+    model.eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+def _check_shared(model, state: dict) -> None:
+    params = dict(model.named_parameters(remove_duplicate=False))
+    for name, tensor in state.items():
+        if params[name].data_ptr() != tensor.data_ptr():
+            raise AssertionError(f"HF parameter {name} is not the samebits tensor")
+
+
+def hf_logits(model, ids: list[int]):
+    """float32 logits [len(ids), vocab] as numpy."""
+    import torch
+
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        out = model(input_ids=torch.tensor([ids], device=device)).logits[0]
+    return out.float().cpu().numpy()
+
+
+def hf_greedy(model, ids: list[int], steps: int) -> list[int]:
+    import torch
+
+    device = next(model.parameters()).device
+    x = torch.tensor([ids], device=device)
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids=x, attention_mask=torch.ones_like(x), do_sample=False,
+            max_new_tokens=steps, min_new_tokens=steps,
+        )  # fmt: skip
+    return out[0, len(ids) :].tolist()
+
+
+# ---------------------------------------------------------------------------- comparison
+def random_prompt(vocab_size: int, length: int, seed: int) -> list[int]:
+    """Uniform token ids below the three special ids random_init puts at the end."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, vocab_size - 3, size=length).tolist()
+
+
+def leading_matches(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def logits_agreement(ours, ref) -> dict:
+    """Max/mean |ours - ref| (absolute and over max |ref|), and the argmax agreement."""
+    import numpy as np
+
+    diff = np.abs(ours.astype(np.float64) - ref.astype(np.float64))
+    scale = float(np.abs(ref).max())
+    return {
+        "positions": int(ref.shape[0]),
+        "max_abs_logit": scale,
+        "max_abs_diff": float(diff.max()),
+        "mean_abs_diff": float(diff.mean()),
+        "rel_max_diff": float(diff.max()) / scale,
+        "argmax_agree_fraction": float((ours.argmax(-1) == ref.argmax(-1)).mean()),
+        "finite": bool(np.isfinite(ours).all()),
+    }
+
+
+def greedy_agreement(llm, hf, prompts: list[list[int]], steps: int) -> dict:
+    from samebits.sampling import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=steps, ignore_eos=True)
+    outs = llm.generate(prompts, params)
+    per_prompt = []
+    for prompt, out in zip(prompts, outs, strict=True):
+        ours = list(out.outputs[0].token_ids)
+        ref = hf_greedy(hf, prompt, steps)
+        per_prompt.append(
+            {
+                "prompt_len": len(prompt), "equal": ours == ref,
+                "leading_matches": leading_matches(ours, ref), "samebits": ours, "hf": ref,
+            }
+        )  # fmt: skip
+    return {"all_equal": all(p["equal"] for p in per_prompt), "prompts": per_prompt}
+
+
+def add_fp32_reference(result: dict, loaded, device: str, ids, prompts, ours_logits, hf_logits_):
+    """Compare samebits and HF (both in the low dtype) with HF in float32 on the same weights
+    (widened exactly): who is closer to the float32 model, and how far greedy runs stay on it."""
+    import torch
+
+    wide = dataclasses.replace(loaded, weights={k: v.float() for k, v in loaded.weights.items()})
+    hf32 = hf_model(wide, device, torch.float32)
+    ref = hf_logits(hf32, ids)
+    result["logits_vs_fp32"] = {
+        "samebits": logits_agreement(ours_logits, ref),
+        "hf": logits_agreement(hf_logits_, ref),
+    }
+    for prompt, row in zip(prompts, result["greedy"]["prompts"], strict=True):
+        row["hf_fp32"] = ref_run = hf_greedy(hf32, prompt, GREEDY_STEPS)
+        row["samebits_leading_vs_fp32"] = leading_matches(row["samebits"], ref_run)
+        row["hf_leading_vs_fp32"] = leading_matches(row["hf"], ref_run)
+    del hf32, wide
+
+
+def run_preset(preset: str, device: str, seed: int, fp32_reference: bool) -> dict:
+    """Build both models of `preset` on `device` and compare them (see module docstring)."""
+    import torch
+
+    from samebits.deployment import build_deployment, cold_logits
+    from samebits.engine.engine import LLMEngine
+    from samebits.llm import LLM
+    from samebits.model.random_init import random_model
+
+    dtype_name = DEVICE_DTYPE[device]
+    start = time.monotonic()
+    loaded = random_model(preset, seed=seed, device=device, dtype=getattr(torch, dtype_name))
+    check_config_round_trip(loaded.config)
+    hf = hf_model(loaded, device, getattr(torch, dtype_name))
+    deployment = build_deployment(
+        loaded, "invariant", max_model_len=MAX_MODEL_LEN, device=device, dtype=dtype_name
+    )
+    llm = LLM(engine=LLMEngine.from_deployment(deployment))
+    built_s = time.monotonic() - start
+    vocab = loaded.config.vocab_size
+    ids = random_prompt(vocab, LOGITS_PROMPT_LEN, seed=seed)
+    ours, theirs = cold_logits(deployment, ids, all_rows=True), hf_logits(hf, ids)
+    logits = logits_agreement(ours, theirs)
+    prompts = [random_prompt(vocab, n, seed=seed + 1 + i) for i, n in enumerate(GREEDY_PROMPT_LENS)]
+    result = {
+        "preset": preset, "model": loaded.name, "device": device, "dtype": dtype_name,
+        "fingerprint": deployment.fingerprint, "build_s": round(built_s, 1),
+        "logits": logits, "greedy": greedy_agreement(llm, hf, prompts, GREEDY_STEPS),
+        "rel_max_diff_within_target": logits["rel_max_diff"] < REL_DIFF_TARGET,
+    }  # fmt: skip
+    del llm, deployment, hf
+    _free(device)
+    if fp32_reference:
+        add_fp32_reference(result, loaded, device, ids, prompts, ours, theirs)
+    del loaded
+    _free(device)
+    result["wall_s"] = round(time.monotonic() - start, 1)
+    return result
+
+
+def _free(device: str) -> None:
+    import torch
+
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------------- main
+def format_result(r: dict) -> str:
+    """One line per model (two with the float32 reference)."""
+    if "error" in r:
+        return f"{r['preset']:12s} ERROR {r['error']}"
+    lg, gr = r["logits"], r["greedy"]
+    runs = ", ".join(f"{p['leading_matches']}/{GREEDY_STEPS}" for p in gr["prompts"])
+    line = (
+        f"{r['preset']:12s} max|diff|/max|logit| {lg['rel_max_diff']:.2e}  "
+        f"mean|diff| {lg['mean_abs_diff']:.2e}  argmax agree {lg['argmax_agree_fraction']:.1%} "
+        f"({lg['positions']} positions)  greedy equal {gr['all_equal']} (leading {runs})"
+    )
+    if "logits_vs_fp32" not in r:
+        return line
+    parts = []
+    for who in ("samebits", "hf"):
+        v = r["logits_vs_fp32"][who]
+        lead = ", ".join(f"{p[who + '_leading_vs_fp32']}" for p in gr["prompts"])
+        parts.append(
+            f"{who} rel {v['rel_max_diff']:.2e} mean {v['mean_abs_diff']:.2e} "
+            f"argmax {v['argmax_agree_fraction']:.1%} greedy leading {lead}"
+        )
+    return line + f"\n{'':12s} vs HF float32: " + "; ".join(parts)
+
+
+def machine_info(device: str) -> dict:
+    import torch
+    import transformers
+
+    info = {
+        "torch": torch.__version__, "torch_cuda": torch.version.cuda,
+        "transformers": transformers.__version__, "python": platform.python_version(),
+    }  # fmt: skip
+    if device == "cuda":
+        import triton
+
+        info.update(gpu=torch.cuda.get_device_name(0), triton=triton.__version__)
+    return info
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--big", action="store_true", help=f"also {', '.join(BIG_PRESETS)}")
+    parser.add_argument(
+        "--presets", nargs="+", default=None,
+        help=f"presets to compare (default: {', '.join(DEFAULT_PRESETS)})",
+    )  # fmt: skip
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--fp32-reference", action=argparse.BooleanOptionalAction, default=None,
+        help="also compare both with HF in float32 on the same weights (default: on for cuda)",
+    )  # fmt: skip
+    parser.add_argument("--out", type=Path, default=None, help="JSON path (default: see above)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("gpu_agreement.py needs a CUDA GPU (torch sees none); try --device cpu.")
+        return 2
+    presets = list(args.presets or DEFAULT_PRESETS) + (list(BIG_PRESETS) if args.big else [])
+    out = args.out or Path(os.environ.get("OUT", ".")) / "gpu_agreement.json"
+    fp32_reference = args.device == "cuda" if args.fp32_reference is None else args.fp32_reference
+    results = []
+    for preset in presets:
+        try:
+            result = run_preset(preset, args.device, args.seed, fp32_reference)
+        except Exception as exc:  # noqa: BLE001 - report and go on with the next model
+            result = {"preset": preset, "error": f"{type(exc).__name__}: {exc}"[:500]}
+        results.append(result)
+        print(format_result(result), flush=True)
+        data = {"machine": machine_info(args.device), "args": vars(args), "results": results}
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(data, indent=1, default=str))
+    print(f"JSON: {out}")
+    return 1 if any("error" in r for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

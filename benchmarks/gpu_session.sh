@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One device-machine call: install carried wheels, then run the named GPU jobs, each writing
+# under $OUT. Usage: benchmarks/gpu_session.sh JOB... with JOB in
+#   smol1      keep the first half of the SmolLM2 GGUF (carried in .carry1) in /tmp
+#   smol2      join it with the second half (.carry2), check its SHA-256, run generate --device cuda
+#   tests      python -m pytest -m gpu tests/gpu (results JSON in $OUT)
+#   ktests     the kernel GPU tests only (tests/gpu/test_gpu_kernels.py)
+#   matrix     the determinism matrix GPU tests only (tests/gpu/test_gpu_matrix.py)
+#   ops        benchmarks/gpu_ops.py
+#   agree      benchmarks/gpu_agreement.py
+set -uo pipefail
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+SMOL_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+for job in "$@"; do
+  echo "=== $job $(date -u +%H:%M:%S)"
+  case "$job" in
+    smol1) cp .carry1/smolpart00 /tmp/smolpart00 ;;
+    smol2) cat /tmp/smolpart00 .carry2/smolpart01 > /tmp/smollm2.gguf
+           echo "$SMOL_SHA  /tmp/smollm2.gguf" | sha256sum -c - &&
+           timeout 300 python3 -m samebits.cli generate "What is the capital of France?" \
+             --model /tmp/smollm2.gguf --device cuda --max-tokens 24 2>&1 | tee "$OUT/smollm2_cuda.txt" ;;
+    tests) SAMEBITS_GPU_RESULTS="$OUT" timeout 540 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider 2>&1 | tail -40 ;;
+    ktests) SAMEBITS_GPU_RESULTS="$OUT" timeout 400 python3 -m pytest -q -m gpu tests/gpu/test_gpu_kernels.py -p no:cacheprovider --durations=5 2>&1 | tail -30 ;;
+    matrix) SAMEBITS_GPU_RESULTS="$OUT" timeout 480 python3 -m pytest -q -m gpu tests/gpu/test_gpu_matrix.py -p no:cacheprovider --durations=8 2>&1 | tail -30 ;;
+    ops) timeout 300 python3 benchmarks/gpu_ops.py --out "$OUT/gpu_ops.json" 2>&1 | tail -70 ;;
+    agree) timeout 300 python3 benchmarks/gpu_agreement.py --presets tiny-llama tiny-qwen2 tiny-qwen3 llama-3-8b qwen3-8b --out "$OUT/gpu_agreement.json" 2>&1 | tail -30 ;;
+    *) echo "unknown job $job" ;;
+  esac
+done

@@ -1,0 +1,93 @@
+"""Host-side metadata of one paged-attention call: which program holds which query rows.
+
+Invariant: the metadata only decides *which program* computes a query row and how tall its tile
+is (``block_m`` rows = ``block_m // group`` tokens x ``group`` query heads of one KV head). A
+row's numbers come from its own position and its request's keys, so any tiling gives the same
+bits. Built once per forward from numpy arrays, copied to the device in one transfer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import triton
+
+PREFILL_BLOCK_M = 64
+DECODE_BLOCK_M = 16
+ATTENTION_WARPS = 4
+_ALIGN = 4  # int32 elements: keep every device view 16-byte aligned (stable specialization)
+
+
+@dataclass(frozen=True)
+class AttentionMeta:
+    """Device tensors (int32) and static launch facts of one attention call."""
+
+    positions: torch.Tensor  # [N] absolute position of each query token
+    prog_req: torch.Tensor  # [P] request of each program
+    prog_row0: torch.Tensor  # [P] first query token (row of q) of each program
+    query_end: torch.Tensor  # [R] one past the last query token of each request
+    block_tables: torch.Tensor  # [R, B] physical block of each logical block
+    num_programs: int
+    block_size: int
+    group: int
+    block_m: int
+    num_warps: int
+
+
+def default_block_m(max_query_len: int, group: int) -> int:
+    """Tile height: 16 rows for pure decode steps, 64 otherwise (at least one token's heads)."""
+    base = DECODE_BLOCK_M if max_query_len <= 1 else PREFILL_BLOCK_M
+    return max(base, triton.next_power_of_2(group))
+
+
+def _programs(query_start_loc: np.ndarray, tokens_per_tile: int) -> tuple[np.ndarray, np.ndarray]:
+    """(request, first token) of every program: each request's tokens cut into tiles in order."""
+    starts = query_start_loc[:-1].astype(np.int64)
+    lens = np.diff(query_start_loc).astype(np.int64)
+    counts = -(-lens // tokens_per_tile)
+    req = np.repeat(np.arange(lens.size, dtype=np.int64), counts)
+    first_prog = np.cumsum(counts) - counts
+    row0 = starts[req] + tokens_per_tile * (np.arange(req.size) - first_prog[req])
+    return req, row0
+
+
+def _pack(arrays: list[np.ndarray], device) -> list[torch.Tensor]:
+    """One host->device copy of several int32 arrays; views aligned to 16 bytes."""
+    sizes = [a.size for a in arrays]
+    padded = [-(-max(s, 1) // _ALIGN) * _ALIGN for s in sizes]
+    host = np.zeros(sum(padded), dtype=np.int32)
+    offsets = np.cumsum([0, *padded])
+    for a, off in zip(arrays, offsets, strict=False):
+        host[off : off + a.size] = a.reshape(-1)
+    dev = torch.from_numpy(host).to(device)
+    return [dev[off : off + s] for off, s in zip(offsets, sizes, strict=False)]
+
+
+def attention_metadata(
+    positions: np.ndarray,
+    query_start_loc: np.ndarray,
+    block_tables: np.ndarray,
+    block_size: int,
+    group: int,
+    device,
+    block_m: int | None = None,
+    num_warps: int = ATTENTION_WARPS,
+) -> AttentionMeta:
+    """Metadata for q rows grouped by request (``query_start_loc`` [R+1]) at ``positions``."""
+    qsl = np.asarray(query_start_loc, dtype=np.int64)
+    tables = np.ascontiguousarray(block_tables, dtype=np.int32)
+    if tables.ndim != 2 or tables.shape[0] != qsl.size - 1:
+        raise ValueError("block_tables must be [num_requests, max_blocks]")
+    block_m = block_m or default_block_m(int(np.diff(qsl).max(initial=0)), group)
+    if block_m < max(16, group) or block_m & (block_m - 1):
+        raise ValueError(f"block_m must be a power of two >= max(16, group), got {block_m}")
+    req, row0 = _programs(qsl, block_m // group)
+    arrays = [np.asarray(positions, dtype=np.int32), req, row0, qsl[1:], tables]
+    pos_d, req_d, row0_d, qend_d, bt_d = _pack([a.astype(np.int32) for a in arrays], device)
+    return AttentionMeta(
+        positions=pos_d, prog_req=req_d, prog_row0=row0_d, query_end=qend_d,
+        block_tables=bt_d.view(tables.shape), num_programs=int(req.size), block_size=block_size,
+        group=group, block_m=block_m, num_warps=num_warps,
+    )  # fmt: skip

@@ -1,0 +1,120 @@
+"""The CUDA op sets: the Triton invariant plan (registered as cuda/invariant) and the plan
+description `samebits info` prints. The stock-torch negative control (cuda/fast: cuBLAS, SDPA)
+is `samebits.kernels.ops.FastOps` on the CUDA device.
+
+Invariant of `TritonOps`: every op's output row is a function of the row's inputs and its
+logical position only; linears follow the split plan of their weight (N, K, role), attention
+iterates key tiles aligned to absolute positions (see the kernel modules).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from samebits.kernels.backend import register_ops
+from samebits.kernels.metadata import FlatBatch
+from samebits.kernels.ops import TorchPlacement
+from samebits.kernels.plan import KernelPlan
+from samebits.kernels.triton import attention as triton_attention
+from samebits.kernels.triton import rows
+from samebits.kernels.triton.linear import TritonLinear, choose_launch
+
+FAST_CUDA_OPS = {
+    "embedding": "torch.index_select",
+    "linear": "torch.nn.functional.linear (cuBLAS, shape-dependent algorithm)",
+    "rms_norm": "torch pow/mean/rsqrt (float32)",
+    "rope": "torch elementwise (float32)",
+    "silu_mul": "torch.nn.functional.silu (bfloat16)",
+    "attention": "torch scaled_dot_product_attention per request",
+    "final_norm_logits": "torch ops on sampled rows, cuBLAS LM head",
+}
+QUALIFY_ROWS = (1, 3, 16, 64, 200)
+
+
+class QualifiedLinear(TritonLinear):
+    """A TritonLinear with its start-up probe: row 0 of random inputs must have the same bits
+    at every M of QUALIFY_ROWS (each M picks its own launch: split-K grid or in-program
+    ranges, its own tile sizes). Evidence class: qualification, on this GPU."""
+
+    def qualify(self) -> bool:
+        gen = torch.Generator(device=self.weight.device).manual_seed(0)
+        x = torch.randn(
+            (max(QUALIFY_ROWS), self.shape[1]), generator=gen, device=self.weight.device
+        ).to(self.weight.dtype)
+        ref = self(x[:1])[0].contiguous().view(torch.uint8)
+        return all(
+            torch.equal(self(x[:m].contiguous())[0].contiguous().view(torch.uint8), ref)
+            for m in QUALIFY_ROWS
+        )
+
+
+class TritonOps(TorchPlacement):
+    """The GPU invariant plan: Triton kernels, bfloat16 activations and KV cache, float32
+    residual stream and logits."""
+
+    def __init__(self, plan: KernelPlan):
+        self.device = torch.device("cuda")
+        self.act_dtype = getattr(torch, plan.dtype)
+        self.group = plan.group
+
+    def linear(self, weight, bias, source=None, role: str = "") -> QualifiedLinear:
+        w = weight.to(device=self.device, dtype=self.act_dtype).contiguous()
+        b = None if bias is None else bias.to(device=self.device, dtype=torch.float32)
+        out = torch.float32 if role == "lm_head" else self.act_dtype
+        return QualifiedLinear(w, b, role, out)
+
+    def rms_norm(self, x, w, eps):
+        return rows.rms_norm(x, w, eps, self.act_dtype)
+
+    def add_rms_norm(self, x, residual, w, eps):
+        return rows.add_rms_norm(x, residual, w, eps, self.act_dtype), residual
+
+    def head_rms_norm(self, x, w, eps) -> None:
+        rows.head_rms_norm(x, w, eps)
+
+    def rope(self, x, batch: FlatBatch, cos, sin) -> None:
+        rows.rope(x, batch.device_positions(), cos, sin)
+
+    def silu_mul(self, gate_up):
+        return rows.silu_mul(gate_up)
+
+    def prepare_batch(self, batch: FlatBatch) -> FlatBatch:
+        meta = triton_attention.attention_metadata(
+            batch.positions, batch.query_start_loc, batch.block_tables, batch.block_size,
+            self.group, self.device,
+        )  # fmt: skip
+        return dataclasses.replace(batch, attn=meta)
+
+    def attention(self, q, k_cache, v_cache, batch: FlatBatch, scale: float) -> torch.Tensor:
+        return triton_attention.paged_attention(q, k_cache, v_cache, batch.attn, scale)
+
+
+def build_cuda_plan(name: str, dtype: str, head_dim: int, group: int) -> KernelPlan:
+    """The GPU plan for a model with this head_dim / GQA group (static facts only)."""
+    from samebits.kernels.triton import describe
+
+    ops = dict(FAST_CUDA_OPS) if name == "fast" else describe()
+    linear, attention = ("cublas", "sdpa") if name == "fast" else ("triton-split", "triton-paged")
+    return KernelPlan(
+        name, 0, (), 0, ops, linear, attention, 0, "cuda", dtype, head_dim, group
+    )  # fmt: skip
+
+
+def linear_specializations(shapes: list[tuple[str, int, int]]) -> list[str]:
+    """The launches the plan may compile for each (role, N, K), one line each (for the
+    fingerprint and `samebits info`): the split plan and every launch M may select."""
+    from samebits.kernels.triton.linear import split_plan
+
+    lines = []
+    for role, n, k in shapes:
+        plan = split_plan(n, k, role)
+        launches = sorted({choose_launch(plan, m) for m in _M_PROBES}, key=repr)
+        lines.append(f"{role}[{n}x{k}] {plan} -> {launches}")
+    return lines
+
+
+_M_PROBES = (1, 2, 8, 16, 32, 64, 65, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+register_ops("cuda", "invariant", TritonOps)

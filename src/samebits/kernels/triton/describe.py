@@ -1,0 +1,52 @@
+"""Human-readable description of the Triton kernels and their static configuration.
+
+Used by ``samebits info``: one line per op naming the kernel and the facts that fix its
+numerics (the facts that may change bits if changed), then the launch choices that do not.
+"""
+
+from __future__ import annotations
+
+from samebits.kernels.triton.attention import KEY_BLOCK
+from samebits.kernels.triton.attention_meta import (
+    ATTENTION_WARPS,
+    DECODE_BLOCK_M,
+    PREFILL_BLOCK_M,
+)
+from samebits.kernels.triton.launches import LAUNCH_TABLE
+from samebits.kernels.triton.splitplan import MIN_STEPS_PER_RANGE, SPLIT_CANDIDATES, SplitPlan
+
+
+def describe_plan(plan: SplitPlan) -> str:
+    """One line for one weight's split plan."""
+    return (
+        f"[{plan.n}x{plan.k}] S={plan.splits} ranges of {plan.range_k} "
+        f"(BK={plan.block_k}, fp32 chains, summed in range order)"
+    )
+
+
+def _launch_table(table) -> str:
+    rows = ", ".join(f"M<={m}:{bm}x{bn}/w{w}/s{st}" for m, bm, bn, w, st in table[:-1])
+    _, bm, bn, w, st = table[-1]
+    return f"{rows}, larger:{bm}x{bn}/w{w}/s{st}"
+
+
+def describe() -> dict[str, str]:
+    """One line per op: kernel and static config (numerics first, launch choices after)."""
+    return {
+        "linear": (
+            "triton split-plan linear: splits per role "
+            f"{dict(SPLIT_CANDIDATES)} (>= {MIN_STEPS_PER_RANGE} BK steps per range), BK=64 "
+            "(32 if K<64), tl.dot fp32 accumulate; launch: split-K grid + ordered sum if S>1, "
+            f"else one program per tile; tiles by M {_launch_table(LAUNCH_TABLE)}"
+        ),
+        "rms_norm": "triton row program (also add_rms_norm, head_rms_norm): block=next_pow2(width), "
+        "warps=min(8,max(1,block//256)), tl.sum of squares, div_rn/sqrt_rn",
+        "rope": "triton token program: rotate-half, fp32, elementwise",
+        "silu_mul": "triton (row, 1024-column block) program: silu(g)*u fp32, elementwise",
+        "attention": (
+            f"triton paged attention: key tiles of {KEY_BLOCK} at absolute positions, online "
+            "softmax in tile order, denominators by MMA (p @ ones), guarded rows, exp2; launch: "
+            f"block_m {DECODE_BLOCK_M} (decode) / {PREFILL_BLOCK_M} (otherwise), "
+            f"warps {ATTENTION_WARPS}, GQA rows packed (token, head)"
+        ),
+    }

@@ -1,0 +1,110 @@
+"""Split-plan linear on the GPU (DESIGN §2b): ``y = x @ weight.T (+ bias)``.
+
+Invariant: row m of the output depends only on row m of x, the weight, the bias and the
+:class:`SplitPlan` (a function of the weight's shape and role). The :class:`Launch`, chosen from
+M, only schedules that fixed reduction, so a row's bits do not depend on the batch it sits in.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from samebits.kernels.triton._linear_kernels import (
+    linear_partials_kernel,
+    linear_ranges_kernel,
+    ordered_sum_kernel,
+)
+from samebits.kernels.triton.launches import SPLIT_GRID, Launch, choose_launch
+from samebits.kernels.triton.splitplan import SplitPlan, split_plan
+
+__all__ = ["Launch", "SplitPlan", "TritonLinear", "choose_launch", "linear", "split_plan"]
+
+ORDERED_SUM_BLOCK = 1024
+ORDERED_SUM_WARPS = 4
+
+
+def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, plan: SplitPlan):
+    if x.dim() != 2 or x.shape[0] < 1 or x.shape[1] != plan.k:
+        raise ValueError(f"x must be [M>=1, {plan.k}], got {tuple(x.shape)}")
+    if tuple(weight.shape) != (plan.n, plan.k):
+        raise ValueError(f"weight must be [{plan.n}, {plan.k}], got {tuple(weight.shape)}")
+    if x.dtype != weight.dtype:
+        raise TypeError(f"x dtype {x.dtype} != weight dtype {weight.dtype}")
+    if not (x.is_contiguous() and weight.is_contiguous()):
+        raise ValueError("linear expects contiguous x and weight (row-major)")
+    if bias is not None and (tuple(bias.shape) != (plan.n,) or not bias.is_contiguous()):
+        raise ValueError(f"bias must be a contiguous [{plan.n}] vector")
+
+
+def _run_ranges(x, weight, bias, y, plan: SplitPlan, launch: Launch) -> None:
+    m = x.shape[0]
+    grid = (triton.cdiv(m, launch.block_m), triton.cdiv(plan.n, launch.block_n))
+    linear_ranges_kernel[grid](
+        x, weight, bias if bias is not None else y, y, m, plan.n, plan.k,
+        RANGE_K=plan.range_k, SPLITS=plan.splits, HAS_BIAS=bias is not None,
+        BLOCK_M=launch.block_m, BLOCK_N=launch.block_n, BLOCK_K=plan.block_k,
+        num_warps=launch.num_warps, num_stages=launch.num_stages,
+    )  # fmt: skip
+
+
+def _run_split_grid(x, weight, bias, y, plan: SplitPlan, launch: Launch) -> None:
+    m = x.shape[0]
+    partials = torch.empty((plan.splits, m, plan.n), device=x.device, dtype=torch.float32)
+    grid = (triton.cdiv(m, launch.block_m), triton.cdiv(plan.n, launch.block_n), plan.splits)
+    linear_partials_kernel[grid](
+        x, weight, partials, m, plan.n, plan.k, RANGE_K=plan.range_k,
+        BLOCK_M=launch.block_m, BLOCK_N=launch.block_n, BLOCK_K=plan.block_k,
+        num_warps=launch.num_warps, num_stages=launch.num_stages,
+    )  # fmt: skip
+    ordered_sum_kernel[(triton.cdiv(m * plan.n, ORDERED_SUM_BLOCK),)](
+        partials, bias if bias is not None else y, y, m, plan.n, SPLITS=plan.splits,
+        HAS_BIAS=bias is not None, BLOCK=ORDERED_SUM_BLOCK, num_warps=ORDERED_SUM_WARPS,
+    )  # fmt: skip
+
+
+def linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    plan: SplitPlan,
+    out_dtype: torch.dtype,
+    launch: Launch | None = None,
+) -> torch.Tensor:
+    """``x [M, K] @ weight[N, K].T + bias`` as ``out_dtype``, reduced exactly as ``plan`` says.
+    M = 0 (a step that samples no row) gives an empty [0, N] result without a launch."""
+    if x.dim() == 2 and x.shape[0] == 0 and x.shape[1] == plan.k:
+        return torch.empty((0, plan.n), device=x.device, dtype=out_dtype)
+    _check(x, weight, bias, plan)
+    launch = launch or choose_launch(plan, x.shape[0])
+    y = torch.empty((x.shape[0], plan.n), device=x.device, dtype=out_dtype)
+    run = _run_split_grid if launch.kind == SPLIT_GRID else _run_ranges
+    run(x, weight, bias, y, plan, launch)
+    return y
+
+
+class TritonLinear:
+    """One weight as the engine holds it: its device tensors, its plan and its output dtype."""
+
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        role: str,
+        out_dtype: torch.dtype,
+    ) -> None:
+        n, k = weight.shape
+        self.weight = weight.contiguous()
+        self.bias = None if bias is None else bias.contiguous()
+        self.role = role
+        self.out_dtype = out_dtype
+        self.shape: tuple[int, int] = (n, k)
+        self.plan: SplitPlan = split_plan(n, k, role)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [M, K] -> [M, N]`` in ``out_dtype``; the launch follows M, the bits do not."""
+        return linear(x, self.weight, self.bias, self.plan, self.out_dtype)
+
+    def __repr__(self) -> str:
+        p = self.plan
+        return f"TritonLinear({self.role}, n={p.n}, k={p.k}, S={p.splits}, BK={p.block_k})"

@@ -1,0 +1,95 @@
+"""Row-local ops on the GPU: RMSNorm (plain, fused residual add, per-head), RoPE, SiLU-and-mul.
+
+Invariant: one program per row (RoPE: per token; SiLU: per row and fixed column block) with a
+layout that depends only on the row width, so every row's bits are independent of M and of
+the other rows. Math is fp32; results are cast to the requested dtype at the end.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from samebits.kernels.triton._row_kernels import rms_norm_kernel, rope_kernel, silu_mul_kernel
+
+__all__ = ["add_rms_norm", "head_rms_norm", "rms_norm", "rope", "row_num_warps", "silu_mul"]
+
+SILU_BLOCK = 1024
+SILU_WARPS = 4
+ROPE_WARPS = 4
+
+
+def row_num_warps(block: int) -> int:
+    """num_warps of a one-program-per-row kernel: a fixed function of the row block."""
+    return min(8, max(1, block // 256))
+
+
+def _require_contiguous(name: str, *tensors: torch.Tensor) -> None:
+    for t in tensors:
+        if not t.is_contiguous():
+            raise ValueError(f"{name} expects contiguous tensors (got strides {t.stride()})")
+
+
+def _launch_rms(x, res, weight, out, eps: float, width: int, add: bool) -> None:
+    rows = x.numel() // width
+    if rows == 0:
+        return
+    block = triton.next_power_of_2(width)
+    rms_norm_kernel[(rows,)](
+        x, res if res is not None else x, weight, out, eps, WIDTH=width, BLOCK=block,
+        ADD_RESIDUAL=add, num_warps=row_num_warps(block),
+    )  # fmt: skip
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch.dtype):
+    """``x [M, H] -> [M, H]``: ``(x * 1/sqrt(mean(x^2) + eps)) * weight`` in fp32, cast."""
+    _require_contiguous("rms_norm", x, weight)
+    out = torch.empty(x.shape, device=x.device, dtype=out_dtype)
+    _launch_rms(x, None, weight, out, eps, x.shape[-1], add=False)
+    return out
+
+
+def add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype
+) -> torch.Tensor:
+    """``residual += x`` in place (fp32 residual), then ``rms_norm(residual)``."""
+    _require_contiguous("add_rms_norm", x, residual, weight)
+    if residual.dtype != torch.float32 or residual.shape != x.shape:
+        raise ValueError("add_rms_norm needs an fp32 residual of x's shape")
+    out = torch.empty(x.shape, device=x.device, dtype=out_dtype)
+    _launch_rms(x, residual, weight, out, eps, x.shape[-1], add=True)
+    return out
+
+
+def head_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    """``x [M, heads, D]`` in place: RMSNorm of each (row, head) over D (Qwen3 q/k norm)."""
+    _require_contiguous("head_rms_norm", x, weight)
+    _launch_rms(x, None, weight, x, eps, x.shape[-1], add=False)
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+    """``x [M, heads, D]`` in place, rotate-half RoPE at ``positions`` (tables [P, D/2])."""
+    _require_contiguous("rope", x, positions, cos, sin)
+    m, heads, d = x.shape
+    if d % 2 or cos.shape[-1] != d // 2 or sin.shape != cos.shape:
+        raise ValueError(f"rope needs even D and cos/sin [P, {d // 2}]")
+    if m == 0:
+        return
+    rope_kernel[(m,)](
+        x, positions, cos, sin, HEADS=heads, HALF=d // 2, BLOCK_H=triton.next_power_of_2(heads),
+        BLOCK_D=triton.next_power_of_2(d // 2), num_warps=ROPE_WARPS,
+    )  # fmt: skip
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """``[M, 2I] -> [M, I]`` in gate_up's dtype: ``silu(g) * u`` in fp32."""
+    _require_contiguous("silu_mul", gate_up)
+    m, two_i = gate_up.shape
+    inner = two_i // 2
+    out = torch.empty((m, inner), device=gate_up.device, dtype=gate_up.dtype)
+    if m == 0:
+        return out
+    block = min(SILU_BLOCK, triton.next_power_of_2(inner))
+    grid = (m, triton.cdiv(inner, block))
+    silu_mul_kernel[grid](gate_up, out, INNER=inner, BLOCK=block, num_warps=SILU_WARPS)
+    return out

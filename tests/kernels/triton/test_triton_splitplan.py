@@ -1,0 +1,62 @@
+"""Split plans and launch choices: pure functions of static facts (and M only for launches)."""
+
+from __future__ import annotations
+
+import pytest
+
+from samebits.kernels.triton.launches import RANGES, SPLIT_GRID, choose_launch
+from samebits.kernels.triton.splitplan import SplitPlan, split_plan
+
+
+@pytest.mark.parametrize(
+    ("n", "k", "role", "splits", "block_k", "range_k"),
+    [
+        (4096, 4096, "o", 4, 64, 1024),
+        (4096, 14336, "down", 4, 64, 3584),
+        (6144, 4096, "qkv", 1, 64, 4096),
+        (28672, 4096, "gate_up", 1, 64, 4096),
+        (128256, 4096, "lm_head", 1, 64, 4096),
+        (40, 512, "down", 4, 64, 128),
+        (40, 256, "down", 2, 64, 128),  # S=4 would leave one step per range
+        (40, 128, "o", 1, 64, 128),
+        (40, 256, "lm_head", 1, 64, 256),
+        (40, 100, "o", 1, 64, 128),
+        (40, 192, "qkv", 1, 64, 192),
+        (40, 48, "qkv", 1, 32, 64),
+        (40, 16, "lm_head", 1, 32, 32),
+        (40, 64, "down", 1, 64, 64),
+    ],
+)
+def test_split_table(n, k, role, splits, block_k, range_k):
+    assert split_plan(n, k, role) == SplitPlan(n, k, splits, block_k, range_k)
+
+
+def test_ranges_cover_k_in_order():
+    plan = split_plan(40, 512, "down")
+    assert plan.ranges() == [(s * 128, (s + 1) * 128) for s in range(4)]
+    assert split_plan(40, 100, "o").ranges() == [(0, 100)]
+
+
+def test_unknown_role_rejected():
+    with pytest.raises(ValueError, match="role"):
+        split_plan(16, 64, "attention")
+
+
+@pytest.mark.parametrize("m", [1, 2, 5, 16, 17, 64, 65, 256, 257, 1024, 5000])
+def test_launch_kind_follows_m_only_among_equal_plans(m):
+    split = choose_launch(split_plan(40, 512, "down"), m)
+    single = choose_launch(split_plan(40, 100, "qkv"), m)
+    assert split.kind == SPLIT_GRID
+    assert single.kind == RANGES
+    assert (split.block_m, split.block_n) == (single.block_m, single.block_n)
+
+
+def test_every_range_holds_two_steps():
+    for k in (64, 128, 192, 256, 512, 1024, 4096, 14336):
+        plan = split_plan(64, k, "down")
+        assert plan.splits == 1 or plan.range_k >= 2 * plan.block_k
+
+
+def test_launch_rejects_empty_batch():
+    with pytest.raises(ValueError):
+        choose_launch(split_plan(40, 512, "down"), 0)
