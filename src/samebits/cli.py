@@ -90,6 +90,11 @@ def cmd_info(args: argparse.Namespace) -> int:
         "qualification: "
         + ", ".join(f"{k}={'pass' if v else 'FAIL'}" for k, v in dep.qualification.items())
     )
+    for key, value in dep.components.get("gpu", {}).items():
+        print(f"gpu {key}: {value}")
+    if dep.components.get("specializations"):
+        print("compiled linear specializations (split plan -> launches by M):")
+        print("\n".join(f"  {line}" for line in dep.components["specializations"]))
     print(f"weights sha256: {dep.components['weights_sha256']}")
     print(f"fingerprint: {dep.fingerprint}")
     return 0

@@ -17,8 +17,8 @@ LAUNCH_KINDS = (SPLIT_GRID, RANGES)
 
 # (max M, block_m, block_n, num_warps, num_stages); the first row whose max M >= m is used.
 LAUNCH_TABLE: tuple[tuple[int, int, int, int, int], ...] = (
-    (16, 16, 64, 4, 4),
-    (64, 32, 128, 4, 4),
+    (16, 16, 32, 4, 4),
+    (64, 32, 64, 4, 4),
     (256, 64, 128, 4, 4),
     (1024, 128, 128, 8, 3),
     (1 << 62, 128, 256, 8, 3),
