@@ -39,6 +39,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import leading_matches  # noqa: E402
 
 DEFAULT_PRESETS = ("tiny-llama", "tiny-qwen3")
 BIG_PRESETS = ("llama-3-8b", "qwen3-8b")
@@ -159,15 +161,6 @@ def random_prompt(vocab_size: int, length: int, seed: int) -> list[int]:
 
     rng = np.random.default_rng(seed)
     return rng.integers(0, vocab_size - 3, size=length).tolist()
-
-
-def leading_matches(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def logits_agreement(ours, ref) -> dict:
