@@ -60,9 +60,15 @@ class LLMEngine:
     @classmethod
     def from_args(cls, model=None, progress: bool = False, **kwargs) -> LLMEngine:
         """Load `model` (None: the embedded default) and build the engine (see from_loaded)."""
-        from samebits.model import load_model
+        from samebits.config import PlanConfig
+        from samebits.model import WeightTarget, load_model
 
-        return cls.from_loaded(load_model(model, progress=progress), release_sources=True, **kwargs)
+        target = None
+        if kwargs.get("device", "cpu") != "cpu":  # straight to the GPU plan's device and dtype
+            plan = PlanConfig(device=kwargs["device"], dtype=kwargs.get("dtype"))
+            target = WeightTarget(plan.device, plan.dtype)
+        loaded = load_model(model, progress=progress, weights_to=target)
+        return cls.from_loaded(loaded, release_sources=True, **kwargs)
 
     @classmethod
     def from_loaded(

@@ -1,6 +1,6 @@
 """Model configuration, checkpoint loading (HF safetensors folder, GGUF) and tokenizer."""
 
-from samebits.model.checkpoint import LoadedModel, expected_weight_shapes
+from samebits.model.checkpoint import LoadedModel, WeightTarget, expected_weight_shapes
 from samebits.model.config import ModelConfig, RopeScaling
 from samebits.model.errors import ModelLoadError
 from samebits.model.loader import default_model_path, load_model
@@ -12,6 +12,7 @@ __all__ = [
     "ModelLoadError",
     "RopeScaling",
     "Tokenizer",
+    "WeightTarget",
     "default_model_path",
     "expected_weight_shapes",
     "load_model",

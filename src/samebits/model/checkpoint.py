@@ -7,6 +7,7 @@ then reads and converts them, so a bad checkpoint fails before any large read.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -131,12 +132,50 @@ def read_weights(
     return weights
 
 
+@dataclass(frozen=True)
+class WeightTarget:
+    """Where a loader puts the weights when a deployment wants them off the CPU path: each
+    tensor converted on the host to `dtype` (a no-op for a checkpoint stored in it, e.g. a
+    bfloat16 checkpoint for a bfloat16 GPU plan) and copied to `device`, one at a time."""
+
+    device: str
+    dtype: str  # a torch dtype name, e.g. "bfloat16"
+
+
+def read_weights_to(
+    entries: Mapping[str, TensorEntry],
+    config: ModelConfig,
+    checkpoint: str | os.PathLike,
+    target: WeightTarget,
+    progress: bool = False,
+) -> tuple[dict[str, torch.Tensor], str]:
+    """Like `read_weights`, but each tensor goes straight to `target` without a float32 copy
+    of the whole model. Returns (weights, identity): the identity is a SHA-256 over, in sorted
+    name order, each tensor's name, dtype, shape and the SHA-256 of its bytes as loaded."""
+    expected = check_entries(entries, config, checkpoint)
+    weights: dict[str, torch.Tensor] = {}
+    digests: dict[str, str] = {}
+    bar = tqdm(expected, desc="Loading weights", unit="tensor", disable=not progress)
+    for name in bar:
+        host = _checked(entries[name], name).to(getattr(torch, target.dtype)).contiguous()
+        digests[name] = hashlib.sha256(host.view(torch.uint8).numpy().tobytes()).hexdigest()
+        weights[name] = host.to(target.device)
+    return weights, _identity(weights, digests)
+
+
+def _identity(weights: Mapping[str, torch.Tensor], digests: Mapping[str, str]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(weights):
+        t = weights[name]
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|{digests[name]}\n".encode())
+    return "sha256-of-tensors:" + h.hexdigest()
+
+
 _HALF_DTYPES = {torch.bfloat16: "BF16", torch.float16: "F16"}
 
 
-def _as_float32(
-    entry: TensorEntry, name: str, kept: dict[str, QuantizedTensor] | None
-) -> torch.Tensor:
+def _checked(entry: TensorEntry, name: str) -> torch.Tensor:
+    """The entry's tensor as read, after the float-dtype and shape checks."""
     tensor = entry.read()
     if not tensor.is_floating_point():
         raise ModelLoadError(entry.file, f"tensor {name!r} has non-float dtype {tensor.dtype}")
@@ -145,6 +184,13 @@ def _as_float32(
             entry.file,
             f"tensor {name!r} read as {list(tensor.shape)}, expected {list(entry.shape)}",
         )
+    return tensor
+
+
+def _as_float32(
+    entry: TensorEntry, name: str, kept: dict[str, QuantizedTensor] | None
+) -> torch.Tensor:
+    tensor = _checked(entry, name)
     if kept is not None and tensor.dim() == 2 and tensor.dtype in _HALF_DTYPES:
         rows = tensor.contiguous().view(torch.uint8)
         kept[name] = QuantizedTensor(_HALF_DTYPES[tensor.dtype], entry.shape, rows)

@@ -17,7 +17,14 @@ import tokenizers
 from safetensors import safe_open
 
 from samebits.kernels.quantized import QuantizedTensor
-from samebits.model.checkpoint import LoadedModel, TensorEntry, model_name_from_path, read_weights
+from samebits.model.checkpoint import (
+    LoadedModel,
+    TensorEntry,
+    WeightTarget,
+    model_name_from_path,
+    read_weights,
+    read_weights_to,
+)
 from samebits.model.config import ModelConfig, model_config_from_hf
 from samebits.model.errors import ModelLoadError
 from samebits.model.tokenizer import Tokenizer
@@ -26,16 +33,22 @@ INDEX_FILE = "model.safetensors.index.json"
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
-def load_hf_folder(folder: str | Path, progress: bool = False) -> LoadedModel:
-    """Load config, weights and tokenizer of a HF folder; `ModelLoadError` on any bad file."""
+def load_hf_folder(
+    folder: str | Path, progress: bool = False, target: WeightTarget | None = None
+) -> LoadedModel:
+    """Load config, weights and tokenizer of a HF folder; `ModelLoadError` on any bad file.
+    With `target` the weights go straight to its device and dtype (see `read_weights_to`)."""
     folder = Path(folder).absolute()
     files: list[str] = []
     config = load_hf_config(folder, files)
     entries = safetensors_entries(folder, config, files)
     tokenizer = load_hf_tokenizer(folder, files)
+    name = model_name_from_path(folder)
+    if target is not None:
+        weights, identity = read_weights_to(entries, config, folder, target, progress)
+        return LoadedModel(config, weights, tokenizer, name, tuple(files), {}, identity)
     kept: dict[str, QuantizedTensor] = {}
     weights = read_weights(entries, config, folder, progress, kept)
-    name = model_name_from_path(folder)
     return LoadedModel(config, weights, tokenizer, name, tuple(files), kept)
 
 

@@ -6,7 +6,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from samebits.model.checkpoint import LoadedModel
+from samebits.model.checkpoint import LoadedModel, WeightTarget
 from samebits.model.errors import ModelLoadError
 from samebits.model.gguf_loader import load_gguf
 from samebits.model.hf_loader import load_hf_folder
@@ -14,6 +14,7 @@ from samebits.model.hf_loader import load_hf_folder
 __all__ = [
     "DEFAULT_MODEL_FILE",
     "LoadedModel",
+    "WeightTarget",
     "ModelLoadError",
     "default_model_path",
     "load_model",
@@ -38,15 +39,20 @@ def default_model_path() -> Path:
     )
 
 
-def load_model(path: str | os.PathLike | None = None, progress: bool = False) -> LoadedModel:
+def load_model(
+    path: str | os.PathLike | None = None, progress: bool = False,
+    weights_to: WeightTarget | None = None,
+) -> LoadedModel:  # fmt: skip
     """Load a model: None -> the embedded SmolLM2-135M-Instruct GGUF; a directory -> HF folder;
     a `*.gguf` file -> GGUF. `progress=True` shows a tqdm bar while tensors load.
+    `weights_to`: a HF folder's weights go straight to that device and dtype (a GPU plan's),
+    without a float32 copy of the model; GGUF files are dequantized to float32 first.
 
     Raises `ModelLoadError` (a `ValueError`) naming the file and the reason.
     """
     target = default_model_path() if path is None else Path(path)
     if target.is_dir():
-        return load_hf_folder(target, progress=progress)
+        return load_hf_folder(target, progress=progress, target=weights_to)
     if not target.exists():
         raise ModelLoadError(target, "no such file or directory")
     if target.suffix.lower() == ".gguf":
