@@ -74,13 +74,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_info(args: argparse.Namespace) -> int:
     from samebits.config import PlanConfig
     from samebits.deployment import build_deployment
-    from samebits.model import load_model
+    from samebits.model import load_model, weights_target
 
     plan = PlanConfig(args.kernel_plan, args.dtype, args.device, args.threads)
+    loaded = load_model(args.model, True, weights_target(plan.device, plan.dtype))
     dep = build_deployment(
-        load_model(args.model, progress=True), plan.kernel_plan, plan.num_threads,
-        device=plan.device, dtype=plan.dtype,
-    )  # fmt: skip
+        loaded, plan.kernel_plan, plan.num_threads, device=plan.device, dtype=plan.dtype
+    )
     if args.json:
         print(json.dumps({"fingerprint": dep.fingerprint, **dep.components}, indent=2))
         return 0

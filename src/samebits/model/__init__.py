@@ -3,7 +3,7 @@
 from samebits.model.checkpoint import LoadedModel, WeightTarget, expected_weight_shapes
 from samebits.model.config import ModelConfig, RopeScaling
 from samebits.model.errors import ModelLoadError
-from samebits.model.loader import default_model_path, load_model
+from samebits.model.loader import default_model_path, load_model, weights_target
 from samebits.model.tokenizer import Tokenizer
 
 __all__ = [
@@ -16,4 +16,5 @@ __all__ = [
     "default_model_path",
     "expected_weight_shapes",
     "load_model",
+    "weights_target",
 ]

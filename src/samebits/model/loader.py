@@ -15,6 +15,7 @@ __all__ = [
     "DEFAULT_MODEL_FILE",
     "LoadedModel",
     "WeightTarget",
+    "weights_target",
     "ModelLoadError",
     "default_model_path",
     "load_model",
@@ -37,6 +38,12 @@ def default_model_path() -> Path:
         DEFAULT_MODEL_FILE,
         f"default model not found: install the {DEFAULT_MODEL_PACKAGE!r} package or pass a path",
     )
+
+
+def weights_target(device: str, dtype: str) -> WeightTarget | None:
+    """Where a plan on `device` / `dtype` wants a HF folder's weights: None on the CPU (the CPU
+    plans read float32 and the stored 16-bit forms), else straight to the device."""
+    return None if device == "cpu" else WeightTarget(device, dtype)
 
 
 def load_model(
