@@ -7,6 +7,7 @@ is never consulted with runtime state (batch size, chunk length, cache placement
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -74,6 +75,9 @@ class KernelPlan:
     dtype: str = "float32"  # activations, KV cache and (GPU) weights; residual/logits float32
     head_dim: int = 0  # the model's; attention kernels are specialised on it
     group: int = 1  # query heads per KV head
+    # why the native kernels are not used although the plan would use them (the build failed);
+    # shown by describe(), not part of to_dict() (the fingerprint has linear_kernel)
+    native_fallback: str = field(default="", compare=False)
 
     def intra_op_threads(self) -> int:
         """Threads torch may use inside a forward pass. With the native kernels torch only
@@ -91,7 +95,9 @@ class KernelPlan:
         return make_ops(self)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        del d["native_fallback"]
+        return d
 
     def describe(self) -> str:
         threads = f"threads={self.num_threads}"
@@ -101,6 +107,9 @@ class KernelPlan:
             threads = f"device={self.device}, dtype={self.dtype}"
         lines = [f"kernel plan: {self.name} ({threads})"]
         lines += [f"  {op:<18} {kernel}" for op, kernel in self.ops.items()]
+        if self.native_fallback:
+            lines.append(f"  NOTE: the native C kernels failed to build, so the plan runs "
+                         f"mkl-tiles + numba: {self.native_fallback}")  # fmt: skip
         return "\n".join(lines)
 
 
@@ -130,15 +139,18 @@ def build_plan(
     shape = {"head_dim": head_dim, "group": group}
     if name == "fast":
         return KernelPlan(name, threads, LINEAR_TILES, KEY_TILE, dict(FAST_OPS), "torch", **shape)
-    kernel = _choose_linear_kernel(linear_kernel or os.environ.get("SAMEBITS_LINEAR_KERNEL"))
+    kernel, fallback = _choose_linear_kernel(
+        linear_kernel or os.environ.get("SAMEBITS_LINEAR_KERNEL")
+    )
     attention = "sbattn" if kernel == "sbgemm" and _sbattn_fits(head_dim, group) else "numba"
     ops = dict(INVARIANT_OPS, linear=LINEAR_KERNELS[kernel], attention=ATTENTION_KERNELS[attention])
     if kernel == "sbgemm":
         ops.update(NATIVE_ROW_OPS)
     torch_threads = 1 if kernel == "sbgemm" and attention == "sbattn" else 0
     plan = KernelPlan(
-        name, threads, LINEAR_TILES, KEY_TILE, ops, kernel, attention, torch_threads, **shape
-    )
+        name, threads, LINEAR_TILES, KEY_TILE, ops, kernel, attention, torch_threads, **shape,
+        native_fallback=fallback,
+    )  # fmt: skip
     plan.apply_threads()
     return plan
 
@@ -149,15 +161,25 @@ def _sbattn_fits(head_dim: int, group: int) -> bool:
     return sbattn.supports(head_dim, group, KEY_TILE)
 
 
-def _choose_linear_kernel(requested: str | None) -> str:
+def _choose_linear_kernel(requested: str | None) -> tuple[str, str]:
+    """(kernel, reason): sbgemm where the C kernels build, else mkl-tiles with the build's
+    error as the reason, announced with a warning (a requested mkl-tiles has no reason)."""
     from samebits.kernels.cpu import native
 
     if requested not in (None, "", *LINEAR_KERNELS):
         raise ValueError(f"linear kernel must be one of {tuple(LINEAR_KERNELS)}, got {requested!r}")
     if requested == "mkl-tiles":
-        return requested
-    if native.available():
-        return "sbgemm"
+        return requested, ""
+    error = native.build_error()
+    if error is None:
+        return "sbgemm", ""
     if requested == "sbgemm":
         native.library()  # raises BuildError with the compiler's reason
-    return "mkl-tiles"
+    warnings.warn(
+        f"samebits: the native C kernels are unavailable ({error}); the invariant plan falls "
+        "back to MKL tiles + numba (slower, same invariance). Fix the build, or set "
+        "SAMEBITS_LINEAR_KERNEL=mkl-tiles to choose this plan deliberately.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return "mkl-tiles", error

@@ -2,9 +2,12 @@
 sbrow.c (RMSNorm, SiLU-mul), all running their threads on the worker pool of sbpool.c.
 
 The C sources are compiled once per machine with the system C compiler (-march=native) into
-the user cache directory and loaded with ctypes; `available()` says whether that worked (the
-plan falls back to MKL tiles and numba attention when it did not). `build_key()` — a hash of
-the sources, the compiler version and the flags — goes into the deployment fingerprint.
+the user cache directory and loaded with ctypes; `available()` says whether that worked and
+`build_error()` why not (the plan then falls back to MKL tiles and numba attention, and says
+so: a warning and a line of the plan's description). `build_key()` — a hash of the sources,
+the compiler version and the flags — goes into the deployment fingerprint; the cached library's
+name adds the CPU's instruction-set flags (`cache_key()`), so a cache directory shared between
+machines never loads a library that -march=native built for another CPU.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -55,8 +59,32 @@ def build_key() -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
+@lru_cache(maxsize=1)
+def isa_flags() -> str:
+    """The CPU's instruction-set flags (/proc/cpuinfo "flags", or "Features" on ARM), sorted;
+    the machine and processor names where that file is not readable."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return " ".join(sorted(value.split()))
+    except OSError:
+        pass
+    return f"{platform.machine()} {platform.processor()}"
+
+
+def cache_key() -> str:
+    """Name of the compiled library in the cache: `build_key()` plus the CPU's ISA flags."""
+    isa = hashlib.sha256(isa_flags().encode()).hexdigest()[:8]
+    return f"{build_key()}-{isa}"
+
+
 def _build(cc: str) -> Path:
-    target = _cache_dir() / f"samebits-native-{build_key()}.so"
+    missing = [p.name for p in SOURCES + HEADERS if not p.is_file()]
+    if missing:
+        raise BuildError(f"kernel sources missing from {_HERE}: {', '.join(missing)}")
+    target = _cache_dir() / f"samebits-native-{cache_key()}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -103,9 +131,16 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.sb_add_rms_norm.restype = None
 
 
-def available() -> bool:
+@lru_cache(maxsize=1)
+def build_error() -> str | None:
+    """Why the kernels cannot be built or loaded here (the compiler's reason); None if they can.
+    Tried once per process."""
     try:
         library()
-    except BuildError:
-        return False
-    return True
+    except BuildError as exc:
+        return str(exc)
+    return None
+
+
+def available() -> bool:
+    return build_error() is None
