@@ -21,6 +21,9 @@ from samebits.sampling import SamplingParams, compute_logprobs, new_seed, sample
 
 DEFAULT_NUM_KV_BLOCKS = 512
 
+# What add_request takes as a prompt: token ids, text, or a vLLM-style dict of either.
+PromptInput = str | list[int] | tuple[int, ...] | dict[str, object]
+
 
 @dataclass
 class _RequestState:
@@ -108,10 +111,19 @@ class LLMEngine:
 
     # ------------------------------------------------------------------ requests
     def add_request(
-        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+        self, request_id: str, prompt_token_ids: PromptInput, params: SamplingParams,
         prompt: str | None = None,
     ) -> None:  # fmt: skip
-        """Queue a request (ValueError on bad input; see the contract). Assigns a seed."""
+        """Queue a request. Assigns a seed when `params.seed` is None.
+
+        `prompt_token_ids` takes what vLLM's `add_request` takes: a list (or tuple) of token
+        ids, a string (tokenized with `add_special_tokens=True`, like `LLM.generate`), or a
+        dict `{"prompt_token_ids": [...]}` / `{"prompt": "..."}` (both keys: the ids are used,
+        the text is recorded). `prompt` is the text reported in `RequestOutput.prompt`; it
+        defaults to the string given, if any. TypeError for any other prompt type; ValueError
+        for bad values (see the contract in docs/architecture.md).
+        """
+        prompt_token_ids, prompt = self._prompt_ids(prompt_token_ids, prompt)
         self._validate(request_id, prompt_token_ids, params)
         params = params if params.seed is not None else params.with_seed(new_seed())
         request = Request(
@@ -129,6 +141,41 @@ class LLMEngine:
         detok = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)
         self._states[request_id] = _RequestState(request, params, prompt, detok)
 
+    def _prompt_ids(self, given: object, prompt: str | None) -> tuple[list[int], str | None]:
+        """(token ids, recorded text) of an add_request prompt; TypeError for unknown types."""
+        if isinstance(given, dict):
+            unknown = sorted(map(str, set(given) - {"prompt", "prompt_token_ids"}))
+            if unknown or not given:
+                raise TypeError(
+                    "a dict prompt takes the keys 'prompt_token_ids' and/or 'prompt', got "
+                    f"{unknown or 'none'}"
+                )
+            text = given.get("prompt")
+            if text is not None and not isinstance(text, str):
+                raise TypeError(f"dict prompt: 'prompt' must be a str, got {type(text).__name__}")
+            prompt = prompt if prompt is not None else text
+            if "prompt_token_ids" not in given:
+                given = text
+            else:
+                given = given["prompt_token_ids"]
+                if not isinstance(given, list | tuple):
+                    raise TypeError(
+                        "dict prompt: 'prompt_token_ids' must be a list of ints, got "
+                        f"{type(given).__name__}"
+                    )
+        if isinstance(given, str):
+            ids = self.tokenizer.encode(given, add_special_tokens=True)
+            return ids, prompt if prompt is not None else given
+        if not isinstance(given, list | tuple):
+            raise TypeError(
+                "prompt must be a str, a list of token ids, {'prompt_token_ids': [...]} or "
+                f"{{'prompt': '...'}}, got {type(given).__name__}"
+            )
+        for t in given:
+            if not isinstance(t, int) or isinstance(t, bool):
+                raise TypeError(f"prompt token ids must be ints, got {type(t).__name__} {t!r}")
+        return list(given), prompt
+
     def _validate(self, request_id: str, ids: list[int], params: SamplingParams) -> None:
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
@@ -138,11 +185,7 @@ class LLMEngine:
             raise ValueError(f"request_id {request_id!r} is already in use")
         if not ids:
             raise ValueError("the prompt is empty: it must have at least one token")
-        bad = [
-            t
-            for t in ids
-            if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < self.vocab_size
-        ]
+        bad = [t for t in ids if not 0 <= t < self.vocab_size]
         if bad:
             raise ValueError(f"prompt token id {bad[0]!r} is out of range [0, {self.vocab_size})")
         if len(ids) + params.max_tokens > self.max_model_len:
