@@ -47,31 +47,29 @@ class LLM:
         self, prompts: Prompt | Sequence[Prompt],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
     ) -> list[RequestOutput]:  # fmt: skip
-        """Run every prompt to completion; outputs in input order (n>1 merged per prompt)."""
+        """Run every prompt to completion; outputs in input order (n>1 merged per prompt).
+
+        Raises `RequestFailedError` if a request fails inside the engine (the call's other
+        requests are aborted first), ValueError / TypeError on bad input (nothing queued).
+        """
+        groups = self._submit(_as_prompt_list(prompts), sampling_params)
         final: dict[str, RequestOutput] = {}
-        for out in self.generate_stream(prompts, sampling_params):
+        for out in self._drive(groups):
             if out.finished:
                 final[out.request_id] = out
-        return [final[rid] for rid in self._last_order]
+        return [final[rid] for rid in groups]
 
     def generate_stream(
         self, prompts: Prompt | Sequence[Prompt],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
     ) -> Iterator[RequestOutput]:  # fmt: skip
-        """Yield a cumulative RequestOutput per prompt every step it advances."""
+        """Yield a cumulative RequestOutput per prompt every step it advances.
+
+        Raises `RequestFailedError` from the step in which a request failed (that step yields
+        nothing). Closing the iterator early, or any error, aborts the call's requests.
+        """
         groups = self._submit(_as_prompt_list(prompts), sampling_params)
-        self._last_order = list(groups)
-        children = {child: rid for rid, kids in groups.items() for child in kids}
-        latest: dict[str, RequestOutput] = {}
-        while self.engine.has_unfinished_requests():
-            advanced = []
-            for out in self.engine.step():
-                latest[out.request_id] = out
-                parent = children.get(out.request_id)
-                if parent is not None and parent not in advanced:
-                    advanced.append(parent)
-            for parent in advanced:
-                yield _merge(parent, [latest.get(c) for c in groups[parent]])
+        yield from self._drive(groups)
 
     def chat(
         self, messages: list[dict] | list[list[dict]],
@@ -89,24 +87,98 @@ class LLM:
         return outs
 
     def _submit(self, prompts: list[Prompt], params) -> dict[str, list[str]]:
+        """Queue every prompt (n>1 expanded); on any error, abort what was queued and raise."""
         params_list = _params_list(params, len(prompts))
         groups: dict[str, list[str]] = {}
-        for prompt, p in zip(prompts, params_list, strict=True):
-            rid = str(next(self._ids))
-            text = prompt if isinstance(prompt, str) else None
-            ids = (
-                self.tokenizer.encode(prompt, add_special_tokens=True)
-                if text is not None
-                else list(prompt)
-            )
-            base = p.seed if p.seed is not None else new_seed()
-            groups[rid] = []
-            for i in range(p.n):
-                child = f"{rid}-{i}"
-                single = dataclasses.replace(p, n=1, seed=derive_seed(base, i))
-                self.engine.add_request(child, ids, single, prompt=text)
-                groups[rid].append(child)
+        try:
+            for prompt, p in zip(prompts, params_list, strict=True):
+                rid = str(next(self._ids))
+                text = prompt if isinstance(prompt, str) else None
+                ids = (
+                    self.tokenizer.encode(prompt, add_special_tokens=True)
+                    if text is not None
+                    else list(prompt)
+                )
+                base = p.seed if p.seed is not None else new_seed()
+                groups[rid] = []
+                for i in range(p.n):
+                    child = f"{rid}-{i}"
+                    single = dataclasses.replace(p, n=1, seed=derive_seed(base, i))
+                    self.engine.add_request(child, ids, single, prompt=text)
+                    groups[rid].append(child)
+        except BaseException:
+            self._abort(groups)
+            raise
         return groups
+
+    def _drive(self, groups: dict[str, list[str]]) -> Iterator[RequestOutput]:
+        """Step the engine until every request of `groups` finished; yield the merged output
+        of each prompt that advanced. Whatever way this ends, no request of `groups` is left
+        in the engine."""
+        owner = {child: (index, rid) for index, (rid, kids) in enumerate(groups.items())
+                 for child in kids}  # fmt: skip
+        pending = set(owner)
+        latest: dict[str, RequestOutput] = {}
+        try:
+            while pending and self.engine.has_unfinished_requests():
+                outputs = self.engine.step()
+                failures = {
+                    rid: exc for rid, exc in self.engine.pop_failures().items() if rid in owner
+                }
+                if failures:
+                    raise _failed(failures, owner)
+                advanced = []
+                for out in outputs:
+                    if out.request_id not in owner:
+                        continue
+                    latest[out.request_id] = out
+                    if out.finished:
+                        pending.discard(out.request_id)
+                    parent = owner[out.request_id][1]
+                    if parent not in advanced:
+                        advanced.append(parent)
+                for parent in advanced:
+                    yield _merge(parent, [latest.get(c) for c in groups[parent]])
+            if pending:
+                raise RuntimeError(
+                    f"requests {sorted(pending)} left the engine without finishing "
+                    "(aborted outside this call?)"
+                )
+        finally:
+            self._abort(groups)
+
+    def _abort(self, groups: dict[str, list[str]]) -> None:
+        for kids in groups.values():
+            for child in kids:
+                self.engine.abort_request(child)
+
+
+class RequestFailedError(RuntimeError):
+    """A request failed inside the engine (its sampling, detokenization or output raised).
+
+    `index` is the failed prompt's position in the call, `request_id` the engine request
+    that failed (`"<prompt id>-<choice>"`), `__cause__` the original exception; `failures`
+    maps every request of the call that failed in that step to its exception. The call's
+    other requests were aborted, so the `LLM` stays usable.
+    """
+
+    def __init__(self, index: int, request_id: str, failures: dict[str, Exception]) -> None:
+        self.index = index
+        self.request_id = request_id
+        self.failures = failures
+        error = failures[request_id]
+        more = f" ({len(failures) - 1} more failed in the same step)" if len(failures) > 1 else ""
+        super().__init__(
+            f"prompt {index} (request {request_id}) failed in the engine: "
+            f"{type(error).__name__}: {error}{more}"
+        )
+
+
+def _failed(failures: dict[str, Exception], owner: dict[str, tuple[int, str]]):
+    request_id = min(failures, key=lambda rid: (owner[rid][0], rid))
+    err = RequestFailedError(owner[request_id][0], request_id, failures)
+    err.__cause__ = failures[request_id]
+    return err
 
 
 def _as_prompt_list(prompts) -> list[Prompt]:
