@@ -7,12 +7,19 @@ from samebits.outputs import CompletionOutput, RequestOutput
 from samebits.sampling import SamplingParams
 
 __version__ = "0.1.0"
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "__version__"]
+__all__ = [
+    "LLM",
+    "CompletionOutput",
+    "RequestFailedError",
+    "RequestOutput",
+    "SamplingParams",
+    "__version__",
+]
 
 
 def __getattr__(name: str):
-    if name == "LLM":  # lazy: importing samebits must not pull torch
-        from samebits.llm import LLM
+    if name in ("LLM", "RequestFailedError"):  # lazy: importing samebits must not pull torch
+        from samebits import llm
 
-        return LLM
+        return getattr(llm, name)
     raise AttributeError(name)

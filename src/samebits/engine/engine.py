@@ -64,12 +64,10 @@ class LLMEngine:
     def from_args(cls, model=None, progress: bool = False, **kwargs) -> LLMEngine:
         """Load `model` (None: the embedded default) and build the engine (see from_loaded)."""
         from samebits.config import PlanConfig
-        from samebits.model import WeightTarget, load_model
+        from samebits.model import load_model, weights_target
 
-        target = None
-        if kwargs.get("device", "cpu") != "cpu":  # straight to the GPU plan's device and dtype
-            plan = PlanConfig(device=kwargs["device"], dtype=kwargs.get("dtype"))
-            target = WeightTarget(plan.device, plan.dtype)
+        plan = PlanConfig(device=kwargs.get("device", "cpu"), dtype=kwargs.get("dtype"))
+        target = weights_target(plan.device, plan.dtype)
         loaded = load_model(model, progress=progress, weights_to=target)
         return cls.from_loaded(loaded, release_sources=True, **kwargs)
 
