@@ -15,6 +15,7 @@ import numpy as np
 
 from samebits.detokenizer import IncrementalDetokenizer, find_stop_string, truncate_at_stop
 from samebits.engine.request import Request, RequestStatus
+from samebits.engine.row_workers import map_rows
 from samebits.engine.scheduler import Scheduler
 from samebits.outputs import CompletionOutput, RequestOutput, logits_digest
 from samebits.sampling import SamplingParams, compute_logprobs, new_seed, sample
@@ -209,11 +210,12 @@ class LLMEngine:
         `pop_failures()` and the step goes on for every other request.
         """
         sched_out = self.scheduler.schedule()
-        rows = self.runner.execute(sched_out)
+        rows = list(self.runner.execute(sched_out).items())
         sampled = {}
-        for rid, row in rows.items():
-            token = self._isolated(rid, self._sample, rid, row)
-            if token is not None:
+        for (rid, _), token in zip(rows, map_rows(self._sample, rows), strict=True):
+            if isinstance(token, Exception):
+                self._fail(rid, token)
+            else:
                 sampled[rid] = token
         finished = {r.request_id for r in self.scheduler.update_from_output(sched_out, sampled)}
         self.num_steps += 1
@@ -238,9 +240,13 @@ class LLMEngine:
         try:
             return work(*args)
         except Exception as exc:  # noqa: BLE001 - isolate one request's failure
-            self._failures[rid] = exc
-            self.abort_request(rid)
+            self._fail(rid, exc)
             return None
+
+    def _fail(self, rid: str, exc: Exception) -> None:
+        """Abort `rid` after an exception in its own work (recorded for pop_failures)."""
+        self._failures[rid] = exc
+        self.abort_request(rid)
 
     def _advance(self, rid: str, token: int, finished: set[str]) -> RequestOutput:
         """Detokenize the new token, apply stop strings, and build the request's output."""

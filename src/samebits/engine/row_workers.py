@@ -1,0 +1,45 @@
+"""The per-row host work of a step (sampling, logprobs, the SHA-256 logits digest) on worker
+threads: numpy's float64 passes and hashlib release the GIL on large rows, so a step with many
+rows of a large vocabulary (a 128k-vocab row is 512 KB) does not serialize on one core.
+
+Invariant: the result for a row is the work function's result for that row alone (each row
+touches only its own request's state), returned in input order; how rows are spread over
+threads never changes a value, and no row's digest is ever skipped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+PARALLEL_MIN_ELEMENTS = 1 << 15  # rows smaller than this run inline (thread hand-off costs more)
+_pool: ThreadPoolExecutor | None = None
+
+
+def _workers() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(min(8, os.cpu_count() or 1), thread_name_prefix="samebits-row")
+    return _pool
+
+
+def map_rows(
+    work: Callable[[str, np.ndarray], T], rows: Sequence[tuple[str, np.ndarray]]
+) -> list[T | Exception]:
+    """work(rid, row) for every row, in order; an exception is returned in its row's place
+    (the caller isolates that request)."""
+
+    def guarded(item: tuple[str, np.ndarray]) -> T | Exception:
+        try:
+            return work(*item)
+        except Exception as exc:  # noqa: BLE001 - returned to the caller, per row
+            return exc
+
+    if len(rows) < 2 or rows[0][1].size < PARALLEL_MIN_ELEMENTS:
+        return [guarded(item) for item in rows]
+    return list(_workers().map(guarded, rows))
