@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import torch
 
 from samebits.deployment import build_deployment, cold_logits
 from samebits.model import load_model
+from samebits.testing.bits import same_bits
 from tiny_models import make_tiny_checkpoint
 
 
@@ -25,7 +25,7 @@ def test_bf16_checkpoint_reads_stored_values_with_float32_bits(tmp_path):
     ids = list(range(3, 40))
     ours = cold_logits(stored, ids, all_rows=True)
     theirs = cold_logits(dense, ids, all_rows=True)
-    assert np.array_equal(ours.view(np.int32), theirs.view(np.int32))
+    assert same_bits(ours, theirs)
     assert stored.fingerprint == dense.fingerprint
 
 
@@ -50,4 +50,4 @@ def test_mixed_gguf_reads_f16_bf16_and_blocks_with_float32_bits(tmp_path, tiny_l
     ids = list(range(5, 37))
     ours = cold_logits(stored, ids, all_rows=True)
     theirs = cold_logits(dense, ids, all_rows=True)
-    assert np.array_equal(ours.view(np.int32), theirs.view(np.int32))
+    assert same_bits(ours, theirs)

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
 from samebits.deployment import build_deployment, cold_logits
+from samebits.testing.bits import same_bits
 
 
 def test_smollm2_reads_quantized_blocks_with_float32_bits(smollm2_model):
@@ -21,5 +20,5 @@ def test_smollm2_reads_quantized_blocks_with_float32_bits(smollm2_model):
     ids = smollm2_model.tokenizer.encode("Paris is the capital of France, and Rome " * 3)[:24]
     ours = cold_logits(quantized, ids, all_rows=True)
     theirs = cold_logits(dense, ids, all_rows=True)
-    assert np.array_equal(ours.view(np.int32), theirs.view(np.int32))
+    assert same_bits(ours, theirs)
     assert quantized.fingerprint == dense.fingerprint

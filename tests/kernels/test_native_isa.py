@@ -11,6 +11,7 @@ import torch
 
 from quantized_weights import random_f16, random_q4_1
 from samebits.kernels.cpu import native, sbattn, sbgemm, sbrow
+from samebits.testing.bits import same_bits
 
 
 def _avx2_library(tmp_path) -> ctypes.CDLL:
@@ -35,15 +36,15 @@ def test_avx2_build_matches_native_build(tmp_path):
     gen = torch.Generator().manual_seed(0)
     w, x = torch.randn(960, 576, generator=gen), torch.randn(5, 576, generator=gen)
     dense = sbgemm.SbLinear(w, None, 1)
-    assert torch.equal(dense(x), _avx2_gemm(lib, dense, x, 2))
+    assert same_bits(dense(x), _avx2_gemm(lib, dense, x, 2))
     source, weight = random_q4_1(200, 576, gen)
     quantized = sbgemm.SbLinear(weight, None, 2, source)
     assert quantized.format == "Q4_1"
-    assert torch.equal(quantized(x), _avx2_gemm(lib, quantized, x, 1))
+    assert same_bits(quantized(x), _avx2_gemm(lib, quantized, x, 1))
     source, weight = random_f16(50, 576, gen)  # no F16C in this build: the scalar widening
     half = sbgemm.SbLinear(weight, None, 2, source)
     assert half.format == "F16"
-    assert torch.equal(half(x), _avx2_gemm(lib, half, x, 2))
+    assert same_bits(half(x), _avx2_gemm(lib, half, x, 2))
 
     q, k, v = (
         torch.randn(shape, generator=gen) for shape in ((4, 9, 64), (256, 3, 64), (256, 3, 64))
@@ -53,7 +54,7 @@ def test_avx2_build_matches_native_build(tmp_path):
     sbattn.paged_attention(q, k, v, pos, req, table, 16, 32, 0.125, ours, 1)
     lib.sb_attention(q.data_ptr(), 9, 64, k.data_ptr(), v.data_ptr(), 3, pos.ctypes.data,
                      req.ctypes.data, table.ctypes.data, 16, 16, 32, 0.125, theirs.data_ptr(), 4, 2)  # fmt: skip
-    assert torch.equal(ours, theirs)
+    assert same_bits(ours, theirs)
 
 
 def test_avx2_row_kernels_match_native_build(tmp_path):
@@ -66,12 +67,12 @@ def test_avx2_row_kernels_match_native_build(tmp_path):
         ours, theirs = torch.empty(6, dim), torch.empty(6, dim)
         sbrow.silu_mul(gate_up, ours, 1)
         lib.sb_silu_mul(gate_up.data_ptr(), 6, dim, theirs.data_ptr(), 2)
-        assert torch.equal(ours, theirs)
+        assert same_bits(ours, theirs)
         sbrow.rms_norm(x, w, 1e-5, ours, 1)
         lib.sb_rms_norm(x.data_ptr(), 6, dim, w.data_ptr(), 1e-5, theirs.data_ptr(), 2)
-        assert torch.equal(ours, theirs)
+        assert same_bits(ours, theirs)
         res_ours, res_theirs = residual.clone(), residual.clone()
         sbrow.add_rms_norm(x, res_ours, w, 1e-5, ours, 1)
         lib.sb_add_rms_norm(x.data_ptr(), res_theirs.data_ptr(), 6, dim, w.data_ptr(), 1e-5,
                             theirs.data_ptr(), 2)  # fmt: skip
-        assert torch.equal(ours, theirs) and torch.equal(res_ours, res_theirs)
+        assert same_bits(ours, theirs) and same_bits(res_ours, res_theirs)

@@ -11,6 +11,7 @@ import torch
 from quantized_weights import from_raw, random_bf16, random_f16, random_q4_1, random_q8_0
 from samebits.kernels.cpu import sbgemm
 from samebits.kernels.quantized import QuantizedTensor
+from samebits.testing.bits import same_bits
 
 MAKERS = {"Q4_1": random_q4_1, "Q8_0": random_q8_0, "BF16": random_bf16, "F16": random_f16}
 MIN_SHRINK = {"Q4_1": 3, "Q8_0": 3, "BF16": 1.9, "F16": 1.9}
@@ -19,10 +20,6 @@ MIN_SHRINK = {"Q4_1": 3, "Q8_0": 3, "BF16": 1.9, "F16": 1.9}
 @pytest.fixture(autouse=True)
 def _always_parallel(monkeypatch):
     monkeypatch.setattr(sbgemm, "PARALLEL_MIN_MACS", 0)
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().view(torch.int32)
 
 
 @pytest.mark.parametrize("qtype", sorted(MAKERS))
@@ -37,9 +34,9 @@ def test_quantized_equals_float32_bitwise(qtype, rows, k):
         linear = sbgemm.SbLinear(weight, None, threads, source)
         assert linear.format == qtype
         assert linear.packed.numel() * MIN_SHRINK[qtype] <= dense.packed.numel()
-        assert torch.equal(_bits(linear(x)), _bits(expected))
+        assert same_bits(linear(x), expected)
         for i in (0, 7, 18):  # alone, or a row of any position, gives the same bits
-            assert torch.equal(_bits(linear(x[i : i + 1])), _bits(expected[i : i + 1]))
+            assert same_bits(linear(x[i : i + 1]), expected[i : i + 1])
 
 
 def test_zero_signs_survive_expansion():
@@ -78,7 +75,7 @@ def test_fused_rows_concatenate():
     linear = sbgemm.SbLinear(torch.cat([wa, wb]), None, 2, fused)
     x = torch.randn(3, 96, generator=gen)
     assert linear.format == "Q4_1"
-    assert torch.equal(_bits(linear(x)), _bits(sbgemm.SbLinear(torch.cat([wa, wb]), None, 1)(x)))
+    assert same_bits(linear(x), sbgemm.SbLinear(torch.cat([wa, wb]), None, 1)(x))
     assert QuantizedTensor.concat([a, None]) is None
     assert QuantizedTensor.concat([a, random_q8_0(8, 96, gen)[0]]) is None
 
@@ -90,4 +87,4 @@ def test_half_precision_of_any_width(maker):
     x = torch.randn(6, 45, generator=gen)
     linear = sbgemm.SbLinear(weight, None, 2, source)
     assert linear.format == source.qtype
-    assert torch.equal(_bits(linear(x)), _bits(sbgemm.SbLinear(weight, None, 1)(x)))
+    assert same_bits(linear(x), sbgemm.SbLinear(weight, None, 1)(x))

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from samebits.kernels.cpu import sbgemm
+from samebits.testing.bits import same_bits
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +31,7 @@ def test_many_shapes_and_thread_counts_match_one_thread():
         w, x = _case(seed)
         expected = sbgemm.SbLinear(w, None, 1)(x)
         for threads in (2, 3, 5, 9):
-            assert torch.equal(sbgemm.SbLinear(w, None, threads)(x), expected), (seed, threads)
+            assert same_bits(sbgemm.SbLinear(w, None, threads)(x), expected), (seed, threads)
 
 
 def test_concurrent_callers_from_python_threads():
@@ -42,7 +43,7 @@ def test_concurrent_callers_from_python_threads():
         for rep in range(30):
             i = (worker + rep) % len(cases)
             w, x = cases[i]
-            if not torch.equal(sbgemm.SbLinear(w, None, 2 + worker % 2)(x), expected[i]):
+            if not same_bits(sbgemm.SbLinear(w, None, 2 + worker % 2)(x), expected[i]):
                 errors.append(f"thread {worker} case {i}")
 
     threads = [threading.Thread(target=hammer, args=(k,)) for k in range(4)]

@@ -10,6 +10,7 @@ import torch
 from samebits.kernels.cpu import sbrow
 from samebits.kernels.ops import InvariantOps
 from samebits.kernels.plan import KEY_TILE, LINEAR_TILES
+from samebits.testing.bits import same_bits
 
 DIMS = (5, 70, 576, 1536)
 THREADS = (1, 2, 3)
@@ -48,7 +49,7 @@ def _assert_rows_invariant(op, x: torch.Tensor) -> None:
     singles = torch.cat([op(x[r : r + 1], 1) for r in range(x.shape[0])])
     for threads in THREADS:
         for lo, hi in ((0, x.shape[0]), (3, 10), (1, 2), (6, 13)):
-            assert torch.equal(op(x[lo:hi], threads), singles[lo:hi]), (threads, lo, hi)
+            assert same_bits(op(x[lo:hi], threads), singles[lo:hi]), (threads, lo, hi)
 
 
 @pytest.mark.parametrize("inter", DIMS)
@@ -108,20 +109,20 @@ def test_add_rms_norm_updates_residual_in_place(dim):
     x_before, res = x.clone(), residual.clone()
     out = torch.empty_like(x)
     sbrow.add_rms_norm(x, res, w, EPS, out, 2)
-    assert torch.equal(res, residual + x)
-    assert torch.equal(x, x_before)
-    assert torch.equal(out, _rms_norm(residual + x, w, 1))
+    assert same_bits(res, residual + x)
+    assert same_bits(x, x_before)
+    assert same_bits(out, _rms_norm(residual + x, w, 1))
 
 
 def test_invariant_ops_use_the_c_kernels():
     ops = InvariantOps(LINEAR_TILES, KEY_TILE, "sbgemm", num_threads=2)
     gate_up, x, w = _rand(7, 3072, seed=10, scale=4.0), _rand(7, 576, seed=11), _rand(576)
-    assert torch.equal(ops.silu_mul(gate_up), _silu_mul(gate_up, 1))
-    assert torch.equal(ops.rms_norm(x, w, EPS), _rms_norm(x, w, 1))
+    assert same_bits(ops.silu_mul(gate_up), _silu_mul(gate_up, 1))
+    assert same_bits(ops.rms_norm(x, w, EPS), _rms_norm(x, w, 1))
     residual = _rand(7, 576, seed=12)
     normed, summed = ops.add_rms_norm(x, residual.clone(), w, EPS)
-    assert torch.equal(summed, residual + x)
-    assert torch.equal(normed, _rms_norm(residual + x, w, 1))
+    assert same_bits(summed, residual + x)
+    assert same_bits(normed, _rms_norm(residual + x, w, 1))
 
 
 @pytest.mark.parametrize(

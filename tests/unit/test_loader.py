@@ -17,6 +17,7 @@ from samebits.model import ModelLoadError, RopeScaling, load_model
 from samebits.model.checkpoint import expected_weight_shapes, model_name_from_path
 from samebits.model.config import _INT_FIELDS
 from samebits.model.gguf_loader import SUPPORTED_TYPES, dequantize
+from samebits.testing.bits import same_bits
 from tiny_models import make_tiny_checkpoint, write_tiny_gguf
 
 ARCH_FIXTURES = ["tiny_llama_dir", "tiny_qwen2_dir", "tiny_qwen3_dir", "tiny_mistral_dir"]
@@ -32,7 +33,7 @@ def _hf_model(path: Path, **kwargs):
 def _assert_weights_equal(ours: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]):
     for name, tensor in ours.items():
         assert tensor.dtype == torch.float32 and tensor.is_contiguous(), name
-        assert torch.equal(tensor, reference[name]), name
+        assert same_bits(tensor, reference[name]), name
 
 
 def _copy(src: Path, tmp_path: Path) -> Path:
@@ -168,7 +169,7 @@ def test_gguf_quant_types_equal_transformers(tiny_mistral_dir, tmp_path):
     assert set(loaded.weights) == set(reference)
     _assert_weights_equal(loaded.weights, reference)
     exact = load_model(tiny_mistral_dir).weights["model.layers.0.input_layernorm.weight"]
-    assert torch.equal(loaded.weights["model.layers.0.input_layernorm.weight"], exact)
+    assert same_bits(loaded.weights["model.layers.0.input_layernorm.weight"], exact)
 
 
 def _random_blocks(qtype: Q, rows: int, rng: np.random.Generator) -> np.ndarray:
@@ -192,7 +193,7 @@ def test_dequantize_matches_independent_implementation(qtype):
     ours = dequantize(blocks, qtype)
     reference = torch_dequantize(torch.from_numpy(blocks.reshape(-1).copy()), int(qtype))
     assert ours.shape == (8, 256) and ours.dtype == torch.float32
-    assert torch.equal(ours, reference.reshape(8, 256))
+    assert same_bits(ours, reference.reshape(8, 256))
 
 
 def test_supported_types_are_the_documented_ones():

@@ -16,6 +16,7 @@ from samebits.model.random_init import (
     random_tokenizer,
     tensor_seed,
 )
+from samebits.testing.bits import same_bits
 
 TINY = ["tiny-llama", "tiny-qwen3", "tiny-qwen2"]
 # Parameter counts of the real checkpoints (embeddings included, tied ones counted once).
@@ -27,14 +28,8 @@ REAL_PARAMS = {
 }
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """Integer view of a tensor's bits (so -0.0 vs 0.0 and NaN payloads count)."""
-    ints = {4: torch.int32, 2: torch.int16}[t.element_size()]
-    return t.contiguous().view(ints)
-
-
 def _same_bits(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
-    return a.keys() == b.keys() and all(torch.equal(_bits(a[k]), _bits(b[k])) for k in a)
+    return a.keys() == b.keys() and all(same_bits(a[k], b[k]) for k in a)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +76,7 @@ def test_same_seed_same_bits_other_seed_differs(tiny_llama):
     assert _same_bits(tiny_llama.weights, again.weights)
     other = random_model("tiny-llama", seed=1)
     for name, t in tiny_llama.weights.items():
-        assert not torch.equal(_bits(t), _bits(other.weights[name])), name
+        assert not same_bits(t, other.weights[name]), name
 
 
 def test_tensors_are_not_interchangeable(tiny_llama):
@@ -102,7 +97,7 @@ def test_bfloat16_is_float32_rounded(tiny_llama):
     half = random_model("tiny-llama", dtype=torch.bfloat16)
     for name, t in half.weights.items():
         assert t.dtype == torch.bfloat16
-        assert torch.equal(_bits(t), _bits(tiny_llama.weights[name].to(torch.bfloat16))), name
+        assert same_bits(t, tiny_llama.weights[name].to(torch.bfloat16)), name
 
 
 def test_config_and_unknown_preset():
