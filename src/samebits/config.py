@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 KERNEL_PLANS = ("invariant", "fast")
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's name and default
 DEVICE_DTYPES = {"cpu": ("float32",), "cuda": ("bfloat16",)}  # first: the device's default
 
 
@@ -65,6 +66,25 @@ def _require_cuda() -> None:
 
     if not torch.cuda.is_available():
         raise ValueError("device 'cuda' was asked for, but torch sees no CUDA GPU on this machine")
+
+
+def kv_blocks_for_memory(
+    total_bytes: int, free_bytes: int, utilization: float, bytes_per_block: int
+) -> int:
+    """KV-cache blocks that fit when this process may use `utilization` of the device's
+    memory in all (vLLM's `gpu_memory_utilization`): what is already in use (weights, other
+    processes) comes off that share first. ValueError when not one block fits."""
+    if not 0.0 < utilization <= 1.0:
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {utilization!r}")
+    budget = total_bytes * utilization - (total_bytes - free_bytes)
+    blocks = int(budget // bytes_per_block)
+    if blocks < 1:
+        raise ValueError(
+            f"no KV-cache block fits: {(total_bytes - free_bytes) / 2**30:.1f} GiB of "
+            f"{total_bytes / 2**30:.1f} GiB already in use with gpu_memory_utilization="
+            f"{utilization}; raise it or pass num_kv_blocks"
+        )
+    return blocks
 
 
 def _require_positive(name: str, value: int) -> None:

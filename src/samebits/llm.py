@@ -6,7 +6,8 @@ import dataclasses
 import itertools
 from collections.abc import Iterator, Sequence
 
-from samebits.engine.engine import DEFAULT_NUM_KV_BLOCKS, LLMEngine
+from samebits.config import DEFAULT_GPU_MEMORY_UTILIZATION
+from samebits.engine.engine import LLMEngine
 from samebits.outputs import RequestOutput
 from samebits.sampling import SamplingParams, derive_seed, new_seed
 
@@ -20,18 +21,20 @@ class LLM:
     def __init__(
         self, model: str | None = None, dtype: str | None = None, kernel_plan: str = "invariant",
         max_num_seqs: int = 32, max_num_batched_tokens: int = 512, block_size: int = 16,
-        num_kv_blocks: int = DEFAULT_NUM_KV_BLOCKS, enable_prefix_caching: bool = True,
+        num_kv_blocks: int | None = None, enable_prefix_caching: bool = True,
         num_threads: int | None = None, max_model_len: int | None = None, progress: bool = False,
         engine: LLMEngine | None = None, device: str = "cpu",
+        gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
     ) -> None:  # fmt: skip
         """`device` "cpu" (float32) or "cuda" (bfloat16, Triton invariant kernels); `dtype`
-        None takes the device's default."""
+        None takes the device's default. `num_kv_blocks` None: 512 on the CPU, on a GPU what
+        fits in `gpu_memory_utilization` of its memory after the weights."""
         self.engine = engine or LLMEngine.from_args(
             model, progress=progress, kernel_plan=kernel_plan, dtype=dtype, device=device,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             block_size=block_size, num_kv_blocks=num_kv_blocks,
             enable_prefix_caching=enable_prefix_caching, num_threads=num_threads,
-            max_model_len=max_model_len,
+            max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
         )  # fmt: skip
         self._ids = itertools.count()
 

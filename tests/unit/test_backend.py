@@ -42,3 +42,26 @@ def test_registry_refuses_unknown_pairs():
     plan = dataclasses.replace(build_plan("invariant", 1), name="portable")
     with pytest.raises(ValueError, match="no kernel plan 'portable' for device 'cpu'"):
         make_ops(plan)
+
+
+def test_kv_blocks_for_memory():
+    from samebits.config import kv_blocks_for_memory
+
+    gib = 2**30
+    # 100 GiB card, 20 GiB in use (weights): 0.9 * 100 - 20 = 70 GiB for 1 GiB blocks
+    assert kv_blocks_for_memory(100 * gib, 80 * gib, 0.9, gib) == 70
+    with pytest.raises(ValueError, match="no KV-cache block fits"):
+        kv_blocks_for_memory(100 * gib, 5 * gib, 0.9, gib)
+    with pytest.raises(ValueError, match="gpu_memory_utilization"):
+        kv_blocks_for_memory(100 * gib, 80 * gib, 1.5, gib)
+
+
+def test_kv_bytes_per_block_counts_layers_heads_and_dtype(tiny_llama_dir):
+    from samebits.deployment import build_deployment
+    from samebits.engine.runner import kv_bytes_per_block
+    from samebits.model import load_model
+
+    dep = build_deployment(load_model(tiny_llama_dir), "invariant", 1)
+    cfg = dep.config
+    per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 4
+    assert kv_bytes_per_block(dep.model, 16) == 16 * per_token

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from samebits.config import DEFAULT_GPU_MEMORY_UTILIZATION
 from samebits.detokenizer import IncrementalDetokenizer, find_stop_string, truncate_at_stop
 from samebits.engine.request import Request, RequestStatus
 from samebits.engine.row_workers import map_rows
@@ -94,14 +95,23 @@ class LLMEngine:
     @classmethod
     def from_deployment(
         cls, deployment, max_num_seqs: int = 32, max_num_batched_tokens: int = 512,
-        block_size: int = 16, num_kv_blocks: int = DEFAULT_NUM_KV_BLOCKS,
+        block_size: int = 16, num_kv_blocks: int | None = None,
         enable_prefix_caching: bool = True,
+        gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
     ) -> LLMEngine:  # fmt: skip
-        """A fresh scheduler, KV cache and runner over a built deployment (cheap)."""
+        """A fresh scheduler, KV cache and runner over a built deployment (cheap).
+        `num_kv_blocks` None: DEFAULT_NUM_KV_BLOCKS on the CPU; on a GPU as many blocks as fit
+        in `gpu_memory_utilization` of the device's memory (vLLM's meaning)."""
         from samebits.config import CacheConfig, SchedulerConfig
-        from samebits.engine.runner import ModelRunner
+        from samebits.engine.runner import ModelRunner, kv_blocks_for_device
 
-        cache = CacheConfig(block_size, num_kv_blocks, enable_prefix_caching)
+        if num_kv_blocks is None and deployment.plan.device != "cpu":
+            num_kv_blocks = kv_blocks_for_device(
+                deployment.model, block_size, gpu_memory_utilization
+            )
+        cache = CacheConfig(
+            block_size, num_kv_blocks or DEFAULT_NUM_KV_BLOCKS, enable_prefix_caching
+        )
         sched = SchedulerConfig(max_num_seqs, max_num_batched_tokens, deployment.max_model_len)
         salt = bytes.fromhex(deployment.fingerprint)
         scheduler = Scheduler.from_configs(cache, sched, salt)

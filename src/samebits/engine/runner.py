@@ -54,6 +54,21 @@ def _to_device(device, *arrays: np.ndarray) -> list[torch.Tensor]:
     return list(packed.split([len(a) for a in arrays]))
 
 
+def kv_bytes_per_block(model, block_size: int) -> int:
+    """Bytes one KV-cache block takes over all layers (K and V) in the model's cache dtype."""
+    cfg = model.cfg
+    elem = torch.empty((), dtype=model.ops.act_dtype).element_size()
+    return 2 * cfg.num_hidden_layers * block_size * cfg.num_key_value_heads * cfg.head_dim * elem
+
+
+def kv_blocks_for_device(model, block_size: int, utilization: float) -> int:
+    """KV-cache blocks for a GPU model from the device's free memory now (weights loaded)."""
+    from samebits.config import kv_blocks_for_memory
+
+    free, total = torch.cuda.mem_get_info(model.ops.device)
+    return kv_blocks_for_memory(total, free, utilization, kv_bytes_per_block(model, block_size))
+
+
 class ModelRunner:
     """Owns the paged KV cache (num_blocks * block_size slots per layer) and runs the model."""
 

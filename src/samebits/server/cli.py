@@ -46,7 +46,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     add("--max-num-seqs", type=int, default=32)
     add("--max-num-batched-tokens", type=int, default=512)
     add("--block-size", type=int, default=16)
-    add("--num-kv-blocks", type=int, default=None)
+    add(
+        "--num-kv-blocks",
+        type=int,
+        default=None,
+        help="KV-cache blocks (default: 512 on cpu; on cuda what --gpu-memory-utilization fits)",
+    )
+    add("--gpu-memory-utilization", type=float, default=0.9,
+        help="share of the GPU's memory the engine may use in all (cuda only)")  # fmt: skip
     add("--no-prefix-caching", action="store_true")
     add("--max-n", type=int, default=16, help="largest n accepted")
     add("--max-tokens-limit", type=int, default=None, help="largest max_tokens accepted")
@@ -66,6 +73,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "max_num_batched_tokens": args.max_num_batched_tokens,
         "block_size": args.block_size,
         "enable_prefix_caching": not args.no_prefix_caching,
+        "gpu_memory_utilization": args.gpu_memory_utilization,
     }
     if args.num_kv_blocks is not None:
         kwargs["num_kv_blocks"] = args.num_kv_blocks
