@@ -65,3 +65,25 @@ def test_kv_bytes_per_block_counts_layers_heads_and_dtype(tiny_llama_dir):
     cfg = dep.config
     per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 4
     assert kv_bytes_per_block(dep.model, 16) == 16 * per_token
+
+
+def test_memory_sized_kv_cache_is_capped(tiny_llama_dir, monkeypatch):
+    """On a GPU plan, `gpu_memory_utilization` sizes the cache from free memory, capped at
+    KV_BLOCKS_PER_SEQUENCE_SLOT x what max_num_seqs full sequences need; without it, 512."""
+    from samebits.deployment import build_deployment
+    from samebits.engine import runner
+    from samebits.engine.engine import KV_BLOCKS_PER_SEQUENCE_SLOT, LLMEngine
+    from samebits.model import load_model
+
+    dep = build_deployment(load_model(tiny_llama_dir), "invariant", 1)
+    gpu_like = dataclasses.replace(dep, plan=dataclasses.replace(dep.plan, device="cuda"))
+    monkeypatch.setattr(runner, "kv_blocks_for_device", lambda *a: 10**7)
+    engine = LLMEngine.from_deployment(gpu_like, max_num_seqs=4, gpu_memory_utilization=0.9)
+    cap = KV_BLOCKS_PER_SEQUENCE_SLOT * 4 * -(-dep.max_model_len // 16)
+    assert engine.scheduler.num_kv_blocks == cap
+    monkeypatch.setattr(runner, "kv_blocks_for_device", lambda *a: 100)
+    assert (
+        LLMEngine.from_deployment(gpu_like, gpu_memory_utilization=0.9).scheduler.num_kv_blocks
+        == 100
+    )
+    assert LLMEngine.from_deployment(gpu_like).scheduler.num_kv_blocks == 512
