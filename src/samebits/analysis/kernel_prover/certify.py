@@ -1,0 +1,135 @@
+"""Certificates: one JSON per deployed specialization and goal.
+
+Each certificate names the kernel source (path and SHA-256), the specialization (constexpr
+values, grid, launch), the goal, the assumptions the proof rests on, the prover and Z3
+versions, and the result (proved, or the counterexample / the unsupported construct).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from pathlib import Path
+
+import z3
+
+from samebits.analysis.kernel_prover.executor import DOT_ATOM, CDiv, KernelSource
+from samebits.analysis.kernel_prover.prover import Result, prove
+from samebits.analysis.kernel_prover.specs import Spec, all_specs
+from samebits.analysis.kernel_prover.terms import Lin
+
+KERNEL_DIR = Path(__file__).resolve().parents[2] / "kernels" / "triton"
+PROVER_NAME = "samebits.kernel_prover"
+PROVER_VERSION = "0.1"
+
+ASSUMPTIONS = {
+    "float-uninterpreted": "every floating-point operation (add, mul, div, div_rn, sqrt_rn, "
+    "exp, exp2, casts, tl.dot atoms, layout reductions) is a deterministic function of its "
+    "operands: equal operands give equal results; nothing else about floats is assumed",
+    "tl.dot-k-atom-chain": f"tl.dot(a, b, acc) computes each output element as a left-to-right "
+    f"chain over k-atoms of {DOT_ATOM}: acc = DOT{DOT_ATOM}(acc, a[m, k0:k0+{DOT_ATOM}], "
+    f"b[k0:k0+{DOT_ATOM}, n]) for k0 = 0, {DOT_ATOM}, ... in order; independent of BLOCK_M, "
+    "BLOCK_N, num_warps, num_stages and of how k is grouped into BLOCK_K tiles. Qualified on "
+    "the H200 (Triton 3.6): tests/gpu/test_gpu_kernels.py (every launch of LAUNCH_TABLE, rows "
+    "at M = 1..8192) and DESIGN.md section 2b measurements",
+    "no-dot-fold": "Triton does not fold `total + tl.dot(a, b, 0)` into `tl.dot(a, b, total)`; "
+    "the split plan keeps >= MIN_STEPS_PER_RANGE steps per range (DESIGN.md 2b, splitplan.py)",
+    "tl.sum-layout": "tl.sum / tl.max over a float tile is a function of the element sequence "
+    "AND the layout (tile shape, axis, num_warps): two reductions are equal only when both "
+    "their operands and their layouts are equal",
+    "memory": "distinct pointer arguments do not alias unless the specialization passes the same "
+    "array; reads outside the rows an M = 1 launch was given see unrelated memory; integer "
+    "index arithmetic is exact (no int32 overflow check)",
+    "kernel-sequencing": "the kernel calls of one launch run in order (stream order), so a "
+    "later call reads what the earlier calls stored",
+}
+
+
+def _jsonable(v):
+    if isinstance(v, Lin):
+        return str(v)
+    if isinstance(v, CDiv):
+        return f"cdiv({v.num}, {v.den})"
+    if hasattr(v, "__dataclass_fields__"):
+        return {k: _jsonable(getattr(v, k)) for k in v.__dataclass_fields__}
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def _prover_digest() -> str:
+    h = hashlib.sha256()
+    for f in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def prove_spec(spec: Spec, source_path: Path | str | None = None) -> tuple[Result, str, str]:
+    """Prove one specialization against the kernel file (default: the shipped kernels).
+    Returns ``(result, source path, source sha256)``."""
+    path = Path(source_path) if source_path else KERNEL_DIR / spec.kernel_file
+    src = KernelSource.parse(path.read_text(), path.name)
+    return prove(src, spec.goal, spec.left, spec.right, spec.m_left), str(path), src.sha256
+
+
+def certificate(spec: Spec, result: Result, path: str, sha: str) -> dict:
+    return {
+        "specialization": spec.name,
+        "kernel_file": path,
+        "kernel_source_sha256": sha,
+        "kernels": sorted({c.kernel for c in spec.left + spec.right}),
+        "description": spec.description,
+        "left_launch": [_jsonable(c) for c in spec.left],
+        "right_launch": [_jsonable(c) for c in spec.right],
+        "goal": spec.goal.to_dict(),
+        "assumptions": ASSUMPTIONS,
+        "prover": {
+            "name": PROVER_NAME,
+            "version": PROVER_VERSION,
+            "source_sha256": _prover_digest(),
+            "front_end": "python ast (@triton.jit helpers inlined)",
+        },
+        "z3_version": z3.get_version_string(),
+        "python": platform.python_version(),
+        "result": result.to_dict(),
+    }
+
+
+def certify(
+    out_dir: Path | str | None = None,
+    models=("tiny", "llama-3-8b"),
+    kinds=("linear", "rows"),
+    select: str = "",
+    specs: list[Spec] | None = None,
+    source_path: Path | str | None = None,
+) -> list[dict]:
+    """Prove every selected specialization; write one JSON certificate each to ``out_dir``
+    (when given) plus ``summary.json``; return the certificates."""
+    t0 = time.perf_counter()
+    specs = specs if specs is not None else all_specs(models, kinds)
+    certs = []
+    out = Path(out_dir) if out_dir else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+    for spec in specs:
+        if select and select not in spec.name:
+            continue
+        result, path, sha = prove_spec(spec, source_path)
+        cert = certificate(spec, result, path, sha)
+        certs.append(cert)
+        if out:
+            (out / f"{spec.name}.json").write_text(json.dumps(cert, indent=1) + "\n")
+    if out:
+        summary = {
+            "count": len(certs),
+            "proved": sum(c["result"]["status"] == "proved" for c in certs),
+            "wall_s": round(time.perf_counter() - t0, 2),
+            "results": {c["specialization"]: c["result"]["status"] for c in certs},
+        }
+        (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return certs

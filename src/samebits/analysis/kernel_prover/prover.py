@@ -1,0 +1,374 @@
+"""Relational goals over two executions ('left', 'right') and their proof or counterexample.
+
+Both executions are run symbolically for one generic output element ``(r, c)`` of each goal
+output (a row-major ``[rows, width]`` array). The prover shows, for each execution, that the
+element is written by exactly one (program, lane) (coverage by a constructive witness, no
+second writer), and that the two written value terms are equal under the facts of both
+executions and the element: reads equal when their arrays are equal and their index
+arithmetic is provably equal, every other node by congruence (the only float fact assumed).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import z3
+
+from samebits.analysis.kernel_prover import terms as T
+from samebits.analysis.kernel_prover.executor import (
+    Execution,
+    KernelSource,
+    Oracle,
+    RaceError,
+    Store,
+    Unsupported,
+    _active,
+    witness,
+)
+from samebits.analysis.kernel_prover.terms import Lin, Term
+
+BATCH = "batch_invariance"
+LAUNCH = "launch_equivalence"
+
+
+@dataclass
+class Goal:
+    """``kind``: BATCH (left: M rows, symbolic; right: the M = 1 launch on row r's inputs) or
+    LAUNCH (left and right: two launches over the same inputs and the same M).
+    ``outputs``: goal arrays {name: row width}; ``rows``: input arrays whose row r is the
+    right execution's row 0 (BATCH only; every other array is shared)."""
+
+    kind: str
+    outputs: dict
+    rows: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "outputs": self.outputs, "rows": self.rows}
+
+
+@dataclass
+class Result:
+    ok: bool
+    goal: Goal
+    wall_s: float
+    stats: dict
+    counterexample: dict | None = None
+    unsupported: str | None = None
+
+    @property
+    def status(self) -> str:
+        if self.unsupported:
+            return "rejected-unsupported"
+        return "proved" if self.ok else "refuted"
+
+    def to_dict(self) -> dict:
+        return {
+            "status": self.status,
+            "wall_s": round(self.wall_s, 3),
+            "stats": self.stats,
+            "counterexample": self.counterexample,
+            "unsupported": self.unsupported,
+        }
+
+
+class Refuted(Exception):
+    def __init__(self, cex: dict):
+        super().__init__(cex.get("reason", "refuted"))
+        self.cex = cex
+
+
+def _model_dict(m, names: list) -> dict:
+    out = {}
+    for d in sorted(m.decls(), key=lambda d: d.name()):
+        if d.arity() == 0 and any(d.name().startswith(n) for n in names):
+            v = m[d]
+            if z3.is_int_value(v):
+                out[d.name()] = v.as_long()
+    return out
+
+
+def prove(
+    src: KernelSource, goal: Goal, left_calls: list, right_calls: list, m_left: Lin
+) -> Result:
+    """Prove ``goal`` between the two launches (lists of :class:`KernelCall`)."""
+    t0 = time.perf_counter()
+    stats: dict = {}
+    try:
+        _prove(src, goal, left_calls, right_calls, m_left, stats)
+    except Unsupported as u:
+        return Result(False, goal, time.perf_counter() - t0, stats, unsupported=str(u))
+    except Refuted as r:
+        return Result(False, goal, time.perf_counter() - t0, stats, counterexample=r.cex)
+    except RaceError as r:
+        cex = {"reason": str(r)}
+        if r.model is not None:
+            cex["model"] = _model_dict(r.model, ["L.", "R.", "elem."])
+        return Result(False, goal, time.perf_counter() - t0, stats, counterexample=cex)
+    return Result(True, goal, time.perf_counter() - t0, stats)
+
+
+def _prove(src, goal, left_calls, right_calls, m_left, stats) -> None:
+    r = z3.Int("elem.r")
+    elem_r = Lin.var(r)
+
+    remap = None
+    if goal.kind == BATCH:
+
+        def remap(array, idx, ambient, where):
+            if array not in goal.rows:
+                return array, idx
+            w = goal.rows[array]
+            inside = T.c_and(T.cmp(">=", idx, T.ZERO), T.cmp("<", idx, T.const(w)))
+            s = z3.Solver()
+            s.set("timeout", 20000)
+            s.add(*ambient)
+            s.push()
+            s.add(z3.Not(T.cond_z3(inside)))
+            if s.check() == z3.unsat:
+                return array, elem_r.scale(w).add(idx)
+            s.pop()
+            s.add(T.cond_z3(inside))
+            if s.check() == z3.unsat:
+                # outside the one row the M = 1 launch was given: memory no left read can see
+                return f"{array}@right-outside-row", idx
+            raise Unsupported(where, f"cannot decide whether {array}[{idx}] stays in its row")
+
+    left = Execution("L", src, left_calls).run()
+    right = Execution("R", src, right_calls, remap=remap).run()
+    stats["paths"] = [left.paths, right.paths]
+    stats["layout_reductions"] = sorted({repr(x) for x in left.layouts | right.layouts})
+    base = [*left.facts, *right.facts, r >= 0, r < m_left.z3(), m_left.z3() >= 1]
+    compared = 0
+    for out, width in goal.outputs.items():
+        c = z3.Int(f"elem.c.{out}")
+        elem = [*base, c >= 0, c < width]
+        col = Lin.var(c)
+        t_left = elem_r.scale(width).add(col)
+        t_right = col if goal.kind == BATCH else t_left
+        for ex, target, side in ((left, t_left, "left"), (right, t_right, "right")):
+            _coverage(ex, out, target, elem, side)
+            _unique(ex, out, side)
+        for sl in _final(left, out):
+            for sr in _final(right, out):
+                facts = [*elem, *_active(sl, {}, t_left), *_active(sr, {}, t_right)]
+                s = z3.Solver()
+                s.add(*facts)
+                if s.check() == z3.unsat:
+                    continue
+                compared += 1
+                _compare(sl, sr, facts, out)
+    for ex, side in ((left, "left"), (right, "right")):
+        for array in sorted({st.array for st in ex.stores} - set(goal.outputs)):
+            _unique(ex, array, side)
+    stats["compared_store_pairs"] = compared
+
+
+def _final(ex: Execution, array: str) -> list[Store]:
+    stores = ex.stores_of(array)
+    calls = {s.call for s in stores}
+    if len(calls) > 1:
+        raise Unsupported(stores[-1].where, f"{array} is written by more than one kernel call")
+    return stores
+
+
+def _coverage(ex: Execution, array: str, target: Lin, elem: list, side: str) -> None:
+    stores = _final(ex, array)
+    if not stores:
+        raise Refuted({"reason": f"{side} execution never writes {array}"})
+    covers = []
+    for st in stores:
+        sub = witness(st, target)
+        if sub is None:
+            raise Unsupported(st.where, f"store offset of {array} is not a mixed-radix index")
+        covers.append(z3.And(_active(st, sub, target)))
+    s = z3.Solver()
+    s.set("timeout", 60000)
+    s.add(*elem)
+    s.add(z3.Not(z3.Or(covers)))
+    res = s.check()
+    if res == z3.sat:
+        raise Refuted(
+            {
+                "reason": f"the {side} execution does not write this element of {array}",
+                "element": _model_dict(s.model(), ["elem.", "L.", "R."]),
+            }
+        )
+    if res != z3.unsat:
+        raise Unsupported(stores[0].where, f"coverage of {array}: solver {res}")
+
+
+def _unique(ex: Execution, array: str, side: str) -> None:
+    stores = _final(ex, array)
+    for i, a in enumerate(stores):
+        for b in stores[i:]:
+            ren = {k: ex.fresh("u") for k in b.wvars}
+            s = z3.Solver()
+            s.set("timeout", 60000)
+            s.add(*ex.facts)
+            s.add(*_active(a, {}, a.offset))
+            s.add(*_active(b, ren, a.offset))
+            if a is b:
+                s.add(z3.Or([Lin(((k, 1),), 0).z3() != ren[k].z3() for k in a.wvars] or [False]))
+            if s.check() == z3.sat:
+                raise Refuted(
+                    {
+                        "reason": f"two programs/lanes of the {side} execution write the same "
+                        f"element of {array} ({a.where}, {b.where})",
+                        "model": _model_dict(s.model(), ["L.", "R."]),
+                    }
+                )
+
+
+class _Mismatch(Exception):
+    def __init__(self, reason: str, extra=None, left=None, right=None):
+        super().__init__(reason)
+        self.reason, self.extra, self.left, self.right = reason, extra, left, right
+
+
+class _Split(Exception):
+    def __init__(self, cond):
+        super().__init__("split")
+        self.cond = cond
+
+
+MAX_SPLITS = 6
+
+
+def _compare(sl: Store, sr: Store, facts: list, out: str, depth: int = 0) -> None:
+    """Equal value terms under ``facts``; an undecided select splits the facts in two."""
+    s = z3.Solver()
+    s.add(*facts)
+    if s.check() == z3.unsat:
+        return
+    oracle = Oracle(facts)
+    parents: dict = {}
+    try:
+        if isinstance(sl.value, Term) and isinstance(sr.value, Term):
+            _terms_equal(oracle, sl.value, sr.value, parents)
+        elif isinstance(sl.value, Lin) and isinstance(sr.value, Lin):
+            if not oracle.valid(sl.value.z3() == sr.value.z3()):
+                raise _Mismatch("integer values differ", sl.value.z3() != sr.value.z3())
+        else:
+            raise _Mismatch("value kinds differ")
+    except _Split as sp:
+        if depth >= MAX_SPLITS:
+            raise Unsupported(sl.where, f"more than {MAX_SPLITS} nested case splits") from None
+        c = T.cond_z3(sp.cond)
+        _compare(sl, sr, [*facts, c], out, depth + 1)
+        _compare(sl, sr, [*facts, z3.Not(c)], out, depth + 1)
+    except _Mismatch as mm:
+        s = z3.Solver()
+        s.add(*facts)
+        if mm.extra is not None:
+            s.push()
+            s.add(mm.extra)
+            if s.check() != z3.sat:
+                s.pop()
+        model = _model_dict(s.model(), ["elem.", "L.", "R."]) if s.check() == z3.sat else {}
+        path = []
+        key = (mm.left.id, mm.right.id) if mm.left is not None else None
+        while key in parents:
+            key, label = parents[key]
+            path.append(label)
+        raise Refuted(
+            {
+                "reason": f"{out}: {mm.reason}",
+                "output": out,
+                "element_and_programs": model,
+                "left": T.describe(mm.left) if mm.left is not None else None,
+                "right": T.describe(mm.right) if mm.right is not None else None,
+                "where_in_term": _summarize_path(path[::-1]),
+                "left_store": sl.where,
+                "right_store": sr.where,
+            }
+        ) from None
+
+
+def _summarize_path(path: list) -> str:
+    out, depth = [], 0
+    for p in path:
+        if p == "dot16.acc":
+            depth += 1
+            continue
+        if depth:
+            out.append(f"dot16.acc^{depth}")
+            depth = 0
+        out.append(p)
+    if depth:
+        out.append(f"dot16.acc^{depth}")
+    return " > ".join(out)
+
+
+def _norm(oracle: Oracle, t: Term) -> Term:
+    while t.op == "ite":
+        d = oracle.decide(t.args[0])
+        if d is None:
+            break
+        t = t.args[1] if d else t.args[2]
+    return t
+
+
+def _lin_equal(oracle: Oracle, a: Lin, b: Lin) -> bool:
+    d = a.add(b, -1)
+    if d.is_const():
+        return d.const == 0
+    return oracle.valid(d.z3() == 0)
+
+
+def _terms_equal(oracle: Oracle, a: Term, b: Term, parents: dict) -> None:
+    done: set = set()
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        x, y = _norm(oracle, x), _norm(oracle, y)
+        key = (x.id, y.id)
+        if x is y or key in done:
+            continue
+        done.add(key)
+        if x.op == "ite" and y.op != "ite":
+            raise _Split(x.args[0])
+        if y.op == "ite" and x.op != "ite":
+            raise _Split(y.args[0])
+        if x.op != y.op or x.dtype != y.dtype:
+            raise _Mismatch(
+                f"different operations {x.op}:{x.dtype} vs {y.op}:{y.dtype}", None, x, y
+            )
+        if x.op == "read":
+            if x.args[0] != y.args[0]:
+                raise _Mismatch(f"reads of different arrays {x.args[0]} vs {y.args[0]}", None, x, y)
+            if not _lin_equal(oracle, x.args[1], y.args[1]):
+                raise _Mismatch(
+                    f"reads {x.args[0]} at different indices",
+                    x.args[1].z3() != y.args[1].z3(),
+                    x,
+                    y,
+                )
+            continue
+        if x.op == "ite":
+            cx, cy = T.cond_z3(x.args[0]), T.cond_z3(y.args[0])
+            if not oracle.valid(cx == cy):
+                raise _Split(x.args[0])
+            for lab, i in (("ite.then", 1), ("ite.else", 2)):
+                parents.setdefault((x.args[i].id, y.args[i].id), (key, lab))
+                stack.append((x.args[i], y.args[i]))
+            continue
+        if len(x.args) != len(y.args):
+            raise _Mismatch(f"{x.op}: different arity", None, x, y)
+        for i, (p, q) in enumerate(zip(x.args, y.args, strict=True)):
+            if isinstance(p, Term):
+                lab = "dot16.acc" if x.op == "dot16" and i == 0 else f"{x.op}.arg{i}"
+                parents.setdefault((p.id, q.id), (key, lab))
+                stack.append((p, q))
+            elif isinstance(p, tuple) and p and isinstance(p[0], Term):
+                if len(p) != len(q):
+                    raise _Mismatch(f"{x.op}: {len(p)} vs {len(q)} operands", None, x, y)
+                side = {1: "a", 2: "b"}.get(i, f"arg{i}") if x.op == "dot16" else f"elem{i}"
+                for j, (u, v) in enumerate(zip(p, q, strict=True)):
+                    parents.setdefault((u.id, v.id), (key, f"{x.op}.{side}[{j}]"))
+                    stack.append((u, v))
+            elif isinstance(p, Lin):
+                if not _lin_equal(oracle, p, q):
+                    raise _Mismatch(f"{x.op}: integer operands differ", p.z3() != q.z3(), x, y)
+            elif p != q:
+                raise _Mismatch(f"{x.op}: parameters differ ({p!r} vs {q!r})", None, x, y)

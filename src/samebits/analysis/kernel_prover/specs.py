@@ -1,0 +1,249 @@
+"""The deployed specializations and their goals (the prover's annotation of the kernels).
+
+Goals are stated here, next to the launch code they describe, in one form: a :class:`Goal`
+(batch invariance or launch equivalence), the arrays it relates, and the kernel calls of each
+side with their constexpr values and grids, built from the same functions the engine uses
+(``split_plan``, ``choose_launch``, ``LAUNCH_TABLE``, ``row_num_warps``, the wrappers'
+constants). The kernel *source* is read from a file, so a mutated copy can be proved instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import z3
+
+from samebits.analysis.kernel_prover.executor import ArrayArg, CDiv, FloatArg, KernelCall
+from samebits.analysis.kernel_prover.prover import BATCH, LAUNCH, Goal
+from samebits.analysis.kernel_prover.terms import Lin
+
+# Llama-3-8B and the tests' tiny model (tests/tiny_models.py): (role, N, K) per linear.
+MODELS: dict[str, dict] = {
+    "llama-3-8b": dict(hidden=4096, inter=14336, heads=32, kv_heads=8, head_dim=128,
+                       vocab=128256, head_norm=False),
+    "tiny": dict(hidden=64, inter=128, heads=4, kv_heads=2, head_dim=16, vocab=320,
+                 head_norm=True),
+}  # fmt: skip
+ACT = "bf16"
+
+
+def linear_shapes(model: str) -> list[tuple[str, int, int]]:
+    c = MODELS[model]
+    qkv = (c["heads"] + 2 * c["kv_heads"]) * c["head_dim"]
+    return [
+        ("qkv", qkv, c["hidden"]),
+        ("o", c["hidden"], c["heads"] * c["head_dim"]),
+        ("gate_up", 2 * c["inter"], c["hidden"]),
+        ("down", c["hidden"], c["inter"]),
+        ("lm_head", c["vocab"], c["hidden"]),
+    ]
+
+
+@dataclass
+class Spec:
+    """One certified specialization: a goal between two launches."""
+
+    name: str
+    kernel_file: str  # module file the kernels live in (relative to samebits/kernels/triton)
+    goal: Goal
+    left: list
+    right: list
+    m_left: Lin
+    description: dict
+
+
+def _m_symbol() -> Lin:
+    return Lin.var(z3.Int("L.M"))
+
+
+# --- linear ------------------------------------------------------------------------------
+
+
+def linear_calls(plan, launch, m, has_bias: bool, out_dtype: str) -> list[KernelCall]:
+    """The kernel calls `samebits.kernels.triton.linear` makes for ``launch`` (mirrors
+    `_run_ranges` / `_run_split_grid`)."""
+    from samebits.kernels.triton.launches import SPLIT_GRID
+    from samebits.kernels.triton.linear import ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS
+
+    x, w, y = ArrayArg("x", ACT), ArrayArg("w", ACT), ArrayArg("y", out_dtype)
+    b = ArrayArg("bias", "fp32") if has_bias else y
+    mm = m if isinstance(m, Lin) else Lin((), m)
+    gm = CDiv(mm, launch.block_m)
+    gn = -(-plan.n // launch.block_n)
+    tiles = dict(BLOCK_M=launch.block_m, BLOCK_N=launch.block_n, BLOCK_K=plan.block_k)
+    if launch.kind != SPLIT_GRID:
+        args = dict(x_ptr=x, w_ptr=w, b_ptr=b, y_ptr=y, M=mm, N=plan.n, K=plan.k,
+                    RANGE_K=plan.range_k, SPLITS=plan.splits, HAS_BIAS=has_bias, **tiles)  # fmt: skip
+        return [KernelCall("linear_ranges_kernel", (gm, gn), args, launch.num_warps)]
+    p = ArrayArg("partials", "fp32")
+    a1 = dict(x_ptr=x, w_ptr=w, p_ptr=p, M=mm, N=plan.n, K=plan.k, RANGE_K=plan.range_k, **tiles)
+    a2 = dict(p_ptr=p, b_ptr=b, y_ptr=y, M=mm, N=plan.n, SPLITS=plan.splits, HAS_BIAS=has_bias,
+              BLOCK=ORDERED_SUM_BLOCK)  # fmt: skip
+    return [
+        KernelCall("linear_partials_kernel", (gm, gn, plan.splits), a1, launch.num_warps),
+        KernelCall(
+            "ordered_sum_kernel",
+            (CDiv(mm.scale(plan.n), ORDERED_SUM_BLOCK),),
+            a2,
+            ORDERED_SUM_WARPS,
+        ),  # fmt: skip
+    ]
+
+
+def plan_launches(plan) -> list:
+    """Every launch the plan may choose (one per LAUNCH_TABLE row, via choose_launch), plus the
+    same tiles in the other kind: the split-K grid and the in-program ranges must agree."""
+    from samebits.kernels.triton.backend import _M_PROBES
+    from samebits.kernels.triton.launches import LAUNCH_TABLE, RANGES, SPLIT_GRID, choose_launch
+
+    probes = sorted(set(_M_PROBES) | {row[0] for row in LAUNCH_TABLE if row[0] < 1 << 40})
+    chosen = []
+    for m in probes:
+        la = choose_launch(plan, m)
+        if la not in chosen:
+            chosen.append(la)
+    kinds = [RANGES] if plan.splits == 1 else [SPLIT_GRID, RANGES]
+    out = list(chosen)
+    for la in chosen:
+        for k in kinds:
+            alt = type(la)(k, la.block_m, la.block_n, la.num_warps, la.num_stages)
+            if alt not in out:
+                out.append(alt)
+    return out
+
+
+def _launch_name(la) -> str:
+    return f"{la.kind}-bm{la.block_m}-bn{la.block_n}-w{la.num_warps}-s{la.num_stages}"
+
+
+def linear_specs(
+    model: str, has_bias: bool = False, roles: tuple | None = None, shapes=None
+) -> list[Spec]:
+    """Goal 1 for every launch the plan may choose, and goal 4 between the first launch and
+    every other (equality is transitive, so n - 1 proofs cover all pairs)."""
+    from samebits.kernels.triton.splitplan import split_plan
+
+    specs = []
+    for role, n, k in shapes or linear_shapes(model):
+        if roles and role not in roles:
+            continue
+        out_dt = "fp32" if role == "lm_head" else ACT
+        plan = split_plan(n, k, role)
+        launches = plan_launches(plan)
+        tag = f"{model}.{role}" + (".bias" if has_bias else "")
+        desc = dict(model=model, role=role, n=n, k=k, plan=repr(plan), has_bias=has_bias,
+                    out_dtype=out_dt)  # fmt: skip
+        for la in launches:
+            m = _m_symbol()
+            specs.append(
+                Spec(
+                    f"{tag}.batch.{_launch_name(la)}",
+                    "_linear_kernels.py",
+                    Goal(BATCH, {"y": n}, {"x": k}),
+                    linear_calls(plan, la, m, has_bias, out_dt),
+                    linear_calls(plan, la, 1, has_bias, out_dt),
+                    m,
+                    {**desc, "launch": repr(la), "M": "symbolic (left) vs 1 (right)"},
+                )  # fmt: skip
+            )
+        ref = launches[0]
+        for la in launches[1:]:
+            m = _m_symbol()
+            specs.append(
+                Spec(
+                    f"{tag}.equiv.{_launch_name(ref)}~{_launch_name(la)}",
+                    "_linear_kernels.py",
+                    Goal(LAUNCH, {"y": n}),
+                    linear_calls(plan, ref, m, has_bias, out_dt),
+                    linear_calls(plan, la, m, has_bias, out_dt),
+                    m,
+                    {**desc, "left_launch": repr(ref), "right_launch": repr(la), "M": "symbolic"},
+                )  # fmt: skip
+            )
+    return specs
+
+
+# --- row kernels -------------------------------------------------------------------------
+
+
+def _next_pow2(x: int) -> int:
+    return 1 << (x - 1).bit_length()
+
+
+def rms_calls(width: int, m, add: bool, in_place: bool = False) -> list[KernelCall]:
+    from samebits.kernels.triton.rows import row_num_warps
+
+    mm = m if isinstance(m, Lin) else Lin((), m)
+    block = _next_pow2(width)
+    x = ArrayArg("x", "fp32" if add else ACT)
+    out = x if in_place else ArrayArg("out", ACT)
+    res = ArrayArg("res", "fp32") if add else x
+    args = dict(x_ptr=x, res_ptr=res, w_ptr=ArrayArg("w", ACT), out_ptr=out, eps=FloatArg("eps"),
+                WIDTH=width, BLOCK=block, ADD_RESIDUAL=add)  # fmt: skip
+    return [KernelCall("rms_norm_kernel", (mm,), args, row_num_warps(block))]
+
+
+def silu_calls(inner: int, m) -> list[KernelCall]:
+    from samebits.kernels.triton.rows import SILU_BLOCK, SILU_WARPS
+
+    mm = m if isinstance(m, Lin) else Lin((), m)
+    block = min(SILU_BLOCK, _next_pow2(inner))
+    args = dict(gu_ptr=ArrayArg("gu", ACT), out_ptr=ArrayArg("out", ACT), INNER=inner, BLOCK=block)
+    return [KernelCall("silu_mul_kernel", (mm, -(-inner // block)), args, SILU_WARPS)]
+
+
+def rope_calls(heads: int, d: int, m) -> list[KernelCall]:
+    from samebits.kernels.triton.rows import ROPE_WARPS
+
+    mm = m if isinstance(m, Lin) else Lin((), m)
+    args = dict(x_ptr=ArrayArg("x", ACT), pos_ptr=ArrayArg("pos", "i64"),
+                cos_ptr=ArrayArg("cos", "fp32"), sin_ptr=ArrayArg("sin", "fp32"), HEADS=heads,
+                HALF=d // 2, BLOCK_H=_next_pow2(heads), BLOCK_D=_next_pow2(d // 2))  # fmt: skip
+    return [KernelCall("rope_kernel", (mm,), args, ROPE_WARPS)]
+
+
+def row_specs(model: str) -> list[Spec]:
+    c = MODELS[model]
+    h, d = c["hidden"], c["head_dim"]
+    out = []
+
+    def spec(name, goal, make, desc):
+        m = _m_symbol()
+        out.append(Spec(f"{model}.{name}.batch", "_row_kernels.py", goal, make(m), make(1), m,
+                        {"model": model, **desc, "M": "symbolic (left) vs 1 (right)"}))  # fmt: skip
+
+    spec("rms_norm", Goal(BATCH, {"out": h}, {"x": h}), lambda m: rms_calls(h, m, False),
+         {"op": "rms_norm", "width": h})  # fmt: skip
+    spec("add_rms_norm", Goal(BATCH, {"out": h, "res": h}, {"x": h, "res": h}),
+         lambda m: rms_calls(h, m, True), {"op": "add_rms_norm", "width": h})  # fmt: skip
+    spec("silu_mul", Goal(BATCH, {"out": c["inter"]}, {"gu": 2 * c["inter"]}),
+         lambda m: silu_calls(c["inter"], m), {"op": "silu_mul", "inner": c["inter"]})  # fmt: skip
+    for which, heads in (("q", c["heads"]), ("k", c["kv_heads"])):
+        w = heads * d
+        spec(f"rope_{which}", Goal(BATCH, {"x": w}, {"x": w, "pos": 1}),
+             lambda m, heads=heads: rope_calls(heads, d, m),
+             {"op": "rope", "heads": heads, "head_dim": d})  # fmt: skip
+    if c["head_norm"]:
+        for which, heads in (("q", c["heads"]), ("k", c["kv_heads"])):
+            # head_rms_norm: rows are (token, head) pairs, in place; the batch row is a token
+            w = heads * d
+            spec(f"head_rms_norm_{which}", Goal(BATCH, {"x": w}, {"x": w}),
+                 lambda m, heads=heads: rms_calls(d, _times(m, heads), False, in_place=True),
+                 {"op": "head_rms_norm", "heads": heads, "head_dim": d})  # fmt: skip
+    return out
+
+
+def _times(m, k: int):
+    return m.scale(k) if isinstance(m, Lin) else m * k
+
+
+def all_specs(models=("tiny", "llama-3-8b"), kinds=("linear", "rows")) -> list[Spec]:
+    out = []
+    for model in models:
+        if "linear" in kinds:
+            out += linear_specs(model)
+            if model == "tiny":
+                out += linear_specs(model, has_bias=True, roles=("qkv",))
+        if "rows" in kinds:
+            out += row_specs(model)
+    return out
