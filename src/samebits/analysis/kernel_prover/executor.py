@@ -29,7 +29,7 @@ from samebits.analysis.kernel_prover.terms import Lin, Term
 
 DOT_ATOM = 16  # tl.dot hardware model: a left-to-right chain over k-atoms of 16
 MAX_FORK_VALUES = 16
-SMALL_GRID = 8  # grid axes of at most this many programs are executed per program id
+SMALL_GRID = 4  # grid axes of at most this many programs (the split axis) run per program id
 
 FLOAT_RANK = {"fp16": 1, "bf16": 1, "fp32": 2, "fp64": 3}
 DTYPES = {
