@@ -7,6 +7,7 @@
 #   ktests     the kernel GPU tests only (tests/gpu/test_gpu_kernels.py)
 #   matrix     the determinism matrix GPU tests only (tests/gpu/test_gpu_matrix.py)
 #   info       samebits info / generate --device cuda on a tiny Qwen3 checkpoint
+#   serving    benchmarks/gpu_serving.py (issue 13 workloads; not run yet on the H200)
 #   ops        benchmarks/gpu_ops.py
 #   agree      benchmarks/gpu_agreement.py
 set -uo pipefail
@@ -31,6 +32,7 @@ for job in "$@"; do
     info) python3 -c "import sys; sys.path.insert(0, 'tests'); from tiny_models import make_tiny_checkpoint as m; m('/tmp/tiny_qwen3', 'qwen3')" &&
           python3 -m samebits.cli info --device cuda --model /tmp/tiny_qwen3 2>&1 | tee "$OUT/info_cuda.txt" | tail -25 &&
           python3 -m samebits.cli generate "Hello there" --device cuda --model /tmp/tiny_qwen3 --max-tokens 8 --seed 1 --no-chat ;;
+    serving) timeout 560 python3 benchmarks/gpu_serving.py --out "$OUT/gpu_serving.json" 2>&1 | tail -30 ;;
     ops) timeout 300 python3 benchmarks/gpu_ops.py --out "$OUT/gpu_ops.json" 2>&1 | tail -70 ;;
     agree) timeout 300 python3 benchmarks/gpu_agreement.py --presets tiny-llama tiny-qwen2 tiny-qwen3 llama-3-8b qwen3-8b --out "$OUT/gpu_agreement.json" 2>&1 | tail -30 ;;
     *) echo "unknown job $job" ;;

@@ -1,0 +1,217 @@
+"""GPU serving throughput (issue 13), one command, one run, side by side: the invariant plan,
+the fast plan (cuBLAS + SDPA, same engine) and HF transformers `generate`, on a random-weight
+model of a real shape (default Llama-3-8B) in bfloat16.
+
+Workloads:
+  (a) decode-heavy: N requests (default 256), prompts 128-1024 tokens, outputs 256-512 tokens,
+      all submitted at once (`LLM.generate`);
+  (b) HF's shape: batch 64, 128 prompt tokens, 256 new tokens (also run by HF `generate`);
+plus, on the invariant plan: (b) with the per-row SHA-256 digests replaced by a no-op (the
+digest cost; never done outside this benchmark), the decode step time at batch 64, and 32
+requests of (a) replayed alone, compared bit for bit (tokens and digests).
+
+    python benchmarks/gpu_serving.py                      # H200, llama-3-8b, full
+    python benchmarks/gpu_serving.py --quick              # fewer / shorter requests
+    python benchmarks/gpu_serving.py --device cpu --preset tiny-llama --quick   # a dry run
+
+Writes JSON to --out (default $OUT/gpu_serving.json or ./gpu_serving.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def workload_a(vocab: int, count: int, quick: bool, seed: int = 0) -> list[tuple[list[int], int]]:
+    """(prompt ids, max_tokens) per request: prompts 128-1024, outputs 256-512 (quick: /8)."""
+    rng = random.Random(seed)
+    scale = 8 if quick else 1
+    out = []
+    for _ in range(count):
+        n = rng.randint(128, 1024) // scale
+        out.append(([rng.randrange(vocab - 3) for _ in range(n)], rng.randint(256, 512) // scale))
+    return out
+
+
+def workload_b(vocab: int, quick: bool, seed: int = 1) -> list[tuple[list[int], int]]:
+    rng = random.Random(seed)
+    new = 32 if quick else 256
+    return [([rng.randrange(vocab - 3) for _ in range(128)], new) for _ in range(64)]
+
+
+def run_engine(llm, jobs: Sequence[tuple[list[int], int]]) -> dict:
+    """Generate every job at once (greedy, EOS ignored); tokens/s over the whole call."""
+    from samebits import SamplingParams
+
+    params = [SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True, seed=i)
+              for i, (_, m) in enumerate(jobs)]  # fmt: skip
+    start = time.perf_counter()
+    outs = llm.generate([p for p, _ in jobs], params)
+    wall = time.perf_counter() - start
+    tokens = sum(len(o.outputs[0].token_ids) for o in outs)
+    return {"wall_s": wall, "tokens": tokens, "tok_s": tokens / wall, "outputs": outs}
+
+
+def alone_check(llm, jobs, outs, sample: int) -> dict:
+    """`sample` requests of a batched run replayed one at a time: equal tokens and digests."""
+    from samebits import SamplingParams
+
+    picks = random.Random(7).sample(range(len(jobs)), min(sample, len(jobs)))
+    bad = []
+    for i in picks:
+        prompt, m = jobs[i]
+        one = llm.generate([prompt], SamplingParams(max_tokens=m, temperature=0.0,
+                                                     ignore_eos=True, seed=i))[0]  # fmt: skip
+        a, b = one.outputs[0], outs[i].outputs[0]
+        if a.token_ids != b.token_ids or a.logits_digests != b.logits_digests:
+            bad.append(i)
+    return {"compared": len(picks), "mismatching": bad}
+
+
+def decode_step_ms(llm, batch: int, steps: int = 16) -> float:
+    """Median wall time of an engine step once `batch` requests are all decoding."""
+    from samebits import SamplingParams
+
+    engine = llm.engine
+    params = SamplingParams(max_tokens=steps + 4, temperature=0.0, ignore_eos=True, seed=0)
+    for i in range(batch):
+        engine.add_request(f"step-{i}", [5 + i % 50] * 64, params)
+    while any(len(t) < 64 for t in _computed(engine)):
+        engine.step()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        engine.step()
+        times.append((time.perf_counter() - start) * 1e3)
+    while engine.has_unfinished_requests():
+        engine.step()
+    return sorted(times)[len(times) // 2]
+
+
+def _computed(engine) -> list:
+    return [r.all_token_ids[: r.num_computed_tokens] for r in engine.scheduler.running]
+
+
+def without_digests(llm, jobs) -> dict:
+    """Workload (b) with `logits_digest` replaced by a no-op (cost measurement only)."""
+    import samebits.engine.engine as engine_module
+
+    real = engine_module.logits_digest
+    engine_module.logits_digest = lambda row: ""
+    try:
+        return run_engine(llm, jobs)
+    finally:
+        engine_module.logits_digest = real
+
+
+def hf_throughput(loaded, jobs, device: str) -> dict:
+    """HF transformers `generate` on the same weights, one static batch (workload b)."""
+    import torch
+    from gpu_agreement import hf_model
+
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model = hf_model(loaded, device, dtype)
+    ids = torch.tensor([p for p, _ in jobs], device=device)
+    new = jobs[0][1]
+    with torch.inference_mode():
+        start = time.perf_counter()
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                             max_new_tokens=new, min_new_tokens=new)  # fmt: skip
+        _sync(device)
+        wall = time.perf_counter() - start
+    tokens = int((out.shape[1] - ids.shape[1]) * out.shape[0])
+    return {"wall_s": wall, "tokens": tokens, "tok_s": tokens / wall}
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def build_llm(loaded, plan: str, device: str):
+    from samebits import LLM
+    from samebits.deployment import build_deployment
+    from samebits.engine.engine import LLMEngine
+
+    dep = build_deployment(loaded, plan, device=device)
+    kw = {"gpu_memory_utilization": 0.85} if device == "cuda" else {"num_kv_blocks": 4096}
+    engine = LLMEngine.from_deployment(dep, max_num_seqs=256, max_num_batched_tokens=8192, **kw)
+    return LLM(engine=engine)
+
+
+def run(args: argparse.Namespace) -> dict:
+    import torch
+
+    from samebits.model.random_init import random_model
+
+    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
+    loaded = random_model(args.preset, seed=0, device=args.device, dtype=dtype)
+    vocab = loaded.config.vocab_size
+    jobs_a = workload_a(vocab, args.requests, args.quick)
+    jobs_b = workload_b(vocab, args.quick)
+    result: dict = {"preset": args.preset, "device": args.device, "quick": args.quick}
+    for plan in ("invariant", "fast"):
+        llm = build_llm(loaded, plan, args.device)
+        run_engine(llm, jobs_b[:4])  # warm-up: compile kernels
+        a, b = run_engine(llm, jobs_a), run_engine(llm, jobs_b)
+        result[plan] = {"a_tok_s": a["tok_s"], "a_wall_s": a["wall_s"], "b_tok_s": b["tok_s"],
+                        "b_wall_s": b["wall_s"], "decode_step_ms_b64": decode_step_ms(llm, 64)}  # fmt: skip
+        if plan == "invariant":
+            result[plan]["b_tok_s_without_digests"] = without_digests(llm, jobs_b)["tok_s"]
+            result[plan]["alone_check"] = alone_check(llm, jobs_a, a["outputs"], args.sample)
+        print(plan, json.dumps(result[plan]), flush=True)
+    if not args.no_hf:
+        result["hf"] = hf_throughput(loaded, jobs_b, args.device)
+        print("hf", json.dumps(result["hf"]), flush=True)
+    return result
+
+
+def summary(r: dict) -> dict:
+    inv, fast = r["invariant"], r["fast"]
+    out = {
+        "invariant_over_fast_a": inv["a_tok_s"] / fast["a_tok_s"],
+        "invariant_over_fast_b": inv["b_tok_s"] / fast["b_tok_s"],
+        "digest_cost_b": 1 - inv["b_tok_s"] / inv["b_tok_s_without_digests"],
+        "alone_mismatches": len(inv["alone_check"]["mismatching"]),
+    }
+    if "hf" in r:
+        out["invariant_over_hf_b"] = inv["b_tok_s"] / r["hf"]["tok_s"]
+    return out
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="llama-3-8b")
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    p.add_argument("--requests", type=int, default=256, help="workload (a) size")
+    p.add_argument("--sample", type=int, default=32, help="requests of (a) replayed alone")
+    p.add_argument("--quick", action="store_true", help="prompts and outputs / 8, (b) 32 new")
+    p.add_argument("--no-hf", action="store_true", help="skip HF transformers generate")
+    p.add_argument("--out", default=None)
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    result = run(args)
+    result["summary"] = summary(result)
+    print(json.dumps(result["summary"], indent=1))
+    out = Path(args.out or Path(os.environ.get("OUT", "."), "gpu_serving.json"))
+    out.write_text(json.dumps(result, indent=1, default=str))
+    return 0 if result["summary"]["alone_mismatches"] == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
