@@ -313,7 +313,11 @@ def _lin_equal(oracle: Oracle, a: Lin, b: Lin) -> bool:
     d = a.add(b, -1)
     if d.is_const():
         return d.const == 0
-    return oracle.valid(d.z3() == 0)
+    key = ("lin", d)
+    hit = oracle.cache.get(key)
+    if hit is None:
+        hit = oracle.cache[key] = oracle.valid(d.z3() == 0)
+    return hit
 
 
 def _terms_equal(oracle: Oracle, a: Term, b: Term, parents: dict) -> None:

@@ -446,14 +446,22 @@ def free_atoms(t: Term) -> set[int]:
     return out
 
 
+_ATOM_VARS: dict[int, frozenset] = {}
+
+
+def _atom_vars(k: int) -> frozenset:
+    hit = _ATOM_VARS.get(k)
+    if hit is None:
+        e = atom(k)
+        hit = frozenset([k]) if e.num_args() == 0 else frozenset(atom_key(v) for v in z3_vars(e))
+        _ATOM_VARS[k] = hit
+    return hit
+
+
 def _lin_vars(x: Lin) -> set[int]:
     out = set()
     for k, _ in x.terms:
-        e = atom(k)
-        if e.num_args() == 0:
-            out.add(k)
-        else:
-            out.update(atom_key(v) for v in z3_vars(e))
+        out |= _atom_vars(k)
     return out
 
 
