@@ -161,6 +161,9 @@ def _prove(src, goal, left_calls, right_calls, m_left, stats) -> None:
     for ex, side in ((left, "left"), (right, "right")):
         for array in sorted({st.array for st in ex.stores} - set(goal.outputs)):
             _unique(ex, array, side)
+    if compared == 0:
+        # coverage holds vacuously when the facts are inconsistent: refuse to certify that
+        raise Unsupported("goal", "no pair of stores was compared (inconsistent facts?)")
     stats["compared_store_pairs"] = compared
 
 
