@@ -10,6 +10,7 @@ from samebits.deployment import build_deployment
 from samebits.engine.engine import LLMEngine
 from samebits.model import load_model
 from samebits.sampling import SamplingParams
+from samebits.testing.drive import run_until_done
 
 PARAMS = SamplingParams(max_tokens=4, ignore_eos=True, seed=5)
 
@@ -24,22 +25,13 @@ def engine(deployment):
     return LLMEngine.from_deployment(deployment)
 
 
-def _finish(engine: LLMEngine) -> dict:
-    finished = {}
-    while engine.has_unfinished_requests():
-        for out in engine.step():
-            if out.finished:
-                finished[out.request_id] = out
-    return finished
-
-
 def test_string_prompt_is_tokenized_and_recorded(engine):
     text = "Hello world!"
     ids = engine.tokenizer.encode(text, add_special_tokens=True)
     engine.add_request("text", text, PARAMS)
     engine.add_request("ids", ids, PARAMS)
     engine.add_request("kw", prompt_token_ids=text, params=PARAMS)
-    out = _finish(engine)
+    out = run_until_done(engine)
     assert out["text"].prompt == text and out["text"].prompt_token_ids == ids
     assert out["kw"].prompt == text and out["kw"].prompt_token_ids == ids
     assert out["ids"].prompt is None
@@ -53,7 +45,7 @@ def test_dict_prompts(engine):
     engine.add_request("tokens", {"prompt_token_ids": ids}, PARAMS)
     engine.add_request("text", {"prompt": text}, PARAMS)
     engine.add_request("both", {"prompt_token_ids": [1, 2, 3], "prompt": "label"}, PARAMS)
-    out = _finish(engine)
+    out = run_until_done(engine)
     assert out["tokens"].prompt_token_ids == ids and out["tokens"].prompt is None
     assert out["text"].prompt_token_ids == ids and out["text"].prompt == text
     assert out["both"].prompt_token_ids == [1, 2, 3] and out["both"].prompt == "label"
@@ -61,7 +53,7 @@ def test_dict_prompts(engine):
 
 def test_positional_signature_and_prompt_keyword_still_work(engine):
     engine.add_request("a", (1, 2, 3), PARAMS, "shown text")
-    out = _finish(engine)["a"]
+    out = run_until_done(engine)["a"]
     assert out.prompt_token_ids == [1, 2, 3] and out.prompt == "shown text"
 
 

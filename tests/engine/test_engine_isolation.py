@@ -8,6 +8,7 @@ from samebits.deployment import build_deployment
 from samebits.engine.engine import LLMEngine
 from samebits.model import load_model
 from samebits.sampling import SamplingParams
+from samebits.testing.drive import run_until_done
 
 
 @pytest.fixture(scope="module")
@@ -15,20 +16,11 @@ def deployment(tiny_llama_dir):
     return build_deployment(load_model(tiny_llama_dir), "invariant")
 
 
-def _run(engine: LLMEngine) -> dict[str, object]:
-    finished = {}
-    while engine.has_unfinished_requests():
-        for out in engine.step():
-            if out.finished:
-                finished[out.request_id] = out
-    return finished
-
-
 def test_one_failing_request_leaves_the_others_intact(deployment, monkeypatch):
     params = SamplingParams(max_tokens=5, ignore_eos=True, seed=1)
     alone = LLMEngine.from_deployment(deployment)
     alone.add_request("ok", [1, 2, 3], params)
-    expected = _run(alone)["ok"].outputs[0]
+    expected = run_until_done(alone)["ok"].outputs[0]
 
     engine = LLMEngine.from_deployment(deployment, num_kv_blocks=64, block_size=4)
     real_sample = engine._sample
@@ -41,7 +33,7 @@ def test_one_failing_request_leaves_the_others_intact(deployment, monkeypatch):
     monkeypatch.setattr(engine, "_sample", flaky)
     engine.add_request("bad", [4, 5, 6, 7], params)
     engine.add_request("ok", [1, 2, 3], params)
-    finished = _run(engine)
+    finished = run_until_done(engine)
     failures = engine.pop_failures()
     assert list(failures) == ["bad"] and isinstance(failures["bad"], FloatingPointError)
     assert "bad" not in finished
