@@ -219,4 +219,5 @@ def _merge(parent: str, outs: list[RequestOutput | None]) -> RequestOutput:
         outputs=completions,
         finished=all(o is not None and o.finished for o in outs),
         fingerprint=first.fingerprint,
+        prompt_logprobs=first.prompt_logprobs,
     )

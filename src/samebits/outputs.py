@@ -75,7 +75,12 @@ class CompletionOutput:
 
 @dataclass
 class RequestOutput:
-    """Cumulative output of one request. `fingerprint` identifies the deployment that ran it."""
+    """Cumulative output of one request. `fingerprint` identifies the deployment that ran it.
+
+    `prompt_logprobs` (with `SamplingParams.prompt_logprobs=k`, else None) is aligned with
+    `prompt_token_ids`: entry 0 is None, entry p maps the prompt token p (first) and the top
+    k ids to their log-probabilities in the raw logits row of position p - 1.
+    """
 
     request_id: str
     prompt: str | None
@@ -83,6 +88,7 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     finished: bool
     fingerprint: str
+    prompt_logprobs: list[dict[int, float] | None] | None = None
 
 
 def _check_rows(rows: np.ndarray) -> None:

@@ -23,9 +23,12 @@ import numpy as np
 
 MAX_LOGPROBS = 20
 SEED_LIMIT = 2**63
+LOGIT_BIAS_LIMIT = 100.0  # OpenAI's range for a logit_bias value: [-100, 100]
 
 # Fields that decide which token is drawn at an output position (with `seed`). The others only
-# decide when a request stops or what is reported, never the record at a given position.
+# decide when a request stops or what is reported, never the record at a given position —
+# except that with `min_tokens > 0`, `stop_token_ids` and `ignore_eos` decide which ids are
+# masked (MIN_TOKENS_FIELDS, added to the sampler state then).
 SAMPLER_FIELDS = (
     "temperature",
     "top_p",
@@ -34,8 +37,11 @@ SAMPLER_FIELDS = (
     "repetition_penalty",
     "presence_penalty",
     "frequency_penalty",
+    "logit_bias",
+    "min_tokens",
     "seed",
 )
+MIN_TOKENS_FIELDS = ("stop_token_ids", "ignore_eos")
 
 
 @dataclass(frozen=True)
@@ -44,7 +50,18 @@ class SamplingParams:
 
     Invariants after `__post_init__`: float fields are `float`, `stop` is a tuple of non-empty
     strings, `stop_token_ids` a tuple of non-negative ints, `top_k == 0` means disabled
-    (`-1` is accepted and stored as 0), `seed` is None or in `[0, 2**63)`.
+    (`-1` is accepted and stored as 0), `seed` is None or in `[0, 2**63)`, `0 <= min_tokens
+    <= max_tokens`, `logit_bias` a tuple of `(token id, bias)` pairs sorted by id with
+    distinct ids and finite biases in [-100, 100] (given as a dict `{id: bias}`, ids as ints
+    or decimal strings, or as pairs; `dict(params.logit_bias)` gives the mapping back).
+
+    vLLM semantics: `min_tokens` masks EOS (unless `ignore_eos`) and `stop_token_ids` to
+    -inf while fewer than `min_tokens` tokens were generated, and stop strings are checked
+    only after more than `min_tokens` tokens; `logit_bias` is added to the logits row before
+    the penalties and sampling; `prompt_logprobs=k` returns, for every prompt position after
+    the first, the logprob of the prompt token plus the top k (`RequestOutput.prompt_logprobs`,
+    position 0 is None). Logprobs (sampled and prompt) are those of the raw row: they see
+    neither `logit_bias` nor penalties nor temperature (vLLM's default "raw_logprobs").
     """
 
     n: int = 1
@@ -64,6 +81,9 @@ class SamplingParams:
     return_logits: bool = False
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    min_tokens: int = 0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    prompt_logprobs: int | None = None
 
     def __post_init__(self) -> None:
         _check_int("n", self.n, 1)
@@ -78,8 +98,12 @@ class SamplingParams:
         object.__setattr__(self, "stop", _normalize_stop(self.stop))
         object.__setattr__(self, "stop_token_ids", _normalize_token_ids(self.stop_token_ids))
         _check_int("max_tokens", self.max_tokens, 1)
+        _check_int("min_tokens", self.min_tokens, 0, self.max_tokens)
+        object.__setattr__(self, "logit_bias", _normalize_logit_bias(self.logit_bias))
         if self.logprobs is not None:
             _check_int("logprobs", self.logprobs, 0, MAX_LOGPROBS)
+        if self.prompt_logprobs is not None:
+            _check_int("prompt_logprobs", self.prompt_logprobs, 0, MAX_LOGPROBS)
         if self.seed is not None:
             _check_int("seed", self.seed, 0, SEED_LIMIT - 1)
         for name in ("ignore_eos", "return_logits", "skip_special_tokens"):
@@ -95,10 +119,15 @@ class SamplingParams:
         return dataclasses.replace(self, seed=seed)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe full state; `SamplingParams.from_dict(p.to_dict()) == p`."""
+        """JSON-safe full state; `SamplingParams.from_dict(p.to_dict()) == p`.
+
+        `logit_bias` is written as a list of `[id, bias]` pairs (JSON object keys would be
+        strings)."""
         out: dict[str, Any] = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
+            if field.name == "logit_bias":
+                value = [[token, bias] for token, bias in value]
             out[field.name] = list(value) if isinstance(value, tuple) else value
         return out
 
@@ -114,13 +143,15 @@ class SamplingParams:
         return cls(**dict(data))
 
     def sampler_state(self) -> tuple[tuple[str, Any], ...]:
-        """Hashable state that decides the token at each position: `SAMPLER_FIELDS` in order.
+        """Hashable state that decides the token at each position: `SAMPLER_FIELDS` in order,
+        then `MIN_TOKENS_FIELDS` when `min_tokens > 0` (the masked ids depend on them).
 
         Requires `seed` to be set (a request gets one at admission).
         """
         if self.seed is None:
             raise ValueError("SamplingParams.seed must be set to form a sampler state, got None")
-        return tuple((name, getattr(self, name)) for name in SAMPLER_FIELDS)
+        names = SAMPLER_FIELDS + (MIN_TOKENS_FIELDS if self.min_tokens > 0 else ())
+        return tuple((name, getattr(self, name)) for name in names)
 
 
 def _fail(name: str, requirement: str, value: object) -> ValueError:
@@ -159,6 +190,42 @@ def _normalize_stop(stop: object) -> tuple[str, ...]:
         if not isinstance(item, str) or not item:
             raise _fail("stop", "made of non-empty strings", stop)
     return tuple(items)
+
+
+def _normalize_logit_bias(bias: object) -> tuple[tuple[int, float], ...]:
+    if bias is None:
+        return ()
+    if isinstance(bias, Mapping):
+        items = list(bias.items())
+    elif isinstance(bias, list | tuple):
+        items = list(bias)
+        for item in items:
+            if not isinstance(item, list | tuple) or len(item) != 2:
+                raise _fail("logit_bias", "a dict {token id: bias} or (id, bias) pairs", bias)
+    else:
+        raise _fail("logit_bias", "a dict {token id: bias} or (id, bias) pairs", bias)
+    out: dict[int, float] = {}
+    limit = LOGIT_BIAS_LIMIT
+    for key, value in items:
+        token = _bias_token_id(key)
+        if token is None:
+            raise _fail("logit_bias", "keyed by token ids (ints >= 0 or decimal strings)", bias)
+        if token in out:
+            raise _fail("logit_bias", "keyed by distinct token ids", bias)
+        number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+        if number is None or not -limit <= float(number) <= limit:  # NaN fails too
+            need = f"made of finite numbers in [-{limit:g}, {limit:g}] (id {key!r})"
+            raise _fail("logit_bias", need, bias)
+        out[token] = float(number)
+    return tuple(sorted(out.items()))
+
+
+def _bias_token_id(key: object) -> int | None:
+    if isinstance(key, str) and key.isascii() and key.isdigit():
+        return int(key)
+    if isinstance(key, int) and not isinstance(key, bool) and key >= 0:
+        return key
+    return None
 
 
 def _normalize_token_ids(ids: object) -> tuple[int, ...]:
@@ -256,23 +323,59 @@ def sample(
     position: int,
     prompt_token_ids: Sequence[int],
     output_token_ids: Sequence[int],
+    eos_token_ids: Sequence[int] = (),
 ) -> int:
     """Draw the token at output `position`. Pure: same arguments -> same token; no mutation.
 
-    Pipeline (float64, full vocabulary): penalties; if `temperature == 0` greedy argmax (ties
-    -> lowest id); otherwise scale by 1/temperature, keep `truncation_mask` (top_k, top_p,
-    min_p) and return the argmax of `scaled + Gumbel(uniform_noise(seed, position))` over the
-    kept ids (ties -> lowest id).
+    Pipeline (float64, full vocabulary): `processed_logits` (logit_bias, the min_tokens mask,
+    penalties); if `temperature == 0` greedy argmax (ties -> lowest id); otherwise scale by
+    1/temperature, keep `truncation_mask` (top_k, top_p, min_p) and return the argmax of
+    `scaled + Gumbel(uniform_noise(seed, position))` over the kept ids (ties -> lowest id).
+    `eos_token_ids` (the deployment's EOS ids) only matter while `position < min_tokens`.
     """
     _check_int("seed", seed, 0, SEED_LIMIT - 1)
     _check_nonnegative("position", position)
-    x = apply_penalties(logits, params, prompt_token_ids, output_token_ids)
+    x = processed_logits(
+        logits, params, position, prompt_token_ids, output_token_ids, eos_token_ids
+    )
     if params.temperature == 0.0:
         return int(np.argmax(x))
     scaled = (x - x.max()) / params.temperature
     keep = truncation_mask(scaled, params)
     gumbel = -np.log(-np.log(uniform_noise(seed, position, x.size)))
     return int(np.argmax(np.where(keep, scaled + gumbel, -np.inf)))
+
+
+def processed_logits(
+    logits: np.ndarray,
+    params: SamplingParams,
+    position: int,
+    prompt_token_ids: Sequence[int],
+    output_token_ids: Sequence[int],
+    eos_token_ids: Sequence[int] = (),
+) -> np.ndarray:
+    """The float64 row the sampler draws from (the input is not touched), in vLLM's order:
+    `logit_bias` added; while `position < min_tokens`, `min_tokens_banned_ids` set to -inf;
+    then `apply_penalties`. Each step is elementwise, so the row stays a pure function of
+    (row, params, position, history)."""
+    x = _float64_row(logits)
+    for token, bias in params.logit_bias:
+        if token >= x.size:
+            raise ValueError(f"logit_bias token id {token} is out of range [0, {x.size})")
+        x[token] += bias
+    if position < params.min_tokens:
+        banned = [t for t in min_tokens_banned_ids(params, eos_token_ids) if t < x.size]
+        x[banned] = -np.inf
+    return _penalize(x, params, prompt_token_ids, output_token_ids)
+
+
+def min_tokens_banned_ids(params: SamplingParams, eos_token_ids: Sequence[int]) -> list[int]:
+    """Ids masked while fewer than `min_tokens` outputs exist: `stop_token_ids`, and the EOS
+    ids unless `ignore_eos` (vLLM's min_tokens logits processor), sorted."""
+    banned = set(params.stop_token_ids)
+    if not params.ignore_eos:
+        banned.update(int(t) for t in eos_token_ids)
+    return sorted(banned)
 
 
 def apply_penalties(
@@ -287,7 +390,16 @@ def apply_penalties(
     negative ones multiplied by `repetition_penalty`. Then, over output ids only,
     `logit -= frequency_penalty * count` and `logit -= presence_penalty * (count > 0)`.
     """
-    x = _float64_row(logits)
+    return _penalize(_float64_row(logits), params, prompt_token_ids, output_token_ids)
+
+
+def _penalize(
+    x: np.ndarray,
+    params: SamplingParams,
+    prompt_token_ids: Sequence[int],
+    output_token_ids: Sequence[int],
+) -> np.ndarray:
+    """`apply_penalties` in place on a float64 row; returns it."""
     prompt = _token_array("prompt_token_ids", prompt_token_ids, x.size)
     output = _token_array("output_token_ids", output_token_ids, x.size)
     if params.repetition_penalty != 1.0:
@@ -351,6 +463,8 @@ def compute_logprobs(logits: np.ndarray, token_id: int, num_top: int) -> dict[in
     shifted = x - x.max()
     logprobs = shifted - math.log(float(np.cumsum(np.exp(shifted))[-1]))
     out = {int(token_id): float(logprobs[int(token_id)])}
+    if num_top == 0:
+        return out
     for top_id in np.argsort(-x, kind="stable")[:num_top]:
         out.setdefault(int(top_id), float(logprobs[top_id]))
     return out

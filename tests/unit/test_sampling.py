@@ -65,6 +65,20 @@ BAD_FIELDS = [
     ("return_logits", "yes"),
     ("skip_special_tokens", None),
     ("include_stop_str_in_output", 0),
+    ("min_tokens", -1),
+    ("min_tokens", 17),  # > max_tokens (16)
+    ("min_tokens", 1.0),
+    ("prompt_logprobs", -1),
+    ("prompt_logprobs", MAX_LOGPROBS + 1),
+    ("prompt_logprobs", True),
+    ("logit_bias", 5),
+    ("logit_bias", [(1, 2, 3)]),
+    ("logit_bias", {-1: 1.0}),
+    ("logit_bias", {"x": 1.0}),
+    ("logit_bias", {True: 1.0}),
+    ("logit_bias", {3: 100.5}),
+    ("logit_bias", {3: math.inf}),
+    ("logit_bias", {3: "1"}),
 ]
 
 
@@ -125,10 +139,25 @@ def test_to_dict_from_dict_round_trip_through_json():
         return_logits=True,
         skip_special_tokens=False,
         include_stop_str_in_output=True,
+        min_tokens=4,
+        logit_bias={7: -100, 2: 3.5},
+        prompt_logprobs=2,
     )
     restored = SamplingParams.from_dict(json.loads(json.dumps(params.to_dict())))
     assert restored == params
     assert restored.to_dict() == params.to_dict()
+
+
+def test_logit_bias_normalized_to_sorted_pairs():
+    params = SamplingParams(logit_bias={9: 1, "3": -2.5})
+    assert params.logit_bias == ((3, -2.5), (9, 1.0))
+    assert dict(params.logit_bias) == {3: -2.5, 9: 1.0}
+    assert SamplingParams(logit_bias=[(9, 1.0), (3, -2.5)]) == params
+    assert SamplingParams(logit_bias=None).logit_bias == ()
+    assert params.to_dict()["logit_bias"] == [[3, -2.5], [9, 1.0]]
+    with pytest.raises(ValueError, match="distinct"):
+        SamplingParams(logit_bias={3: 1.0, "3": 2.0})
+    hash(params)  # stays hashable (frozen)
 
 
 def test_from_dict_rejects_unknown_fields():
@@ -144,6 +173,32 @@ def test_sampler_state_requires_seed_and_lists_sampler_fields():
     # fields that only decide stopping or reporting do not enter the sampler state
     assert state == SamplingParams(max_tokens=50, stop="x", logprobs=2, seed=9).sampler_state()
     assert state != SamplingParams(max_tokens=5, seed=10).sampler_state()
+    for changed in ({"logit_bias": {1: 1.0}}, {"min_tokens": 2}):
+        assert state != SamplingParams(max_tokens=5, seed=9, **changed).sampler_state()
+    # stop_token_ids / ignore_eos decide tokens only through min_tokens' mask
+    assert state == SamplingParams(max_tokens=5, seed=9, stop_token_ids=[4]).sampler_state()
+    masked = SamplingParams(max_tokens=5, seed=9, min_tokens=1)
+    other = SamplingParams(max_tokens=5, seed=9, min_tokens=1, stop_token_ids=[4])
+    assert masked.sampler_state() != other.sampler_state()
+
+
+def test_logit_bias_and_min_tokens_in_the_sampler():
+    logits = np.array([3.0, 1.0, 0.5, 2.0], dtype=np.float32)
+    greedy = SamplingParams(temperature=0.0)
+    assert sample(logits, greedy, 0, 0, [], []) == 0
+    assert sample(logits, SamplingParams(temperature=0.0, logit_bias={2: 2.6}), 0, 0, [], []) == 2
+    for seed in range(20):  # a +100 bias forces the token under sampling too
+        forced = SamplingParams(temperature=1.0, logit_bias={1: 100.0})
+        assert sample(logits, forced, seed, 3, [], []) == 1
+    # min_tokens masks EOS (given by the deployment) and stop ids at positions < min_tokens
+    params = SamplingParams(temperature=0.0, min_tokens=2, stop_token_ids=[3])
+    assert sample(logits, params, 0, 0, [], [], eos_token_ids=[0]) == 1
+    assert sample(logits, params, 0, 1, [], [1], eos_token_ids=[0]) == 1
+    assert sample(logits, params, 0, 2, [], [1, 1], eos_token_ids=[0]) == 0
+    ignore = SamplingParams(temperature=0.0, min_tokens=2, ignore_eos=True)
+    assert sample(logits, ignore, 0, 0, [], [], eos_token_ids=[0]) == 0
+    with pytest.raises(ValueError, match="logit_bias token id 9"):
+        sample(logits, SamplingParams(logit_bias={9: 1.0}), 0, 0, [], [])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,6 +21,8 @@ from samebits.engine.scheduler import Scheduler
 from samebits.outputs import CompletionOutput, RequestOutput, logits_digest
 from samebits.sampling import SamplingParams, compute_logprobs, new_seed, sample
 
+PromptLogprobs = list[dict[int, float] | None]
+
 DEFAULT_NUM_KV_BLOCKS = 512
 # A memory-sized KV cache holds at most this many times what max_num_seqs full-length
 # sequences need (the rest serves the prefix cache); a tiny model on a large GPU would
@@ -45,6 +47,7 @@ class _RequestState:
     cumulative_logprob: float = 0.0
     text: str = ""
     stop_reason: str | int | None = None
+    prompt_logprobs: PromptLogprobs | None = None  # [None, lp(1), ...] as rows arrive
 
 
 class LLMEngine:
@@ -158,10 +161,15 @@ class LLMEngine:
             max_model_len=self.max_model_len,
             params=params,
             seed=params.seed,
+            min_tokens=params.min_tokens,
+            needs_prompt_rows=params.prompt_logprobs is not None,
         )
         self.scheduler.add_request(request)
         detok = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)
-        self._states[request_id] = _RequestState(request, params, prompt, detok)
+        state = _RequestState(request, params, prompt, detok)
+        if params.prompt_logprobs is not None:
+            state.prompt_logprobs = [None]
+        self._states[request_id] = state
 
     def _prompt_ids(self, given: object, prompt: str | None) -> tuple[list[int], str | None]:
         """(token ids, recorded text) of an add_request prompt; TypeError for unknown types."""
@@ -215,6 +223,9 @@ class LLMEngine:
                 f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the "
                 f"context length of {self.max_model_len} tokens"
             )
+        bad = [t for t, _ in params.logit_bias if t >= self.vocab_size]
+        if bad:
+            raise ValueError(f"logit_bias token id {bad[0]} is out of range [0, {self.vocab_size})")
 
     def abort_request(self, request_id: str) -> None:
         """Stop a request and free its blocks; unknown ids are ignored."""
@@ -233,7 +244,14 @@ class LLMEngine:
         `pop_failures()` and the step goes on for every other request.
         """
         sched_out = self.scheduler.schedule()
-        rows = list(self.runner.execute(sched_out).items())
+        step_logits = self.runner.execute(sched_out)
+        starts = {rid: start for rid, (start, _) in step_logits_chunks(step_logits)}
+        chunks = [(rid, rows) for rid, (_, rows) in step_logits_chunks(step_logits)]
+        fold = lambda rid, rows: self._prompt_logprobs(rid, starts[rid], rows)  # noqa: E731
+        for (rid, _), err in zip(chunks, map_rows(fold, chunks), strict=True):
+            if err is not None:
+                self._fail(rid, err)
+        rows = [(rid, row) for rid, row in step_logits.items() if rid in self._states]
         sampled = {}
         for (rid, _), token in zip(rows, map_rows(self._sample, rows), strict=True):
             if isinstance(token, Exception):
@@ -280,13 +298,34 @@ class LLMEngine:
             self._append_text(rid, token)
         return self._output(rid, rid in finished)
 
+    def _prompt_logprobs(self, rid: str, start: int, rows: np.ndarray) -> Exception | None:
+        """Fold a chunk's rows into the request's prompt logprobs: the row at prompt position
+        p gives entry p + 1 (logprob of prompt token p + 1 and the top k, by
+        `compute_logprobs`, as for sampled tokens). Rows already folded in (a recomputed
+        chunk after a preemption) and rows past the prompt are skipped."""
+        try:
+            st = self._states[rid]
+            lps, prompt = st.prompt_logprobs, st.request.prompt_token_ids
+            k = st.params.prompt_logprobs
+            if lps is None or k is None:
+                return None
+            for position in range(start, start + len(rows)):
+                if position + 1 >= len(prompt):
+                    break
+                if position + 1 == len(lps):
+                    lps.append(compute_logprobs(rows[position - start], prompt[position + 1], k))
+            return None
+        except Exception as exc:  # noqa: BLE001 - returned to the caller, per request
+            return exc
+
     def _sample(self, rid: str, row: np.ndarray) -> int:
         st = self._states[rid]
         req, params = st.request, st.params
         position = len(req.output_token_ids)
         token = sample(
-            row, params, params.seed, position, req.prompt_token_ids, req.output_token_ids
-        )
+            row, params, params.seed, position, req.prompt_token_ids, req.output_token_ids,
+            req.eos_token_ids,
+        )  # fmt: skip
         st.digests.append(logits_digest(row))
         if params.logprobs is not None:
             lp = compute_logprobs(row, token, params.logprobs)
@@ -307,8 +346,8 @@ class LLMEngine:
     def _apply_stop_strings(self, rid: str, token: int) -> bool:
         st = self._states[rid]
         start = self._append_text(rid, token)
-        if not st.params.stop:
-            return False
+        if not st.params.stop or len(st.request.output_token_ids) <= st.params.min_tokens:
+            return False  # vLLM: stop strings count only after more than min_tokens outputs
         hit = find_stop_string(st.detok.text, st.params.stop, start)
         if hit is None:
             return False
@@ -342,6 +381,9 @@ class LLMEngine:
             outputs=[completion],
             finished=finished,
             fingerprint=self.fingerprint,
+            prompt_logprobs=_complete_prompt_logprobs(
+                st.prompt_logprobs, len(req.prompt_token_ids)
+            ),
         )
 
     def stats(self) -> dict[str, float]:
@@ -353,6 +395,21 @@ class LLMEngine:
             last_batch_size=self.last_batch_size,
         )
         return out
+
+
+def step_logits_chunks(step_logits) -> list[tuple[str, tuple[int, np.ndarray]]]:
+    """The `chunk_rows` of a runner's result (a plain dict of sampled rows has none)."""
+    return list(getattr(step_logits, "chunk_rows", {}).items())
+
+
+def _complete_prompt_logprobs(lps: PromptLogprobs | None, num_prompt: int):
+    """A copy of the prompt logprobs once every prompt position has its entry (they are, by
+    the time a request has an output: its sampled row comes from the last prompt chunk)."""
+    if lps is None:
+        return None
+    if len(lps) != num_prompt:
+        raise AssertionError(f"prompt logprobs cover {len(lps)} of {num_prompt} positions")
+    return list(lps)
 
 
 def _hold_back_stop_prefix(text: str, stops) -> str:

@@ -49,6 +49,10 @@ class Request:
     `stop_token_ids` stops the request once `min_tokens` outputs exist; `max_tokens` outputs or
     `num_tokens >= max_model_len` end it with FINISHED_LENGTH. `max_model_len=None` means the
     scheduler's limit (it fills the field in at `add_request`).
+
+    `needs_prompt_rows` (prompt logprobs asked): the scheduler asks the runner for the logits
+    of every row of the request's prompt chunks and never gives it a prefix-cache hit (a hit
+    skips computing those rows).
     """
 
     request_id: str
@@ -61,6 +65,7 @@ class Request:
     max_model_len: int | None = None
     params: object = None
     seed: int = 0
+    needs_prompt_rows: bool = False
     output_token_ids: list[int] = field(init=False, default_factory=list)
     status: RequestStatus = field(init=False, default=RequestStatus.WAITING)
     num_computed_tokens: int = field(init=False, default=0)
@@ -82,8 +87,9 @@ class Request:
         _check_int("seed", self.seed, None)
         if self.max_model_len is not None:
             _check_int("max_model_len", self.max_model_len, 1)
-        if not isinstance(self.ignore_eos, bool):
-            raise ValueError(f"ignore_eos must be a bool, got {self.ignore_eos!r}")
+        for name in ("ignore_eos", "needs_prompt_rows"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         self._all_token_ids = list(self.prompt_token_ids)
 
     @property

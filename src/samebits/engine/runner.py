@@ -1,8 +1,10 @@
-"""ModelRunner: SchedulerOutput -> flat tensors -> one forward pass -> sampled logits rows.
+"""ModelRunner: SchedulerOutput -> flat tensors -> one forward pass -> logits rows.
 
 The only engine module that touches torch. One forward pass per step covers every scheduled
 token of every request (prefill chunks and decode tokens alike); logits are computed only for
-the rows that are sampled.
+the rows that are sampled, and for every row of a chunk scheduled with `all_rows` (prompt
+logprobs). The final norm and the LM head are row-invariant, so asking for more rows never
+changes a row's bits.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ def build_flat_batch(scheduled, block_size: int, device: torch.device | str = "c
     for i, s in enumerate(scheduled):
         tables[i, : len(s.block_table)] = s.block_table
     slots = tables[query_req, positions // block_size] * block_size + positions % block_size
-    last_rows = [int(query_start_loc[i + 1]) - 1 for i, s in enumerate(scheduled) if s.sample]
+    last_rows = logits_rows(scheduled, query_start_loc)
     ids = np.fromiter((t for s in scheduled for t in s.token_ids), np.int64, len(positions))
     ids_t, slots_t, rows_t, pos_t = _to_device(
         device, ids, slots, np.array(last_rows, dtype=np.int64), positions
@@ -44,6 +46,30 @@ def build_flat_batch(scheduled, block_size: int, device: torch.device | str = "c
         logits_indices=rows_t,
         position_ids=None if pos_t.device.type == "cpu" else pos_t,
     )
+
+
+def logits_rows(scheduled, query_start_loc: np.ndarray) -> list[int]:
+    """Flat rows whose logits a step computes, in batch order: every row of an `all_rows`
+    chunk, else the last row of a `sample` chunk."""
+    rows: list[int] = []
+    for i, s in enumerate(scheduled):
+        end = int(query_start_loc[i + 1])
+        if getattr(s, "all_rows", False):
+            rows.extend(range(int(query_start_loc[i]), end))
+        elif s.sample:
+            rows.append(end - 1)
+    return rows
+
+
+class StepLogits(dict):
+    """What `ModelRunner.execute` returns: a dict `request_id -> float32 logits row` for each
+    `sample=True` request (what a sampler needs), plus `chunk_rows`: `request_id ->
+    (start_position, float32 [n, vocab])` for each `all_rows` chunk, row j being position
+    `start_position + j` (its last row is also the sampled row when the chunk samples)."""
+
+    def __init__(self, sampled=(), chunk_rows=None) -> None:
+        super().__init__(sampled)
+        self.chunk_rows: dict[str, tuple[int, np.ndarray]] = dict(chunk_rows or {})
 
 
 def _to_device(device, *arrays: np.ndarray) -> list[torch.Tensor]:
@@ -78,12 +104,25 @@ class ModelRunner:
         self.kv_cache = model.new_kv_cache(num_blocks * block_size)
         self.device = model.ops.device
 
-    def execute(self, sched_out) -> dict[str, np.ndarray]:
-        """Returns one float32 logits row per scheduled request with `sample=True`."""
+    def execute(self, sched_out) -> StepLogits:
+        """One float32 logits row per scheduled request with `sample=True`, and every row of
+        each `all_rows` chunk in `chunk_rows` (see StepLogits)."""
         scheduled = sched_out.scheduled
         if not scheduled:
-            return {}
+            return StepLogits()
         batch = build_flat_batch(scheduled, self.block_size, self.device)
-        sampled = [s.request_id for s in scheduled if s.sample]
-        logits = self.model.forward(batch, self.kv_cache).cpu().numpy()  # sampled rows only
-        return {rid: logits[i] for i, rid in enumerate(sampled)}
+        logits = self.model.forward(batch, self.kv_cache).cpu().numpy()  # asked rows only
+        sampled: dict[str, np.ndarray] = {}
+        chunk_rows: dict[str, tuple[int, np.ndarray]] = {}
+        at = 0
+        for s in scheduled:
+            if getattr(s, "all_rows", False):
+                rows = logits[at : at + len(s.token_ids)]
+                chunk_rows[s.request_id] = (s.start_position, rows)
+                at += len(s.token_ids)
+                if s.sample:
+                    sampled[s.request_id] = rows[-1]
+            elif s.sample:
+                sampled[s.request_id] = logits[at]
+                at += 1
+        return StepLogits(sampled, chunk_rows)

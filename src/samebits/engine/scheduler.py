@@ -36,6 +36,7 @@ class ScheduledRequest:
     start_position: int  # num_computed_tokens before this step
     block_table: tuple[int, ...]  # physical block ids covering [0, start_position + n)
     sample: bool  # the chunk ends at the request's last known token: sample a token
+    all_rows: bool = False  # the runner returns the logits of every row of the chunk
 
 
 @dataclass(frozen=True)
@@ -236,7 +237,10 @@ class Scheduler:
         manager = self.kv_cache_manager
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             request = self.waiting[0]
-            hit_blocks, num_hit = manager.get_computed_blocks(request)
+            if request.needs_prompt_rows:  # its prompt rows must be computed: no hit
+                hit_blocks, num_hit = [], 0
+            else:
+                hit_blocks, num_hit = manager.get_computed_blocks(request)
             num_new = min(request.num_tokens - num_hit, budget)
             if num_new < 1:
                 raise AssertionError(f"request {request.request_id!r}: prefix hit covers it all")
@@ -246,8 +250,9 @@ class Scheduler:
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_hit
             self.running.append(request)
-            self.prefix_cache_queries += request.num_tokens
-            self.prefix_cache_hits += num_hit
+            if not request.needs_prompt_rows:
+                self.prefix_cache_queries += request.num_tokens
+                self.prefix_cache_hits += num_hit
             scheduled.append(self._scheduled(request, num_new))
             budget -= num_new
         return budget
@@ -261,6 +266,7 @@ class Scheduler:
             start_position=start,
             block_table=self.kv_cache_manager.get_block_ids(request.request_id),
             sample=end == request.num_tokens,
+            all_rows=request.needs_prompt_rows and start < request.num_prompt_tokens - 1,
         )
 
     # ------------------------------------------------------------------ results

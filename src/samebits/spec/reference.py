@@ -2,7 +2,8 @@
 
 Position i's logits row is the last row of a cold forward pass over the whole history
 `prompt + token_0 .. token_{i-1}` (no cache, batch of one); its token is
-`sample(row_i, params, seed, i, prompt, tokens[:i])`. The model is only a callable here.
+`sample(row_i, params, seed, i, prompt, tokens[:i], eos_token_ids)`. The model is only a
+callable here.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def reference_view(
     eos_token_ids: Sequence[int] = (),
 ) -> RequestView:
     """Up to `n` records of Ref, stopping after an EOS token (unless `ignore_eos`) or a
-    `stop_token_ids` token, as the engine does. `last_logits(history)` must return the
+    `stop_token_ids` token once `min_tokens` records exist, as the engine does. `last_logits(history)` must return the
     float32 logits row of the history's last token from a cold, batch-of-one forward pass.
     """
     if params.seed is None:
@@ -39,10 +40,10 @@ def reference_view(
     for position in range(n):
         row = last_logits(tuple(prompt + tokens))
         row_bytes = logits_row_bytes(row)  # also checks: 1-D float32
-        token = sample(row, params, params.seed, position, prompt, tokens)
+        token = sample(row, params, params.seed, position, prompt, tokens, eos_token_ids)
         records.append(OutputRecord(row_bytes, token))
         tokens.append(token)
-        if _stops(token, params, eos_token_ids):
+        if len(tokens) >= params.min_tokens and _stops(token, params, eos_token_ids):
             break
     return RequestView(request_input(prompt, params), tuple(records))
 
