@@ -31,9 +31,11 @@ from samebits.server.params import (
     base_params,
     check_n,
     choice_params,
+    echoes,
     num_logprobs,
     request_seed,
     resolve_max_tokens,
+    scoring_only,
 )
 from samebits.server.parsing import parse_json_body, read_body, validate_model
 from samebits.server.prompts import Prompt, check_prompt
@@ -118,10 +120,15 @@ class OpenAIService:
             max_tokens = resolve_max_tokens(
                 req, len(prompt.token_ids), self.max_model_len, self.config
             )
-            base = base_params(req, max_tokens, meta.seed)
+            base = base_params(req, max_tokens, meta.seed, self.vocab_size)
             for i, params in enumerate(choice_params(base, req.n)):
                 index = p * req.n + i
-                choices.append(Choice(index, f"{meta.id}-{index}", prompt, params))
+                choices.append(
+                    Choice(
+                        index, f"{meta.id}-{index}", prompt, params, echo=echoes(req),
+                        scoring_only=scoring_only(req),
+                    )
+                )  # fmt: skip
         return choices
 
     async def _complete(
@@ -214,7 +221,7 @@ def _prompt_tokens(gen: Generation) -> int:
 
 
 def _completion_tokens(gen: Generation) -> int:
-    return sum(len(c.token_ids) for c in gen.choices)
+    return sum(len(c.shown_token_ids) for c in gen.choices)
 
 
 def _sse(body: dict[str, Any]) -> str:

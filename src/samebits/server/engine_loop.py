@@ -47,7 +47,8 @@ class Failed:
 
 @dataclass(frozen=True)
 class Delta:
-    """What a request produced since its previous delta. `text` is the cumulative text."""
+    """What a request produced since its previous delta. `text` is the cumulative text.
+    `prompt_logprobs` (prompt logprobs asked) comes once, on the request's first delta."""
 
     token_ids: tuple[int, ...]
     logits_digests: tuple[str, ...]
@@ -55,6 +56,7 @@ class Delta:
     text: str
     finish_reason: str | None
     seed: int
+    prompt_logprobs: tuple[dict[int, float] | None, ...] | None = None
 
 
 Event = Accepted | Rejected | Failed | Delta
@@ -82,6 +84,7 @@ _STOP = object()
 class _Live:
     sink: Sink
     sent: int = 0
+    prompt_sent: bool = False
 
 
 class EngineLoop:
@@ -193,7 +196,9 @@ class EngineLoop:
         live = self._live.get(output.request_id)
         if live is None:
             return
-        delta = _delta(output.outputs[0], live.sent)
+        prompt_lps = None if live.prompt_sent else getattr(output, "prompt_logprobs", None)
+        delta = _delta(output.outputs[0], live.sent, prompt_lps)
+        live.prompt_sent = True
         live.sent += len(delta.token_ids)
         if delta.finish_reason is not None:
             del self._live[output.request_id]
@@ -221,10 +226,12 @@ class EngineLoop:
             logger.exception("abort_request(%s) failed", request_id)
 
 
-def _delta(choice: Any, sent: int) -> Delta:
+def _delta(choice: Any, sent: int, prompt_logprobs: Any = None) -> Delta:
     logprobs = None
     if choice.logprobs is not None:
         logprobs = tuple(dict(lp) for lp in choice.logprobs[sent:])
+    if prompt_logprobs is not None:
+        prompt_logprobs = tuple(None if lp is None else dict(lp) for lp in prompt_logprobs)
     return Delta(
         token_ids=tuple(int(t) for t in choice.token_ids[sent:]),
         logits_digests=tuple(str(d) for d in choice.logits_digests[sent:]),
@@ -232,6 +239,7 @@ def _delta(choice: Any, sent: int) -> Delta:
         text=str(choice.text),
         finish_reason=choice.finish_reason,
         seed=int(choice.seed),
+        prompt_logprobs=prompt_logprobs,
     )
 
 

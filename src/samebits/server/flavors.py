@@ -9,7 +9,14 @@ from samebits.server.engine_loop import Delta
 from samebits.server.generation import Choice
 from samebits.server.prompts import Prompt, chat_prompt, completion_prompts
 from samebits.server.protocol import ChatCompletionRequest, CompletionRequest
-from samebits.server.responses import chat_logprobs, completion_logprobs, extension
+from samebits.server.responses import (
+    chat_logprobs,
+    completion_logprobs,
+    echo_text,
+    extension,
+    join_logprobs,
+    prompt_logprobs_object,
+)
 
 
 class CompletionFlavor:
@@ -23,16 +30,34 @@ class CompletionFlavor:
         return completion_prompts(req, tokenizer, config.max_prompts)
 
     def choice_body(self, choice: Choice, k: int | None, tokenizer: Any, audit: Any) -> dict:
+        prefix, prompt_lps = self._echo(choice, k, tokenizer)
         logprobs = None
-        if k is not None and choice.logprobs is not None:
-            logprobs = completion_logprobs(choice.token_ids, choice.logprobs, k, tokenizer, 0)
+        if k is not None and choice.shown_logprobs is not None:
+            generated = completion_logprobs(
+                choice.shown_token_ids, choice.shown_logprobs, k, tokenizer, len(prefix)
+            )
+            logprobs = join_logprobs(prompt_lps, generated)
         return {
             "index": choice.index,
-            "text": choice.text,
+            "text": prefix + choice.shown_text,
             "logprobs": logprobs,
-            "finish_reason": choice.finish_reason,
-            "samebits": extension(choice, choice.token_ids, choice.logits_digests, audit, True),
+            "finish_reason": choice.shown_finish_reason,
+            "samebits": extension(
+                choice, choice.shown_token_ids, choice.shown_digests, audit, True
+            ),
         }
+
+    @staticmethod
+    def _echo(choice: Choice, k: int | None, tokenizer: Any) -> tuple[str, dict | None]:
+        """(prompt text, prompt logprobs object or None) an echoing choice starts with."""
+        if not choice.echo:
+            return "", None
+        lps = None
+        if k is not None and choice.prompt_logprobs is not None:
+            lps = prompt_logprobs_object(
+                choice.prompt.token_ids, choice.prompt_logprobs, k, tokenizer
+            )
+        return echo_text(choice.prompt, tokenizer), lps
 
     def opening_chunks(self, choices: list[Choice]) -> list[dict]:
         return []
@@ -40,21 +65,29 @@ class CompletionFlavor:
     def chunk_choice(
         self, choice: Choice, added: str, delta: Delta, k: int | None, tokenizer: Any, audit: Any
     ) -> dict:
+        prefix, prompt_lps = "", None
+        if choice.echo and not choice.echo_sent:
+            prefix, prompt_lps = self._echo(choice, k, tokenizer)
+            choice.echo_sent = True
+        tokens, digests = list(delta.token_ids), list(delta.logits_digests)
+        lps = list(delta.logprobs) if delta.logprobs is not None else None
+        if choice.scoring_only:
+            added, tokens, digests, lps = "", [], [], [] if lps is not None else None
         logprobs = None
-        if k is not None and delta.logprobs is not None:
+        if k is not None and lps is not None:
             offset = len(choice.text) - len(added)
-            logprobs = completion_logprobs(
-                list(delta.token_ids), list(delta.logprobs), k, tokenizer, offset
+            if choice.echo:
+                offset += len(echo_text(choice.prompt, tokenizer))
+            logprobs = join_logprobs(
+                prompt_lps, completion_logprobs(tokens, lps, k, tokenizer, offset)
             )
         final = delta.finish_reason is not None
         return {
             "index": choice.index,
-            "text": added,
+            "text": prefix + added,
             "logprobs": logprobs,
-            "finish_reason": delta.finish_reason,
-            "samebits": extension(
-                choice, list(delta.token_ids), list(delta.logits_digests), audit, final
-            ),
+            "finish_reason": choice.shown_finish_reason if final else None,
+            "samebits": extension(choice, tokens, digests, audit, final),
         }
 
 

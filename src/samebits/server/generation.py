@@ -28,12 +28,22 @@ _GONE = object()
 
 @dataclass
 class Choice:
-    """One engine request of an API call and everything it produced so far."""
+    """One engine request of an API call and everything it produced so far.
+
+    `token_ids`, `logits_digests`, `logprobs` and `text` are what the engine produced (and
+    what the audit log records); `shown_*` is what the response carries: nothing for a
+    `scoring_only` choice (max_tokens 0 with echo, run as one engine token). `echo` puts the
+    prompt (text, and `prompt_logprobs` when asked) before the output in the response.
+    """
 
     index: int
     request_id: str
     prompt: Prompt
     params: SamplingParams
+    echo: bool = False
+    scoring_only: bool = False
+    prompt_logprobs: list[dict[int, float] | None] | None = None
+    echo_sent: bool = False  # streaming: the prompt went out in a chunk already
     token_ids: list[int] = field(default_factory=list)
     logits_digests: list[str] = field(default_factory=list)
     logprobs: list[dict[int, float]] | None = None
@@ -47,8 +57,34 @@ class Choice:
         assert self.params.seed is not None
         return self.params.seed
 
+    @property
+    def shown_token_ids(self) -> list[int]:
+        return [] if self.scoring_only else self.token_ids
+
+    @property
+    def shown_text(self) -> str:
+        return "" if self.scoring_only else self.text
+
+    @property
+    def shown_logprobs(self) -> list[dict[int, float]] | None:
+        if self.logprobs is None:
+            return None
+        return [] if self.scoring_only else self.logprobs
+
+    @property
+    def shown_digests(self) -> list[str]:
+        return [] if self.scoring_only else self.logits_digests
+
+    @property
+    def shown_finish_reason(self) -> str | None:
+        if self.scoring_only and self.finish_reason not in (None, "abort"):
+            return "length"  # nothing was generated: max_tokens (0) reached
+        return self.finish_reason
+
     def apply(self, delta: Delta) -> str:
         """Fold `delta` in; return the text it adds (text that only grows is streamed)."""
+        if delta.prompt_logprobs is not None:
+            self.prompt_logprobs = list(delta.prompt_logprobs)
         self.token_ids.extend(delta.token_ids)
         self.logits_digests.extend(delta.logits_digests)
         if delta.logprobs is not None:

@@ -3,11 +3,18 @@
 A request with `n` choices (per prompt) becomes `n` engine requests; choice `i` is sampled
 with `derive_seed(seed, i)`, so choice 0 equals the same request with n = 1. A request
 without `seed` gets a fresh one here, reported back and logged, so every choice replays.
+
+Scoring (completions, `echo`): with `logprobs=k` the engine request asks for
+`prompt_logprobs=k`; `max_tokens=0` runs an engine request of one token (as vLLM does) whose
+output the response leaves out (`scoring_only`).
 """
 
 from __future__ import annotations
 
-from samebits.sampling import SamplingParams, derive_seed, new_seed
+import math
+from typing import Any
+
+from samebits.sampling import LOGIT_BIAS_LIMIT, SamplingParams, derive_seed, new_seed
 from samebits.server.config import ServerConfig
 from samebits.server.errors import bad_request
 from samebits.server.protocol import ChatCompletionRequest, CompletionRequest
@@ -70,8 +77,66 @@ def request_seed(req: AnyRequest) -> int:
     return req.seed if req.seed is not None else new_seed()
 
 
-def base_params(req: AnyRequest, max_tokens: int, seed: int) -> SamplingParams:
-    """The request's sampling parameters with n = 1 and `seed`."""
+def echoes(req: AnyRequest) -> bool:
+    """Whether the response starts with the prompt (completions `echo`)."""
+    return isinstance(req, CompletionRequest) and req.echo
+
+
+def scoring_only(req: AnyRequest) -> bool:
+    """`max_tokens=0` with `echo`: the prompt is scored, nothing generated is returned."""
+    return echoes(req) and req.max_tokens == 0
+
+
+def prompt_logprobs(req: AnyRequest) -> int | None:
+    """Top logprobs per prompt position the engine must compute (echo with logprobs)."""
+    return req.logprobs if echoes(req) else None
+
+
+def logit_bias(req: AnyRequest, vocab_size: int) -> dict[int, float]:
+    """`logit_bias` as {token id: bias}: keys decimal token ids in [0, vocab_size), values
+    numbers in [-100, 100] (OpenAI's range); anything else is a 400 naming `logit_bias`."""
+    out: dict[int, float] = {}
+    for key, value in (req.logit_bias or {}).items():
+        if not (key.isascii() and key.isdigit()):
+            raise bad_request(
+                f"'logit_bias' keys must be token ids (decimal integers), got {key[:40]!r}",
+                "logit_bias",
+            )
+        token = int(key)
+        if token >= vocab_size:
+            raise bad_request(
+                f"'logit_bias' token id {token} is out of range [0, {vocab_size}) for this model",
+                "logit_bias",
+            )
+        if token in out:
+            raise bad_request(f"'logit_bias' has token id {token} twice", "logit_bias")
+        out[token] = _bias_value(key, value)
+    return out
+
+
+def _bias_value(key: str, value: Any) -> float:
+    limit = LOGIT_BIAS_LIMIT
+    number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if number is None or not math.isfinite(number) or not -limit <= number <= limit:
+        raise bad_request(
+            f"'logit_bias' values must be numbers in [-{limit:g}, {limit:g}], got "
+            f"{value!r:.40} for token {key}",
+            "logit_bias",
+        )
+    return float(number)
+
+
+def base_params(
+    req: AnyRequest, max_tokens: int, seed: int, vocab_size: int | None = None
+) -> SamplingParams:
+    """The request's sampling parameters with n = 1 and `seed` (`max_tokens` 0, scoring
+    only, runs one token). `vocab_size` bounds the `logit_bias` ids (None: not checked here)."""
+    bias = logit_bias(req, vocab_size if vocab_size is not None else 2**63)
+    if req.min_tokens > max_tokens:
+        raise bad_request(
+            f"'min_tokens' ({req.min_tokens}) must not exceed max_tokens ({max_tokens})",
+            "min_tokens",
+        )
     try:
         return SamplingParams(
             n=1,
@@ -84,9 +149,12 @@ def base_params(req: AnyRequest, max_tokens: int, seed: int) -> SamplingParams:
             frequency_penalty=req.frequency_penalty,
             stop=_stop_strings(req.stop),
             stop_token_ids=tuple(req.stop_token_ids or ()),
-            max_tokens=max_tokens,
+            max_tokens=max(max_tokens, 1),
+            min_tokens=req.min_tokens,
             ignore_eos=req.ignore_eos,
             logprobs=num_logprobs(req),
+            logit_bias=bias,
+            prompt_logprobs=prompt_logprobs(req),
             seed=seed,
             skip_special_tokens=req.skip_special_tokens,
             include_stop_str_in_output=req.include_stop_str_in_output,

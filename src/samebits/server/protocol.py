@@ -2,9 +2,11 @@
 
 Strict: a string where a number is expected, a float for an integer or 0/1 for a boolean is
 a type error (HTTP 400), never coerced. Unknown fields are ignored, as most OpenAI-compatible
-servers do; fields this server cannot honour (`tools`, `logit_bias`, `echo`, `suffix`, ...)
-are rejected when set. Extensions beyond OpenAI: `top_k`, `min_p`, `ignore_eos`,
-`repetition_penalty`, `stop_token_ids`, `skip_special_tokens`, `include_stop_str_in_output`.
+servers do; fields this server cannot honour (`tools`, `suffix`, `best_of` > 1, ...)
+are rejected when set. Extensions beyond OpenAI (vLLM's names): `top_k`, `min_p`,
+`min_tokens`, `ignore_eos`, `repetition_penalty`, `stop_token_ids`, `skip_special_tokens`,
+`include_stop_str_in_output`. `logit_bias` values and keys are checked against the model in
+`params.py` (the vocabulary size is not known here).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class _SamplingFields(BaseModel):
     stop: StopField = None
     stop_token_ids: TokenIds | None = None
     seed: int | None = Field(None, ge=0, lt=SEED_LIMIT)
+    min_tokens: int = Field(0, ge=0)
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
@@ -55,8 +58,6 @@ class _SamplingFields(BaseModel):
     def unsupported(self) -> list[tuple[str, str]]:
         """(field, reason) for each set field this server cannot honour."""
         found = []
-        if self.logit_bias:
-            found.append(("logit_bias", "logit_bias is not supported"))
         if self.best_of not in (None, 1):
             found.append(("best_of", "best_of other than 1 is not supported"))
         return found
@@ -66,14 +67,20 @@ class CompletionRequest(_SamplingFields):
     """POST /v1/completions."""
 
     prompt: str | list[str] | TokenIds | list[TokenIds]
+    max_tokens: int | None = Field(None, ge=0)  # 0: score the prompt only (with echo)
     logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     echo: bool = False
     suffix: str | None = None
+    prompt_logprobs: int | None = None
 
     def unsupported(self) -> list[tuple[str, str]]:
         found = super().unsupported()
-        if self.echo:
-            found.append(("echo", "echo is not supported"))
+        if self.max_tokens == 0 and not self.echo:
+            found.append(("max_tokens", "max_tokens 0 is only allowed with echo (prompt scoring)"))
+        if self.prompt_logprobs is not None:
+            found.append(
+                ("prompt_logprobs", "prompt_logprobs is not supported here; use echo with logprobs")
+            )
         if self.suffix:
             found.append(("suffix", "suffix is not supported"))
         return found
