@@ -1,9 +1,9 @@
 """The FastAPI application: routes, authentication, errors in the OpenAI schema.
 
-Routes: `GET /health` (no key needed), `GET /metrics` (Prometheus text), `GET /v1/models`,
-`POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/audit/head`. Every error,
-including unknown routes and internal failures, is a JSON body `{"error": {...}}`; an
-exception while serving one request fails that request only. The engine loop thread runs
+Routes: `GET /health` (no key needed), `GET /metrics` (Prometheus text, by `prometheus_client`),
+`GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/audit/head`.
+Every error, including unknown routes and internal failures, is a JSON body
+`{"error": {...}}`; an exception while serving one request fails that request only. The engine loop thread runs
 for the app's lifespan (started at start-up, stopped at shutdown).
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 
@@ -31,7 +31,7 @@ from samebits.server.engine_loop import EngineLoop
 from samebits.server.errors import APIError, error_body
 from samebits.server.flavors import ChatFlavor, CompletionFlavor
 from samebits.server.generation import ClientGone
-from samebits.server.metrics import CONTENT_TYPE, ServerMetrics
+from samebits.server.metrics import ServerMetrics
 
 logger = logging.getLogger("samebits.server")
 COMPLETION = CompletionFlavor()
@@ -62,6 +62,7 @@ def build_app(
     """
     metrics = ServerMetrics()
     engine_loop = EngineLoop(engine, on_step=metrics.on_step)
+    metrics.watch(lambda: engine.stats(), lambda: engine_loop.num_live)
     recorder = AuditRecorder(audit_writer, str(engine.fingerprint), str(engine.model_name), metrics)
     service = OpenAIService(engine_loop, config, recorder, metrics)
     parts = _Parts(
@@ -95,9 +96,9 @@ def _add_info_routes(app: FastAPI, parts: _Parts, auth: Any) -> None:
         return JSONResponse(body, status_code=200 if alive else 503)
 
     @app.get("/metrics", dependencies=[auth])
-    async def prometheus() -> PlainTextResponse:
-        text = parts.metrics.render(_engine_stats(parts.engine), parts.engine_loop.num_live)
-        return PlainTextResponse(text, media_type=CONTENT_TYPE)
+    async def prometheus(request: Request) -> Response:
+        body, content_type = parts.metrics.exposition(request.headers.get("accept"))
+        return Response(body, media_type=content_type)
 
     @app.get("/v1/models", dependencies=[auth])
     async def models() -> dict:
@@ -138,14 +139,6 @@ def _model_card(name: str, created: int, engine: Any) -> dict:
         "max_model_len": int(engine.max_model_len),
         "samebits": {"fingerprint": str(engine.fingerprint)},
     }
-
-
-def _engine_stats(engine: Any) -> dict[str, float]:
-    try:
-        return dict(engine.stats())
-    except Exception:  # read while the engine thread steps; a scrape must not fail
-        logger.debug("engine.stats() failed", exc_info=True)
-        return {}
 
 
 async def _counted(metrics: ServerMetrics, endpoint: str, call: Awaitable[Response]) -> Response:

@@ -1,145 +1,145 @@
-"""Server metrics and their Prometheus text exposition (format 0.0.4).
+"""Server metrics, kept and exposed by `prometheus_client` (one registry per app).
 
-Counters are updated from the event loop (requests, tokens) and from the engine thread
-(steps, batch sizes) under one lock. Engine-side numbers (queue length, cache hit rate,
-preemptions, ...) come from `engine.stats()` at scrape time, one gauge per key.
+Counters and the batch-size histogram are updated from the event loop (requests, tokens,
+aborts, audit entries) and from the engine thread (steps); `prometheus_client` metrics are
+thread-safe. Scrape-time values (requests in flight, `engine.stats()`) come from a collector
+that calls the providers given to `ServerMetrics.watch`: one gauge per `engine.stats()` key,
+plus the queue length, preemptions and prefix-cache hit rate derived from them.
+
+Names (documented in docs/server.md): `samebits_requests_total{endpoint,status}`,
+`samebits_prompt_tokens_total`, `samebits_generation_tokens_total`,
+`samebits_engine_steps_total`, `samebits_batch_size` (histogram), `samebits_running_requests`,
+`samebits_queue_length`, `samebits_preemptions_total`, `samebits_cache_hit_rate`,
+`samebits_aborted_requests_total`, `samebits_stream_errors_total`,
+`samebits_audit_entries_total`, `samebits_audit_errors_total`, `samebits_engine_<key>`.
 """
 
 from __future__ import annotations
 
-import math
+import logging
 import re
-import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+
+logger = logging.getLogger("samebits.server")
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-# (metric name, type, help, ServerMetrics attribute or "running")
-SIMPLE_METRICS = (
-    ("samebits_prompt_tokens_total", "counter", "prompt tokens admitted", "prompt_tokens"),
-    ("samebits_generation_tokens_total", "counter", "tokens generated", "generation_tokens"),
-    ("samebits_engine_steps_total", "counter", "engine steps run", "steps"),
-    ("samebits_aborted_requests_total", "counter", "requests aborted", "aborted_requests"),
-    ("samebits_audit_entries_total", "counter", "audit entries written", "audit_entries"),
-    ("samebits_audit_errors_total", "counter", "audit entries that failed", "audit_errors"),
-    ("samebits_stream_errors_total", "counter", "streams ended by an error", "stream_errors"),
-    ("samebits_running_requests", "gauge", "engine requests in flight", "running"),
+StatsProvider = Callable[[], Mapping[str, float]]
+RunningProvider = Callable[[], int]
+# derived from engine.stats(): (metric name, kind, help, stats key)
+DERIVED = (
+    ("samebits_queue_length", "gauge", "requests waiting for admission", "num_waiting_reqs"),
+    ("samebits_preemptions", "counter", "requests preempted", "num_preemptions"),
 )
 
 
 class ServerMetrics:
-    """Thread-safe counters of one server process."""
+    """The metrics of one server process, in their own `CollectorRegistry`."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.requests: dict[tuple[str, int], int] = {}
-        self.prompt_tokens = 0
-        self.generation_tokens = 0
-        self.steps = 0
-        self.batch_counts = [0] * (len(BATCH_BUCKETS) + 1)
-        self.batch_sum = 0
-        self.aborted_requests = 0
-        self.audit_entries = 0
-        self.audit_errors = 0
-        self.stream_errors = 0
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self._requests = Counter(
+            "samebits_requests", "HTTP requests by endpoint and status",
+            ["endpoint", "status"], registry=r,
+        )  # fmt: skip
+        self._prompt_tokens = Counter(
+            "samebits_prompt_tokens", "prompt tokens admitted", registry=r
+        )
+        self._generation_tokens = Counter(
+            "samebits_generation_tokens", "tokens generated", registry=r
+        )
+        self._steps = Counter("samebits_engine_steps", "engine steps run", registry=r)
+        self._batch_size = Histogram(
+            "samebits_batch_size", "requests advanced per engine step",
+            buckets=BATCH_BUCKETS, registry=r,
+        )  # fmt: skip
+        self._aborted = Counter("samebits_aborted_requests", "requests aborted", registry=r)
+        self._audit_entries = Counter("samebits_audit_entries", "audit entries written", registry=r)
+        self._audit_errors = Counter(
+            "samebits_audit_errors", "audit entries that failed", registry=r
+        )
+        self._stream_errors = Counter(
+            "samebits_stream_errors", "streams ended by an error", registry=r
+        )
+        self._scrape = _ScrapeCollector()
+        r.register(self._scrape)
+
+    def watch(self, engine_stats: StatsProvider, running: RunningProvider) -> None:
+        """Where scrape-time values come from: `engine.stats()` and requests in flight."""
+        self._scrape.engine_stats = engine_stats
+        self._scrape.running = running
 
     def on_request(self, endpoint: str, status: int) -> None:
-        with self._lock:
-            key = (endpoint, status)
-            self.requests[key] = self.requests.get(key, 0) + 1
+        self._requests.labels(endpoint, str(status)).inc()
 
     def on_tokens(self, prompt: int, generated: int) -> None:
-        with self._lock:
-            self.prompt_tokens += prompt
-            self.generation_tokens += generated
+        self._prompt_tokens.inc(prompt)
+        self._generation_tokens.inc(generated)
 
     def on_step(self, batch_size: int) -> None:
         """A step advanced `batch_size` requests (called from the engine thread)."""
-        with self._lock:
-            self.steps += 1
-            self.batch_sum += batch_size
-            index = next((i for i, b in enumerate(BATCH_BUCKETS) if batch_size <= b), -1)
-            self.batch_counts[index] += 1
+        self._steps.inc()
+        self._batch_size.observe(batch_size)
 
     def on_abort(self) -> None:
-        with self._lock:
-            self.aborted_requests += 1
+        self._aborted.inc()
 
     def on_stream_error(self) -> None:
-        with self._lock:
-            self.stream_errors += 1
+        self._stream_errors.inc()
 
     def on_audit(self, ok: bool) -> None:
-        with self._lock:
-            if ok:
-                self.audit_entries += 1
-            else:
-                self.audit_errors += 1
+        (self._audit_entries if ok else self._audit_errors).inc()
 
-    def render(self, engine_stats: Mapping[str, float], running: int) -> str:
+    def exposition(self, accept: str | None = None) -> tuple[bytes, str]:
+        """(body, content type) of a scrape: Prometheus text, or OpenMetrics if `accept`
+        (the request's Accept header) asks for it."""
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type
+
+    def render(self) -> str:
         """The Prometheus text of every metric."""
-        with self._lock:
-            lines = self._render_counters(running)
-            lines += self._render_batch_histogram()
-        lines += _render_engine_stats(engine_stats)
-        return "\n".join(lines) + "\n"
-
-    def _render_counters(self, running: int) -> list[str]:
-        name = "samebits_requests_total"
-        lines = _header(name, "counter", "HTTP requests by endpoint and status")
-        for (endpoint, status), count in sorted(self.requests.items()):
-            lines.append(f'{name}{{endpoint="{endpoint}",status="{status}"}} {count}')
-        for name, kind, help_text, attribute in SIMPLE_METRICS:
-            value = running if attribute == "running" else getattr(self, attribute)
-            lines += _header(name, kind, help_text)
-            lines.append(f"{name} {_number(value)}")
-        return lines
-
-    def _render_batch_histogram(self) -> list[str]:
-        name = "samebits_batch_size"
-        lines = _header(name, "histogram", "requests advanced per engine step")
-        cumulative = 0
-        for bound, count in zip(BATCH_BUCKETS, self.batch_counts, strict=False):
-            cumulative += count
-            lines.append(f'{name}_bucket{{le="{bound}"}} {cumulative}')
-        lines.append(f'{name}_bucket{{le="+Inf"}} {sum(self.batch_counts)}')
-        lines.append(f"{name}_sum {self.batch_sum}")
-        lines.append(f"{name}_count {sum(self.batch_counts)}")
-        return lines
+        body, _ = self.exposition()
+        return body.decode()
 
 
-DERIVED = (
-    ("samebits_queue_length", "gauge", "requests waiting for admission", "num_waiting_reqs"),
-    ("samebits_preemptions_total", "counter", "requests preempted", "num_preemptions"),
-)
+class _ScrapeCollector(Collector):
+    """Values read when scraped: requests in flight and `engine.stats()`."""
+
+    def __init__(self) -> None:
+        self.engine_stats: StatsProvider = dict
+        self.running: RunningProvider = lambda: 0
+
+    def collect(self) -> Iterator[Metric]:
+        running = GaugeMetricFamily("samebits_running_requests", "engine requests in flight")
+        running.add_metric([], self.running())
+        yield running
+        yield from engine_stat_metrics(self._stats())
+
+    def _stats(self) -> Mapping[str, float]:
+        try:
+            return dict(self.engine_stats())
+        except Exception:  # read while the engine thread steps; a scrape must not fail
+            logger.debug("engine.stats() failed", exc_info=True)
+            return {}
 
 
-def _render_engine_stats(stats: Mapping[str, float]) -> list[str]:
-    lines: list[str] = []
+def engine_stat_metrics(stats: Mapping[str, float]) -> Iterator[Metric]:
+    """The metric families derived from one `engine.stats()` snapshot."""
     for name, kind, help_text, key in DERIVED:
         if key in stats:
-            lines += _header(name, kind, help_text)
-            lines.append(f"{name} {_number(stats[key])}")
+            family = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+            yield family(name, help_text, value=float(stats[key]))
     if "prefix_cache_queries" in stats and "prefix_cache_hits" in stats:
         queries = float(stats["prefix_cache_queries"])
         rate = float(stats["prefix_cache_hits"]) / queries if queries else 0.0
-        lines += _header("samebits_cache_hit_rate", "gauge", "prefix cache hits / queries (tokens)")
-        lines.append(f"samebits_cache_hit_rate {_number(rate)}")
+        yield GaugeMetricFamily(
+            "samebits_cache_hit_rate", "prefix cache hits / queries (tokens)", value=rate
+        )
     for key, value in stats.items():
         name = "samebits_engine_" + re.sub(r"[^a-zA-Z0-9_]", "_", str(key))
-        lines += _header(name, "gauge", f"engine.stats()[{key!r}]")
-        lines.append(f"{name} {_number(value)}")
-    return lines
-
-
-def _header(name: str, kind: str, help_text: str) -> list[str]:
-    return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-
-
-def _number(value: float) -> str:
-    value = float(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(int(value)) if value.is_integer() else repr(value)
+        yield GaugeMetricFamily(name, f"engine.stats()[{key!r}]", value=float(value))
