@@ -4,7 +4,12 @@
 released only once the bytes under it are complete, so a multi-byte UTF-8 character split over
 several byte-level tokens is released whole, never as U+FFFD first and the real character later.
 Each step decodes a short window (the tokens released last step, as context, plus the pending
-ones), so a step costs O(window), not O(output).
+ones), so a step costs O(window), not O(output). The window moves on only when a step released
+text: a token that decodes to nothing (a skipped special token) must not become the window's
+first token, whose leading space a Metaspace decoder strips. Step by step this releases what
+`tokenizers.decoders.DecodeStream` releases (tests/unit/test_detokenizer_decodestream.py); it
+is kept because DecodeStream has no `flush`: bytes of an incomplete character at the end of
+an output never come out of it, so its text is not `decode(ids)`.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ class IncrementalDetokenizer:
     Invariants: the concatenation of everything `append` and `flush` returned equals `text`;
     after `flush`, `text == tokenizer.decode(token_ids)` for tokenizers whose decoding of a
     window is stable under appending (byte-level BPE, Metaspace, byte fallback, WordPiece).
-    Text is held back while the decoded window ends in U+FFFD (an incomplete UTF-8 sequence).
+    Text is held back while the decoded window ends in U+FFFD (an incomplete UTF-8 sequence)
+    or adds nothing to its context.
     """
 
     def __init__(self, tokenizer: Decoder, skip_special_tokens: bool = True) -> None:
@@ -61,8 +67,8 @@ class IncrementalDetokenizer:
             return ""
         context = self._decode(self._token_ids[self._prefix_offset : self._read_offset])
         window = self._decode(self._token_ids[self._prefix_offset :])
-        if window.endswith(REPLACEMENT_CHAR) and not force:
-            return ""
+        if not force and (window.endswith(REPLACEMENT_CHAR) or len(window) <= len(context)):
+            return ""  # incomplete character, or nothing new (e.g. a skipped special token)
         new_text = window[len(context) :]
         self._prefix_offset = self._read_offset
         self._read_offset = len(self._token_ids)
