@@ -3,8 +3,8 @@
 Routes: `GET /health` (no key needed), `GET /metrics` (Prometheus text, by `prometheus_client`),
 `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/audit/head`.
 Every error, including unknown routes and internal failures, is a JSON body
-`{"error": {...}}`; an exception while serving one request fails that request only. The engine loop thread runs
-for the app's lifespan (started at start-up, stopped at shutdown).
+`{"error": {...}}`; an exception while serving one request fails that request only. The
+engine loop thread runs for the app's lifespan (started at start-up, stopped at shutdown).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Order of checks: size (HTTP 413 beyond `max_body_bytes`, judged on Content-Length and on the
 bytes actually read), UTF-8, JSON syntax (NaN/Infinity rejected), then the pydantic model
-(types, ranges), then unpaired surrogates in strings (not encodable as UTF-8).
+(types, ranges), then unpaired surrogates in strings (not encodable as UTF-8), then the
+parameters this server refuses (`protocol.REFUSED`) and combinations it cannot honour.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
 from samebits.server.errors import APIError, bad_request
+from samebits.server.protocol import refusals
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -56,7 +58,9 @@ def validate_model(model: type[ModelT], data: Any) -> ModelT:
     except ValidationError as exc:
         raise _validation_error(exc) from exc
     _reject_surrogates(data)
-    for param, reason in getattr(parsed, "unsupported", list)():
+    kind = getattr(model, "kind", None)
+    refused = refusals(data, kind) if kind else []
+    for param, reason in refused + getattr(parsed, "unsupported", list)():
         raise bad_request(reason, param)
     return parsed
 

@@ -1,9 +1,10 @@
 """Prompts of API requests as token ids, checked against the deployment's limits.
 
 A completion `prompt` may be a string, a list of strings, a list of token ids or a list of
-token id lists; strings are encoded with the tokenizer's special tokens (e.g. BOS) added.
-A chat request renders its messages with the model's chat template and encodes the result
-as is (the template writes any special tokens itself).
+token id lists; strings are encoded with the tokenizer's special tokens (e.g. BOS) added
+(`add_special_tokens`, default true). A chat request renders its messages with the model's
+chat template (`add_generation_prompt`, default true) and encodes the result as is
+(`add_special_tokens` default false: the template writes any special tokens itself).
 """
 
 from __future__ import annotations
@@ -36,14 +37,14 @@ def completion_prompts(req: CompletionRequest, tokenizer: Any, max_prompts: int)
         raise bad_request(
             f"'prompt' holds {len(items)} prompts, the limit is {max_prompts}", "prompt"
         )
-    return [_one_prompt(item, tokenizer) for item in items]
+    return [_one_prompt(item, tokenizer, req.add_special_tokens) for item in items]
 
 
-def _one_prompt(item: str | list[int], tokenizer: Any) -> Prompt:
+def _one_prompt(item: str | list[int], tokenizer: Any, add_special_tokens: bool) -> Prompt:
     if isinstance(item, str):
         if not item:
             raise bad_request("'prompt' is an empty string", "prompt")
-        return Prompt(tuple(tokenizer.encode(item, add_special_tokens=True)), item)
+        return Prompt(tuple(tokenizer.encode(item, add_special_tokens=add_special_tokens)), item)
     return Prompt(tuple(item), None)
 
 
@@ -51,10 +52,13 @@ def chat_prompt(req: ChatCompletionRequest, tokenizer: Any) -> Prompt:
     """The chat template applied to the request's messages."""
     messages = [{"role": m.role, "content": m.text()} for m in req.messages]
     try:
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=req.add_generation_prompt
+        )
     except ValueError as exc:
         raise bad_request(f"cannot apply the chat template: {exc}", "messages") from exc
-    return Prompt(tuple(tokenizer.encode(text, add_special_tokens=False)), text)
+    ids = tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
+    return Prompt(tuple(ids), text)
 
 
 def check_prompt(prompt: Prompt, vocab_size: int, max_model_len: int) -> None:

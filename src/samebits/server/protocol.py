@@ -1,17 +1,23 @@
-"""Request bodies of the OpenAI-compatible API (pydantic, strict types).
+"""Request bodies of the OpenAI-compatible API (pydantic, strict types), and the parameters
+this server refuses.
 
 Strict: a string where a number is expected, a float for an integer or 0/1 for a boolean is
-a type error (HTTP 400), never coerced. Unknown fields are ignored, as most OpenAI-compatible
-servers do; fields this server cannot honour (`tools`, `suffix`, `best_of` > 1, ...)
-are rejected when set. Extensions beyond OpenAI (vLLM's names): `top_k`, `min_p`,
-`min_tokens`, `ignore_eos`, `repetition_penalty`, `stop_token_ids`, `skip_special_tokens`,
-`include_stop_str_in_output`. `logit_bias` values and keys are checked against the model in
-`params.py` (the vocabulary size is not known here).
+a type error (HTTP 400), never coerced. Extensions beyond OpenAI (vLLM's names): `top_k`,
+`min_p`, `min_tokens`, `ignore_eos`, `repetition_penalty`, `stop_token_ids`,
+`skip_special_tokens`, `include_stop_str_in_output`, `add_special_tokens`, chat's
+`add_generation_prompt`. `logit_bias` keys are checked against the model in `params.py` (the
+vocabulary size is not known here).
+
+Every other OpenAI or vLLM request parameter is in `REFUSED` (a 400 naming it when set to
+anything but a value that changes nothing) or in `IGNORED` (bookkeeping that cannot change
+the output); docs/server.md's parameter table lists the same, with the same messages
+(tests/server/test_server_parameters.py). Fields nobody defines are ignored.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -53,36 +59,27 @@ class _SamplingFields(BaseModel):
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     logit_bias: dict[str, Any] | None = None
-    best_of: int | None = None
 
     def unsupported(self) -> list[tuple[str, str]]:
-        """(field, reason) for each set field this server cannot honour."""
-        found = []
-        if self.best_of not in (None, 1):
-            found.append(("best_of", "best_of other than 1 is not supported"))
-        return found
+        """(field, reason) for each combination of fields this server cannot honour."""
+        return []
 
 
 class CompletionRequest(_SamplingFields):
     """POST /v1/completions."""
 
+    kind: ClassVar[str] = "completions"
+
     prompt: str | list[str] | TokenIds | list[TokenIds]
     max_tokens: int | None = Field(None, ge=0)  # 0: score the prompt only (with echo)
     logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     echo: bool = False
-    suffix: str | None = None
-    prompt_logprobs: int | None = None
+    add_special_tokens: bool = True  # vLLM: the tokenizer's BOS etc. around a string prompt
 
     def unsupported(self) -> list[tuple[str, str]]:
         found = super().unsupported()
         if self.max_tokens == 0 and not self.echo:
             found.append(("max_tokens", "max_tokens 0 is only allowed with echo (prompt scoring)"))
-        if self.prompt_logprobs is not None:
-            found.append(
-                ("prompt_logprobs", "prompt_logprobs is not supported here; use echo with logprobs")
-            )
-        if self.suffix:
-            found.append(("suffix", "suffix is not supported"))
         return found
 
 
@@ -109,22 +106,131 @@ class ChatMessage(BaseModel):
 class ChatCompletionRequest(_SamplingFields):
     """POST /v1/chat/completions."""
 
+    kind: ClassVar[str] = "chat"
+
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
-    tools: list[Any] | None = None
-    tool_choice: Any = None
-    functions: list[Any] | None = None
-    response_format: dict[str, Any] | None = None
+    add_generation_prompt: bool = True  # vLLM: end the template with the assistant's turn
+    add_special_tokens: bool = False  # vLLM: the template writes them; True adds BOS again
 
     def unsupported(self) -> list[tuple[str, str]]:
         found = super().unsupported()
-        for name in ("tools", "functions"):
-            if getattr(self, name):
-                found.append((name, f"{name} (tool calling) is not supported"))
-        if self.response_format and self.response_format.get("type") not in (None, "text"):
-            found.append(("response_format", "only response_format type 'text' is supported"))
         if self.top_logprobs and not self.logprobs:
             found.append(("top_logprobs", "top_logprobs requires logprobs to be true"))
         return found
+
+
+BOTH = ("completions", "chat")
+CHAT = ("chat",)
+COMPLETIONS = ("completions",)
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A request parameter this server cannot honour: a 400 naming it, with `message`, when
+    it is set to anything but one of `harmless` (values that change nothing; JSON null is
+    always harmless). `example` is a value that is refused (docs test)."""
+
+    name: str
+    message: str
+    example: Any
+    harmless: tuple[Any, ...] = ()
+    endpoints: tuple[str, ...] = BOTH
+
+    def refuses(self, value: Any) -> bool:
+        if value is None:
+            return False
+        return not any(type(value) is type(h) and value == h for h in self.harmless)
+
+
+_NO_TOOLS = "tool and function calling are not supported"
+_NO_GUIDED = "guided / structured decoding is not supported"
+REFUSED = (
+    # OpenAI
+    Refused("best_of", "best_of other than 1 is not supported; use n", 2, (1,)),
+    Refused("suffix", "suffix is not supported", "z", ("",), COMPLETIONS),
+    Refused("tools", f"tools: {_NO_TOOLS}", [{"type": "function"}], ([],), CHAT),
+    Refused("functions", f"functions: {_NO_TOOLS}", [{"name": "f"}], ([],), CHAT),
+    Refused("tool_choice", f"tool_choice: {_NO_TOOLS}", "required", ("none", "auto"), CHAT),
+    Refused("function_call", f"function_call: {_NO_TOOLS}", "auto", ("none",), CHAT),
+    Refused(
+        "response_format",
+        "only response_format type 'text' is supported",
+        {"type": "json_object"},
+        ({"type": "text"},),
+    ),  # fmt: skip
+    Refused("audio", "audio output is not supported", {"voice": "alloy"}, (), CHAT),
+    Refused("modalities", "only the 'text' modality is supported", ["audio"], (["text"],), CHAT),
+    Refused("prediction", "predicted outputs are not supported", {"type": "content"}, (), CHAT),
+    Refused("reasoning_effort", "reasoning_effort is not supported", "low", (), CHAT),
+    Refused("verbosity", "verbosity is not supported", "low", (), CHAT),
+    Refused("web_search_options", "web search is not supported", {}, (), CHAT),
+    # vLLM
+    Refused("prompt_logprobs", "prompt_logprobs is not supported here; use echo with logprobs", 1),
+    Refused("use_beam_search", "beam search is not supported", True, (False,)),
+    Refused("length_penalty", "length_penalty is a beam search parameter", 0.5, (1.0, 1)),
+    Refused("allowed_token_ids", "allowed_token_ids is not supported; use logit_bias", [1]),
+    Refused("bad_words", "bad_words is not supported; use logit_bias", ["x"], ([],)),
+    Refused(
+        "spaces_between_special_tokens",
+        "spaces_between_special_tokens false is not supported",
+        False,
+        (True,),
+    ),  # fmt: skip
+    Refused("truncate_prompt_tokens", "truncate_prompt_tokens is not supported", 8),
+    Refused("echo", "echo is not supported on chat completions", True, (False,), CHAT),
+    Refused(
+        "continue_final_message",
+        "continue_final_message is not supported",
+        True,
+        (False,),
+        CHAT,
+    ),  # fmt: skip
+    Refused("chat_template", "a request's own chat_template is not supported", "{{ x }}", (), CHAT),
+    Refused("chat_template_kwargs", "chat_template_kwargs is not supported", {"a": 1}, ({},), CHAT),
+    Refused("documents", "documents are not supported", [{"text": "d"}], ([],), CHAT),
+    Refused("mm_processor_kwargs", "multi-modal input is not supported", {"a": 1}, ({},), CHAT),
+    Refused("guided_json", f"guided_json: {_NO_GUIDED}", {"type": "object"}),
+    Refused("guided_regex", f"guided_regex: {_NO_GUIDED}", "a+"),
+    Refused("guided_choice", f"guided_choice: {_NO_GUIDED}", ["a", "b"]),
+    Refused("guided_grammar", f"guided_grammar: {_NO_GUIDED}", "root ::= 'a'"),
+    Refused("guided_decoding_backend", f"guided_decoding_backend: {_NO_GUIDED}", "xgrammar"),
+    Refused("guided_whitespace_pattern", f"guided_whitespace_pattern: {_NO_GUIDED}", " "),
+    Refused("structured_outputs", f"structured_outputs: {_NO_GUIDED}", {"regex": "a"}),
+    Refused("logits_processors", "logits_processors are not supported", ["p"], ([],)),
+    Refused(
+        "return_tokens_as_token_ids",
+        "return_tokens_as_token_ids is not supported; "
+        "the token ids are in each choice's samebits.token_ids",
+        True,
+        (False,),
+    ),  # fmt: skip
+    Refused(
+        "return_token_ids",
+        "return_token_ids is not supported; the token ids are in "
+        "samebits.token_ids and samebits.prompt_token_ids",
+        True,
+        (False,),
+    ),  # fmt: skip
+    Refused("priority", "request priorities are not supported", 1, (0,)),
+    Refused("prompt_embeds", "prompt_embeds is not supported", "AAAA", (), COMPLETIONS),
+    Refused("kv_transfer_params", "kv_transfer_params is not supported", {"a": 1}),
+    Refused("vllm_xargs", "vllm_xargs is not supported", {"a": 1}, ({},)),
+)
+# accepted whatever their value; they cannot change the output
+IGNORED = {
+    "metadata": BOTH, "store": BOTH, "service_tier": BOTH, "parallel_tool_calls": CHAT,
+    "prompt_cache_key": BOTH, "safety_identifier": BOTH, "request_id": BOTH,
+    "cache_salt": BOTH,
+}  # fmt: skip
+
+
+def refusals(body: dict[str, Any], endpoint: str) -> list[tuple[str, str]]:
+    """(param, message) for each refused parameter set in `body` (a parsed JSON object)."""
+    return [
+        (r.name, r.message)
+        for r in REFUSED
+        if endpoint in r.endpoints and r.name in body and r.refuses(body[r.name])
+    ]
