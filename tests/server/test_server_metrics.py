@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 from fake_engine import FakeEngine
@@ -48,9 +50,15 @@ def test_counters_histogram_and_engine_gauges(server):
     body = {"prompt": "count me", "max_tokens": 3, "n": 2}
     assert httpx.post(server.url + "/v1/completions", json=body).status_code == 200
     assert httpx.post(server.url + "/v1/completions", json={"prompt": ""}).status_code == 400
-    response = httpx.get(server.url + "/metrics")
+    deadline = time.monotonic() + 10
+    while True:  # the engine thread counts a step just after handing its outputs out
+        response = httpx.get(server.url + "/metrics")
+        got = samples(response.text)
+        if got[("samebits_engine_steps_total", ())] == server.engine.steps:
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     assert response.headers["content-type"].startswith("text/plain")
-    got = samples(response.text)
     ok = (("endpoint", "/v1/completions"), ("status", "200"))
     bad = (("endpoint", "/v1/completions"), ("status", "400"))
     assert got[("samebits_requests_total", ok)] == 1

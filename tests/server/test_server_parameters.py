@@ -112,3 +112,22 @@ def test_add_special_tokens_and_add_generation_prompt(fake_server):
     chat = prompt_ids(ROUTES["chat"], BASE["chat"])
     no_turn = prompt_ids(ROUTES["chat"], {**BASE["chat"], "add_generation_prompt": False})
     assert len(no_turn) < len(chat)
+
+
+@pytest.mark.parametrize(
+    ("extra", "param", "message"),
+    [
+        ({"n": 9}, "n", "'n' is 9, the limit is 4"),
+        ({"min_tokens": 3}, "min_tokens", "'min_tokens' is 3, the limit is 1 (max_tokens)"),
+        ({"prompt": ["a"] * 65}, "prompt", "the number of prompts in 'prompt' is 65, the limit"),
+        ({"prompt": [1, 999]}, "prompt", "prompt token id 999 is out of range [0, 258)"),
+        ({"logit_bias": {"300": 1}}, "logit_bias", "'logit_bias' token id 300 is out of range"),
+        ({"stop_token_ids": [7, 258]}, "stop_token_ids", "'stop_token_ids' id 258 is out of"),
+    ],
+)
+def test_limits_and_token_ranges_share_one_check(fake_server, extra, param, message):
+    body = {**BASE["completions"], **extra}
+    response = httpx.post(fake_server.url + ROUTES["completions"], json=body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == param and error["message"].startswith(message), error

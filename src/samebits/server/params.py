@@ -12,6 +12,7 @@ output the response leaves out (`scoring_only`).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from samebits.sampling import LOGIT_BIAS_LIMIT, SamplingParams, derive_seed, new_seed
@@ -22,9 +23,27 @@ from samebits.server.protocol import ChatCompletionRequest, CompletionRequest
 AnyRequest = CompletionRequest | ChatCompletionRequest
 
 
+def check_limit(
+    param: str, value: int, limit: int | None, what: str | None = None, source: str = ""
+) -> None:
+    """The one check of a request number against a limit: `value` <= `limit` (None: no
+    limit), else a 400 naming `param` ("'n' is 9, the limit is 4"); `source` says where the
+    limit comes from when it is not the server's."""
+    if limit is not None and value > limit:
+        origin = f" ({source})" if source else ""
+        raise bad_request(f"{what or repr(param)} is {value}, the limit is {limit}{origin}", param)
+
+
+def check_token_ids(param: str, ids: Iterable[int], vocab_size: int, what: str) -> None:
+    """The one check of token ids against the model: each in [0, vocab_size), else a 400
+    naming `param` and the first id out of range."""
+    bad = next((t for t in ids if not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise bad_request(f"{what} {bad} is out of range [0, {vocab_size}) for this model", param)
+
+
 def check_n(req: AnyRequest, config: ServerConfig) -> None:
-    if req.n > config.max_n:
-        raise bad_request(f"'n' is {req.n}, the limit is {config.max_n}", "n")
+    check_limit("n", req.n, config.max_n)
 
 
 def requested_max_tokens(req: AnyRequest) -> int | None:
@@ -50,8 +69,7 @@ def resolve_max_tokens(
         )
         return min(default, room, limit or room)
     param = "max_completion_tokens" if _uses_completion_tokens(req) else "max_tokens"
-    if limit is not None and asked > limit:
-        raise bad_request(f"'{param}' is {asked}, the limit is {limit}", param)
+    check_limit(param, asked, limit)
     if asked > room:
         raise bad_request(
             f"the prompt ({prompt_len} tokens) plus '{param}' ({asked}) exceeds the context "
@@ -103,11 +121,7 @@ def logit_bias(req: AnyRequest, vocab_size: int) -> dict[int, float]:
                 "logit_bias",
             )
         token = int(key)
-        if token >= vocab_size:
-            raise bad_request(
-                f"'logit_bias' token id {token} is out of range [0, {vocab_size}) for this model",
-                "logit_bias",
-            )
+        check_token_ids("logit_bias", [token], vocab_size, "'logit_bias' token id")
         if token in out:
             raise bad_request(f"'logit_bias' has token id {token} twice", "logit_bias")
         out[token] = _bias_value(key, value)
@@ -131,12 +145,10 @@ def base_params(
 ) -> SamplingParams:
     """The request's sampling parameters with n = 1 and `seed` (`max_tokens` 0, scoring
     only, runs one token). `vocab_size` bounds the `logit_bias` ids (None: not checked here)."""
-    bias = logit_bias(req, vocab_size if vocab_size is not None else 2**63)
-    if req.min_tokens > max_tokens:
-        raise bad_request(
-            f"'min_tokens' ({req.min_tokens}) must not exceed max_tokens ({max_tokens})",
-            "min_tokens",
-        )
+    vocab = vocab_size if vocab_size is not None else 2**63
+    bias = logit_bias(req, vocab)
+    check_token_ids("stop_token_ids", req.stop_token_ids or (), vocab, "'stop_token_ids' id")
+    check_limit("min_tokens", req.min_tokens, max_tokens, source="max_tokens")
     try:
         return SamplingParams(
             n=1,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from samebits.server.errors import bad_request
+from samebits.server.params import check_limit, check_token_ids
 from samebits.server.protocol import ChatCompletionRequest, CompletionRequest
 
 
@@ -33,10 +34,7 @@ def completion_prompts(req: CompletionRequest, tokenizer: Any, max_prompts: int)
         items = list(raw)
     if not items:
         raise bad_request("'prompt' is empty", "prompt")
-    if len(items) > max_prompts:
-        raise bad_request(
-            f"'prompt' holds {len(items)} prompts, the limit is {max_prompts}", "prompt"
-        )
+    check_limit("prompt", len(items), max_prompts, "the number of prompts in 'prompt'")
     return [_one_prompt(item, tokenizer, req.add_special_tokens) for item in items]
 
 
@@ -65,11 +63,7 @@ def check_prompt(prompt: Prompt, vocab_size: int, max_model_len: int) -> None:
     """Empty prompt, out-of-range token ids and prompts that leave no room to generate."""
     if not prompt.token_ids:
         raise bad_request("the prompt is empty (0 tokens)", "prompt")
-    bad = [t for t in prompt.token_ids if not 0 <= t < vocab_size]
-    if bad:
-        raise bad_request(
-            f"prompt token id {bad[0]} is out of range [0, {vocab_size}) for this model", "prompt"
-        )
+    check_token_ids("prompt", prompt.token_ids, vocab_size, "prompt token id")
     if len(prompt.token_ids) >= max_model_len:
         raise bad_request(
             f"the prompt has {len(prompt.token_ids)} tokens; the context length is "
