@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 
 from samebits.config import DEFAULT_GPU_MEMORY_UTILIZATION
 from samebits.engine.engine import LLMEngine
-from samebits.outputs import RequestOutput
+from samebits.outputs import RequestOutput, RequestOutputKind
 from samebits.sampling import SamplingParams, derive_seed, new_seed
 
 Prompt = str | Sequence[int]
@@ -54,10 +54,12 @@ class LLM:
 
         Raises `RequestFailedError` if a request fails inside the engine (the call's other
         requests are aborted first), ValueError / TypeError on bad input (nothing queued).
+        The engine requests are FINAL_ONLY: one cumulative output each, no per-step copies.
         """
-        groups = self._submit(_as_prompt_list(prompts), sampling_params)
+        kind = RequestOutputKind.FINAL_ONLY
+        groups = self._submit(_as_prompt_list(prompts), sampling_params, kind)
         final: dict[str, RequestOutput] = {}
-        for out in self._drive(groups):
+        for out in self._drive(groups, kind):
             if out.finished:
                 final[out.request_id] = out
         return [final[rid] for rid in groups]
@@ -65,14 +67,23 @@ class LLM:
     def generate_stream(
         self, prompts: Prompt | Sequence[Prompt],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE,
     ) -> Iterator[RequestOutput]:  # fmt: skip
-        """Yield a cumulative RequestOutput per prompt every step it advances.
+        """Yield a RequestOutput per prompt every step it advances.
+
+        `output_kind` CUMULATIVE (the default): each output carries everything so far (each
+        step copies it all: O(tokens so far)). DELTA: only what is new, O(new tokens) per step;
+        with n > 1 an output holds the choices that advanced in that step (`index` tells
+        which); `finished` is set on a prompt's last output; `prompt_logprobs` comes once.
+        Concatenating a choice's deltas gives its cumulative output, bit for bit.
 
         Raises `RequestFailedError` from the step in which a request failed (that step yields
         nothing). Closing the iterator early, or any error, aborts the call's requests.
         """
-        groups = self._submit(_as_prompt_list(prompts), sampling_params)
-        yield from self._drive(groups)
+        if output_kind not in (RequestOutputKind.CUMULATIVE, RequestOutputKind.DELTA):
+            raise ValueError(f"generate_stream takes CUMULATIVE or DELTA, got {output_kind!r}")
+        groups = self._submit(_as_prompt_list(prompts), sampling_params, output_kind)
+        yield from self._drive(groups, output_kind)
 
     def chat(
         self, messages: list[dict] | list[list[dict]],
@@ -89,7 +100,9 @@ class LLM:
             out.prompt = text
         return outs
 
-    def _submit(self, prompts: list[Prompt], params) -> dict[str, list[str]]:
+    def _submit(
+        self, prompts: list[Prompt], params, kind: RequestOutputKind
+    ) -> dict[str, list[str]]:
         """Queue every prompt (n>1 expanded); on any error, abort what was queued and raise."""
         params_list = _params_list(params, len(prompts))
         groups: dict[str, list[str]] = {}
@@ -107,21 +120,25 @@ class LLM:
                 for i in range(p.n):
                     child = f"{rid}-{i}"
                     single = dataclasses.replace(p, n=1, seed=derive_seed(base, i))
-                    self.engine.add_request(child, ids, single, prompt=text)
+                    self.engine.add_request(child, ids, single, prompt=text, output_kind=kind)
                     groups[rid].append(child)
         except BaseException:
             self._abort(groups)
             raise
         return groups
 
-    def _drive(self, groups: dict[str, list[str]]) -> Iterator[RequestOutput]:
+    def _drive(
+        self, groups: dict[str, list[str]], kind: RequestOutputKind
+    ) -> Iterator[RequestOutput]:
         """Step the engine until every request of `groups` finished; yield the merged output
-        of each prompt that advanced. Whatever way this ends, no request of `groups` is left
-        in the engine."""
+        of each prompt that advanced (DELTA: of its choices that advanced in that step).
+        Whatever way this ends, no request of `groups` is left in the engine."""
         owner = {child: (index, rid) for index, (rid, kids) in enumerate(groups.items())
                  for child in kids}  # fmt: skip
         pending = set(owner)
         latest: dict[str, RequestOutput] = {}
+        delta = kind is RequestOutputKind.DELTA
+        prompt_sent: set[str] = set()
         try:
             while pending and self.engine.has_unfinished_requests():
                 outputs = self.engine.step()
@@ -130,18 +147,25 @@ class LLM:
                 }
                 if failures:
                     raise _failed(failures, owner)
-                advanced = []
+                advanced: dict[str, dict[str, RequestOutput]] = {}
                 for out in outputs:
                     if out.request_id not in owner:
                         continue
                     latest[out.request_id] = out
                     if out.finished:
                         pending.discard(out.request_id)
-                    parent = owner[out.request_id][1]
-                    if parent not in advanced:
-                        advanced.append(parent)
-                for parent in advanced:
-                    yield _merge(parent, [latest.get(c) for c in groups[parent]])
+                    advanced.setdefault(owner[out.request_id][1], {})[out.request_id] = out
+                for parent, now in advanced.items():
+                    kids = groups[parent]
+                    if not delta:
+                        yield _merge(parent, [latest.get(c) for c in kids])
+                        continue
+                    merged = _merge(parent, [now.get(c) for c in kids])
+                    merged.finished = not any(c in pending for c in kids)
+                    if parent in prompt_sent:
+                        merged.prompt_logprobs = None
+                    prompt_sent.add(parent)
+                    yield merged
             if pending:
                 raise RuntimeError(
                     f"requests {sorted(pending)} left the engine without finishing "

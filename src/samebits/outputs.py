@@ -1,18 +1,39 @@
 """What the engine returns per request: `RequestOutput` holding `CompletionOutput`s.
 
-Outputs are cumulative (each carries everything generated so far). Every sampled position
+`RequestOutputKind` (chosen per request in `LLMEngine.add_request`, vLLM's idea) says what
+an output carries: CUMULATIVE (the default) everything generated so far, DELTA only what is
+new since the request's previous output, FINAL_ONLY one cumulative output when the request
+finishes. The concatenation of a request's DELTA outputs (token ids, text, digests, logprobs,
+logits rows) equals its CUMULATIVE output at the same step, bit for bit. Every sampled position
 carries the SHA-256 digest of the float32 logits row the sampler used, so two outputs can be
 compared bit for bit without shipping the rows; `return_logits` ships the rows themselves.
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
 FINISH_REASONS = ("stop", "length", "abort")
+
+
+class RequestOutputKind(enum.Enum):
+    """What each `RequestOutput` of a request carries (see the module docstring).
+
+    DELTA outputs: `token_ids`, `text`, `logits_digests`, `logprobs` and `logits` hold the
+    new positions only (text: the new finalized text; it may be empty while a multi-byte
+    character or a possible stop string is held back); `cumulative_logprob`, `finish_reason`
+    and `stop_reason` are the request's running values; `prompt_logprobs` comes on the first
+    output only (None afterwards); `prompt_token_ids` is one list shared by all the request's
+    outputs (do not mutate it). Each step then costs O(new tokens), not O(tokens so far).
+    """
+
+    CUMULATIVE = "cumulative"
+    DELTA = "delta"
+    FINAL_ONLY = "final_only"
 
 
 def logits_row_bytes(row: np.ndarray) -> bytes:
@@ -75,7 +96,8 @@ class CompletionOutput:
 
 @dataclass
 class RequestOutput:
-    """Cumulative output of one request. `fingerprint` identifies the deployment that ran it.
+    """Output of one request: cumulative, or a delta (see `RequestOutputKind`).
+    `fingerprint` identifies the deployment that ran it.
 
     `prompt_logprobs` (with `SamplingParams.prompt_logprobs=k`, else None) is aligned with
     `prompt_token_ids`: entry 0 is None, entry p maps the prompt token p (first) and the top

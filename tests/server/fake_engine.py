@@ -13,7 +13,7 @@ import hashlib
 import time
 from dataclasses import dataclass, field
 
-from samebits.outputs import CompletionOutput, RequestOutput
+from samebits.outputs import CompletionOutput, RequestOutput, RequestOutputKind
 from samebits.sampling import SamplingParams, new_seed
 
 BOS, EOS = 256, 257
@@ -68,6 +68,9 @@ class _Req:
     outputs: list[int] = field(default_factory=list)
     digests: list[str] = field(default_factory=list)
     logprobs: list[dict[int, float]] = field(default_factory=list)
+    output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
+    sent_tokens: int = 0  # DELTA: tokens and characters handed out so far
+    sent_text: int = 0
 
 
 class FakeEngine:
@@ -96,7 +99,10 @@ class FakeEngine:
         self.batch_sizes: list[int] = []
         self.steps = 0
 
-    def add_request(self, request_id, prompt_token_ids, params, prompt=None) -> None:
+    def add_request(
+        self, request_id, prompt_token_ids, params, prompt=None,
+        output_kind=RequestOutputKind.CUMULATIVE,
+    ) -> None:  # fmt: skip
         ids = list(prompt_token_ids)
         if not ids:
             raise ValueError("prompt_token_ids is empty")
@@ -109,7 +115,9 @@ class FakeEngine:
         if params.n != 1:
             raise ValueError("params.n must be 1")
         seed = params.seed if params.seed is not None else new_seed()
-        self.requests[request_id] = _Req(request_id, prompt, ids, params, seed)
+        self.requests[request_id] = _Req(
+            request_id, prompt, ids, params, seed, output_kind=output_kind
+        )
 
     def abort_request(self, request_id: str) -> None:
         if self.requests.pop(request_id, None) is not None:
@@ -131,12 +139,10 @@ class FakeEngine:
         batch = list(self.requests.values())[: self.max_num_seqs]
         self.batch_sizes.append(len(batch))
         self.steps += 1
-        outs = []
-        for req in batch:
+        for req in batch:  # before any request advances: DELTA outputs are never lost
             if self.fail_token is not None and self.fail_token in req.prompt_ids:
                 raise FakeStepError(req.request_id)
-            outs.append(self._advance(req))
-        return outs
+        return [self._advance(req) for req in batch]
 
     def digest(self, req: _Req, position: int) -> str:
         history = req.prompt_ids + req.outputs[:position]
@@ -174,15 +180,21 @@ class FakeEngine:
         return text
 
     def _output(self, req: _Req, text: str, reason: str | None) -> RequestOutput:
+        start = 0
+        if req.output_kind is RequestOutputKind.DELTA:  # the slices past what was handed out
+            start, req.sent_tokens = req.sent_tokens, len(req.outputs)
+            hold = max((len(s) for s in req.params.stop), default=1) - 1
+            end = len(text) if reason is not None else max(0, len(text) - hold)
+            text, req.sent_text = text[req.sent_text : end], end
         choice = CompletionOutput(
             index=0,
             text=text,
-            token_ids=list(req.outputs),
-            logprobs=list(req.logprobs) if req.params.logprobs is not None else None,
+            token_ids=req.outputs[start:],
+            logprobs=req.logprobs[start:] if req.params.logprobs is not None else None,
             finish_reason=reason,
             stop_reason=None,
             seed=req.seed,
-            logits_digests=list(req.digests),
+            logits_digests=req.digests[start:],
         )
         return RequestOutput(
             req.request_id, req.prompt, list(req.prompt_ids), [choice], reason is not None,

@@ -18,7 +18,7 @@ from samebits.detokenizer import IncrementalDetokenizer, find_stop_string, trunc
 from samebits.engine.request import Request, RequestStatus
 from samebits.engine.row_workers import map_rows
 from samebits.engine.scheduler import Scheduler
-from samebits.outputs import CompletionOutput, RequestOutput, logits_digest
+from samebits.outputs import CompletionOutput, RequestOutput, RequestOutputKind, logits_digest
 from samebits.sampling import SamplingParams, compute_logprobs, new_seed, sample
 
 PromptLogprobs = list[dict[int, float] | None]
@@ -35,12 +35,21 @@ PromptInput = str | list[int] | tuple[int, ...] | dict[str, object]
 
 @dataclass
 class _RequestState:
-    """Per-request output bookkeeping the scheduler does not need."""
+    """Per-request output bookkeeping the scheduler does not need.
+
+    CUMULATIVE / FINAL_ONLY: `digests`, `logprobs`, `logits` hold every position. DELTA: they
+    hold the positions not handed out yet (each output takes them and leaves fresh lists);
+    `sent_tokens` / `sent_text` count the tokens and characters already handed out.
+    """
 
     request: Request
     params: SamplingParams
     prompt: str | None
     detok: IncrementalDetokenizer
+    output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
+    prompt_ids_out: list[int] = field(default_factory=list)  # DELTA: shared by its outputs
+    sent_tokens: int = 0
+    sent_text: int = 0
     digests: list[str] = field(default_factory=list)
     logprobs: list[dict[int, float]] = field(default_factory=list)
     logits: list[np.ndarray] = field(default_factory=list)
@@ -138,8 +147,14 @@ class LLMEngine:
     def add_request(
         self, request_id: str, prompt_token_ids: PromptInput, params: SamplingParams,
         prompt: str | None = None,
+        output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE,
     ) -> None:  # fmt: skip
         """Queue a request. Assigns a seed when `params.seed` is None.
+
+        `output_kind` (see `RequestOutputKind`): CUMULATIVE outputs carry everything so far,
+        DELTA outputs only what is new (what streaming consumers want: O(new) per step),
+        FINAL_ONLY one cumulative output at the end. It chooses what is reported, never what
+        is sampled, so it is not part of the sampler state (nor of the audit log).
 
         `prompt_token_ids` takes what vLLM's `add_request` takes: a list (or tuple) of token
         ids, a string (tokenized with `add_special_tokens=True`, like `LLM.generate`), or a
@@ -149,6 +164,8 @@ class LLMEngine:
         for bad values (see the contract in docs/architecture.md).
         """
         prompt_token_ids, prompt = self._prompt_ids(prompt_token_ids, prompt)
+        if not isinstance(output_kind, RequestOutputKind):
+            raise TypeError(f"output_kind must be a RequestOutputKind, got {output_kind!r}")
         self._validate(request_id, prompt_token_ids, params)
         params = params if params.seed is not None else params.with_seed(new_seed())
         request = Request(
@@ -166,7 +183,9 @@ class LLMEngine:
         )
         self.scheduler.add_request(request)
         detok = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)
-        state = _RequestState(request, params, prompt, detok)
+        state = _RequestState(request, params, prompt, detok, output_kind)
+        if output_kind is RequestOutputKind.DELTA:
+            state.prompt_ids_out = list(prompt_token_ids)
         if params.prompt_logprobs is not None:
             state.prompt_logprobs = [None]
         self._states[request_id] = state
@@ -237,7 +256,8 @@ class LLMEngine:
 
     # ------------------------------------------------------------------ stepping
     def step(self) -> list[RequestOutput]:
-        """Schedule, run one forward pass, sample, and report every request that advanced.
+        """Schedule, run one forward pass, sample, and report every request that advanced
+        (a FINAL_ONLY request only when it finished), as its `output_kind` asks.
 
         Failure isolation: an exception in one request's sampling, detokenization or output
         (e.g. a non-finite logit) aborts that request only; it is reported by
@@ -289,14 +309,18 @@ class LLMEngine:
         self._failures[rid] = exc
         self.abort_request(rid)
 
-    def _advance(self, rid: str, token: int, finished: set[str]) -> RequestOutput:
-        """Detokenize the new token, apply stop strings, and build the request's output."""
+    def _advance(self, rid: str, token: int, finished: set[str]) -> RequestOutput | None:
+        """Detokenize the new token, apply stop strings, and build the request's output
+        (None for an unfinished FINAL_ONLY request)."""
         if rid not in finished and self._apply_stop_strings(rid, token):
             self.scheduler.finish_request(rid, RequestStatus.FINISHED_STOPPED)
             finished.add(rid)
         elif rid in finished:
             self._append_text(rid, token)
-        return self._output(rid, rid in finished)
+        done = rid in finished
+        if not done and self._states[rid].output_kind is RequestOutputKind.FINAL_ONLY:
+            return None
+        return self._output(rid, done)
 
     def _prompt_logprobs(self, rid: str, start: int, rows: np.ndarray) -> Exception | None:
         """Fold a chunk's rows into the request's prompt logprobs: the row at prompt position
@@ -362,9 +386,12 @@ class LLMEngine:
         if finished and st.stop_reason is None:
             st.detok.flush()
             st.text = st.detok.text
+        shown = len(st.text) if finished else _shown_length(st.text, st.params.stop)
+        if st.output_kind is RequestOutputKind.DELTA:
+            return self._delta_output(rid, st, finished, shown)
         completion = CompletionOutput(
             index=0,
-            text=st.text if finished else _hold_back_stop_prefix(st.text, st.params.stop),
+            text=st.text[:shown],
             token_ids=list(req.output_token_ids),
             logprobs=list(st.logprobs) if st.params.logprobs is not None else None,
             finish_reason=req.finish_reason if finished else None,
@@ -384,6 +411,54 @@ class LLMEngine:
             prompt_logprobs=_complete_prompt_logprobs(
                 st.prompt_logprobs, len(req.prompt_token_ids)
             ),
+        )
+
+    def _delta_output(
+        self, rid: str, st: _RequestState, finished: bool, shown: int
+    ) -> RequestOutput:
+        """What is new since the request's previous output: O(new), nothing is copied from
+        earlier positions. The pending digests / logprobs / rows are handed over as they are
+        (fresh lists are left), the token ids and text are the unsent slices."""
+        req = st.request
+        new_tokens = req.output_token_ids[st.sent_tokens :]
+        if len(st.digests) != len(new_tokens) or shown < st.sent_text:
+            raise AssertionError(
+                f"delta output of {rid}: {len(new_tokens)} new tokens but {len(st.digests)} "
+                f"digests, or the text went back ({shown} < {st.sent_text} characters)"
+            )
+        first = st.sent_tokens == 0
+        digests, st.digests = st.digests, []
+        logprobs, logits = None, None
+        if st.params.logprobs is not None:
+            logprobs, st.logprobs = st.logprobs, []
+        if st.params.return_logits and st.logits:
+            logits, st.logits = np.stack(st.logits), []
+        text = st.text[st.sent_text : shown]
+        st.sent_tokens += len(new_tokens)
+        st.sent_text = shown
+        completion = CompletionOutput(
+            index=0,
+            text=text,
+            token_ids=new_tokens,
+            logprobs=logprobs,
+            finish_reason=req.finish_reason if finished else None,
+            stop_reason=st.stop_reason if st.stop_reason is not None else req.stop_reason,
+            seed=st.params.seed,
+            logits_digests=digests,
+            logits=logits,
+            cumulative_logprob=st.cumulative_logprob if st.params.logprobs is not None else None,
+        )
+        prompt_lps = None
+        if first:
+            prompt_lps = _complete_prompt_logprobs(st.prompt_logprobs, len(req.prompt_token_ids))
+        return RequestOutput(
+            request_id=rid,
+            prompt=st.prompt,
+            prompt_token_ids=st.prompt_ids_out,
+            outputs=[completion],
+            finished=finished,
+            fingerprint=self.fingerprint,
+            prompt_logprobs=prompt_lps,
         )
 
     def stats(self) -> dict[str, float]:
@@ -412,8 +487,10 @@ def _complete_prompt_logprobs(lps: PromptLogprobs | None, num_prompt: int):
     return list(lps)
 
 
-def _hold_back_stop_prefix(text: str, stops) -> str:
+def _shown_length(text: str, stops) -> int:
     """While running, hide the last len(longest stop) - 1 characters: they may start a stop
-    string, and streamed text must only ever grow (the final text is cut at the stop)."""
+    string, and streamed text must only ever grow (the final text is cut at the stop, never
+    before what was shown: a stop found now ends in the new text, so it starts in the held
+    back part). Never negative: a text shorter than the hold shows nothing."""
     hold = max((len(s) for s in stops), default=1) - 1
-    return text[: len(text) - hold] if hold > 0 else text
+    return max(0, len(text) - hold)

@@ -7,6 +7,11 @@ the thread calls the request's `sink` with, in order, `Accepted` (or `Rejected` 
 with `finish_reason` set, or `Failed` if an exception ended it. Deltas are immutable
 snapshots computed in the thread, so the event loop never reads engine objects.
 
+Requests are added with `output_kind=RequestOutputKind.DELTA`: each engine output holds only
+the new positions, so a step costs O(new tokens) here and in the event loop, however long
+the request has run (`benchmarks/streaming.py`). The deltas of a request, concatenated, are
+its cumulative output bit for bit (tokens, text, digests, logprobs).
+
 Failure isolation: an exception from `step()` that carries a `request_id` attribute fails
 and aborts that request only; any other exception from `step()` fails and aborts every
 request in the engine, and the loop keeps serving new requests.
@@ -21,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from samebits.outputs import RequestOutputKind
 from samebits.sampling import SamplingParams
 
 logger = logging.getLogger("samebits.server")
@@ -47,8 +53,10 @@ class Failed:
 
 @dataclass(frozen=True)
 class Delta:
-    """What a request produced since its previous delta. `text` is the cumulative text.
-    `prompt_logprobs` (prompt logprobs asked) comes once, on the request's first delta."""
+    """What a request produced since its previous delta: the new tokens, their digests and
+    logprobs, and `text`, the text added (possibly empty: a multi-byte character or a
+    possible stop string is held back until resolved). `prompt_logprobs` (prompt logprobs
+    asked) comes once, on the request's first delta."""
 
     token_ids: tuple[int, ...]
     logits_digests: tuple[str, ...]
@@ -83,8 +91,6 @@ _STOP = object()
 @dataclass
 class _Live:
     sink: Sink
-    sent: int = 0
-    prompt_sent: bool = False
 
 
 class EngineLoop:
@@ -170,8 +176,9 @@ class EngineLoop:
             return
         try:
             self.engine.add_request(
-                command.request_id, command.prompt_token_ids, command.params, prompt=command.prompt
-            )
+                command.request_id, command.prompt_token_ids, command.params,
+                prompt=command.prompt, output_kind=RequestOutputKind.DELTA,
+            )  # fmt: skip
         except Exception as exc:
             _deliver(command.sink, Rejected(exc))
             return
@@ -196,10 +203,7 @@ class EngineLoop:
         live = self._live.get(output.request_id)
         if live is None:
             return
-        prompt_lps = None if live.prompt_sent else getattr(output, "prompt_logprobs", None)
-        delta = _delta(output.outputs[0], live.sent, prompt_lps)
-        live.prompt_sent = True
-        live.sent += len(delta.token_ids)
+        delta = _delta(output.outputs[0], getattr(output, "prompt_logprobs", None))
         if delta.finish_reason is not None:
             del self._live[output.request_id]
         _deliver(live.sink, delta)
@@ -226,15 +230,16 @@ class EngineLoop:
             logger.exception("abort_request(%s) failed", request_id)
 
 
-def _delta(choice: Any, sent: int, prompt_logprobs: Any = None) -> Delta:
+def _delta(choice: Any, prompt_logprobs: Any = None) -> Delta:
+    """An immutable `Delta` of one DELTA engine output (O(its new positions))."""
     logprobs = None
     if choice.logprobs is not None:
-        logprobs = tuple(dict(lp) for lp in choice.logprobs[sent:])
+        logprobs = tuple(dict(lp) for lp in choice.logprobs)
     if prompt_logprobs is not None:
         prompt_logprobs = tuple(None if lp is None else dict(lp) for lp in prompt_logprobs)
     return Delta(
-        token_ids=tuple(int(t) for t in choice.token_ids[sent:]),
-        logits_digests=tuple(str(d) for d in choice.logits_digests[sent:]),
+        token_ids=tuple(int(t) for t in choice.token_ids),
+        logits_digests=tuple(str(d) for d in choice.logits_digests),
         logprobs=logprobs,
         text=str(choice.text),
         finish_reason=choice.finish_reason,

@@ -82,17 +82,18 @@ class Choice:
         return self.finish_reason
 
     def apply(self, delta: Delta) -> str:
-        """Fold `delta` in; return the text it adds (text that only grows is streamed)."""
+        """Fold `delta` in (appending: O(its new positions)); return the text it adds."""
         if delta.prompt_logprobs is not None:
             self.prompt_logprobs = list(delta.prompt_logprobs)
         self.token_ids.extend(delta.token_ids)
         self.logits_digests.extend(delta.logits_digests)
         if delta.logprobs is not None:
-            self.logprobs = (self.logprobs or []) + list(delta.logprobs)
-        added = delta.text[len(self.text) :] if delta.text.startswith(self.text) else ""
-        self.text = delta.text
+            if self.logprobs is None:
+                self.logprobs = []
+            self.logprobs.extend(delta.logprobs)
+        self.text += delta.text
         self.finish_reason = delta.finish_reason
-        return added
+        return delta.text
 
 
 class Generation:
