@@ -1,4 +1,9 @@
-"""The `samebits` command: generate, info, serve, verify."""
+"""The `samebits` command: generate, info, serve, verify.
+
+The four commands name the same things the same way (`add_deployment_arguments`):
+`--model`, `--kernel-plan`, `--device`, `--dtype`, `--num-threads` (`--threads` is a
+deprecated alias), `--max-model-len`.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,57 @@ import argparse
 import json
 import sys
 
+DEPLOYMENT_OPTIONS = (
+    "--model", "--kernel-plan", "--device", "--dtype", "--num-threads", "--max-model-len",
+)  # fmt: skip
+DEPRECATED_ALIASES = {"--threads": "--num-threads"}
+
+
+class _DeprecatedAlias(argparse.Action):
+    """Stores like the option it is an alias of, and says so on stderr when the old
+    spelling is used."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        new = DEPRECATED_ALIASES.get(option_string or "")
+        if new is not None:
+            print(
+                f"{parser.prog}: warning: {option_string} is deprecated, use {new}",
+                file=sys.stderr,
+            )
+        setattr(namespace, self.dest, values)
+
+
+def add_deployment_arguments(p: argparse.ArgumentParser, inherit: bool = False) -> None:
+    """The options that choose the deployment, with one name per option for every command.
+
+    `inherit=True` (verify): every default is None, so the values recorded in the audit log
+    are used unless the command line overrides them.
+    """
+    model_help = (
+        "model to replay with (default: the one in the log)"
+        if inherit
+        else "HF folder or .gguf file (default: embedded SmolLM2)"
+    )
+    p.add_argument("--model", default=None, help=model_help)
+    p.add_argument(
+        "--kernel-plan", default=None if inherit else "invariant", choices=("invariant", "fast")
+    )
+    p.add_argument("--device", default=None if inherit else "cpu", choices=("cpu", "cuda"))
+    p.add_argument("--dtype", default=None, help="float32 on cpu, bfloat16 on cuda (the default)")
+    p.add_argument(
+        "--num-threads", "--threads", dest="num_threads", type=int, default=None,
+        action=_DeprecatedAlias, metavar="N",
+        help="threads of the native kernels (--threads: deprecated alias)",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-model-len", type=int, default=None, metavar="N",
+        help="context length (default: the model's)",
+    )  # fmt: skip
+
 
 def _add_generate(sub) -> None:
     p = sub.add_parser("generate", help="generate text for PROMPT, streaming tokens")
     p.add_argument("prompt")
-    p.add_argument(
-        "--model", default=None, help="HF folder or .gguf file (default: embedded SmolLM2)"
-    )
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -20,33 +69,26 @@ def _add_generate(sub) -> None:
     p.add_argument(
         "--no-chat", action="store_true", help="send PROMPT raw, without the chat template"
     )
-    _add_plan_arguments(p)
-
-
-def _add_plan_arguments(p) -> None:
-    p.add_argument("--kernel-plan", default="invariant", choices=("invariant", "fast"))
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    p.add_argument("--dtype", default=None, help="float32 on cpu, bfloat16 on cuda (the default)")
-    p.add_argument("--threads", type=int, default=None)
+    add_deployment_arguments(p)
 
 
 def _add_info(sub) -> None:
     p = sub.add_parser("info", help="print the kernel plan and the deployment fingerprint")
-    p.add_argument("--model", default=None)
-    _add_plan_arguments(p)
+    add_deployment_arguments(p)
     p.add_argument("--json", action="store_true", help="print all fingerprint components as JSON")
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from samebits.llm import LLM
+    from samebits.outputs import RequestOutputKind
     from samebits.sampling import SamplingParams
 
     params = SamplingParams(
         max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed
     )
     llm = LLM(
-        args.model, kernel_plan=args.kernel_plan, num_threads=args.threads, progress=True,
-        device=args.device, dtype=args.dtype,
+        args.model, kernel_plan=args.kernel_plan, num_threads=args.num_threads, progress=True,
+        device=args.device, dtype=args.dtype, max_model_len=args.max_model_len,
     )  # fmt: skip
     tok = llm.tokenizer
     if args.no_chat:
@@ -54,17 +96,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
     else:
         text = tok.apply_chat_template([{"role": "user", "content": args.prompt}])
         ids = tok.encode(text, add_special_tokens=False)
-    shown = 0
+    num_tokens = 0
     final = None
-    for out in llm.generate_stream([ids], params):
-        text = out.outputs[0].text
-        sys.stdout.write(text[shown:])
+    for out in llm.generate_stream([ids], params, output_kind=RequestOutputKind.DELTA):
+        sys.stdout.write(out.outputs[0].text)  # the new text only
         sys.stdout.flush()
-        shown = len(text)
+        num_tokens += len(out.outputs[0].token_ids)
         final = out
     completion = final.outputs[0]
     print(
-        f"\n[finish_reason={completion.finish_reason} tokens={len(completion.token_ids)} "
+        f"\n[finish_reason={completion.finish_reason} tokens={num_tokens} "
         f"seed={completion.seed} fingerprint={final.fingerprint[:16]}]",
         file=sys.stderr,
     )
@@ -76,11 +117,12 @@ def cmd_info(args: argparse.Namespace) -> int:
     from samebits.deployment import build_deployment
     from samebits.model import load_model, weights_target
 
-    plan = PlanConfig(args.kernel_plan, args.dtype, args.device, args.threads)
+    plan = PlanConfig(args.kernel_plan, args.dtype, args.device, args.num_threads)
     loaded = load_model(args.model, True, weights_target(plan.device, plan.dtype))
     dep = build_deployment(
-        loaded, plan.kernel_plan, plan.num_threads, device=plan.device, dtype=plan.dtype
-    )
+        loaded, plan.kernel_plan, plan.num_threads, args.max_model_len, device=plan.device,
+        dtype=plan.dtype,
+    )  # fmt: skip
     if args.json:
         print(json.dumps({"fingerprint": dep.fingerprint, **dep.components}, indent=2))
         return 0

@@ -29,12 +29,9 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--sample", type=int, metavar="K", help="replay K random entries")
     parser.add_argument("--seed", type=int, help="seed of the random sample (default: random)")
     parser.add_argument("--head", help="published head hash the log must end with")
-    parser.add_argument("--model", help="model to replay with (default: the one in the log)")
-    parser.add_argument("--kernel-plan", choices=("invariant", "fast"), default=None)
-    parser.add_argument("--device", choices=("cpu", "cuda"), default=None)
-    parser.add_argument("--dtype", default=None)
-    parser.add_argument("--num-threads", type=int, default=None)
-    parser.add_argument("--max-model-len", type=int, default=None)
+    from samebits.cli import add_deployment_arguments
+
+    add_deployment_arguments(parser, inherit=True)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

@@ -22,8 +22,10 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `samebits serve`."""
+    from samebits.cli import add_deployment_arguments
+
     add = parser.add_argument
-    add("--model", default=None, help="HF folder or .gguf file (default: embedded SmolLM2)")
+    add_deployment_arguments(parser)
     add("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     add("--port", type=int, default=8000)
     add("--api-key", default=None,
@@ -38,11 +40,6 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_BYTES,
         help="rotate segments at this size",
     )
-    add("--kernel-plan", default="invariant", choices=("invariant", "fast"))
-    add("--device", default="cpu", choices=("cpu", "cuda"))
-    add("--dtype", default=None, help="float32 on cpu, bfloat16 on cuda (the default)")
-    add("--num-threads", type=int, default=None)
-    add("--max-model-len", type=int, default=None)
     add("--max-num-seqs", type=int, default=32)
     add("--max-num-batched-tokens", type=int, default=512)
     add("--block-size", type=int, default=16)
