@@ -6,9 +6,18 @@ not use them stays fast.
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
+
+# Without an NVIDIA GPU, Triton can only interpret. Choose that before any test module imports
+# triton: `triton.language`'s own @jit helpers (tl.max, tl.sum, ...) are built in the mode
+# that is active when triton is first imported, and an interpreted kernel cannot call a
+# compiled one (seen when a module collected early imported the kernels).
+if shutil.which("nvidia-smi") is None:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def _tiny(tmp_path_factory: pytest.TempPathFactory, arch: str) -> Path:
