@@ -221,7 +221,8 @@ def run_preset(preset: str, device: str, seed: int, fp32_reference: bool) -> dic
     """Build both models of `preset` on `device` and compare them (see module docstring)."""
     import torch
 
-    from samebits.deployment import build_deployment, cold_logits
+    from samebits.deployment import build_deployment
+    from samebits.engine.cold import cold_logits
     from samebits.engine.engine import LLMEngine
     from samebits.llm import LLM
     from samebits.model.random_init import random_model

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from samebits.kernels.cpu.linear import TiledLinear, qualify
@@ -102,28 +101,3 @@ def _specializations(plan: KernelPlan, model: DecoderModel) -> list[str]:
         (r, lin.shape[0], lin.shape[1]) for r, lin in zip(roles, model.linears(), strict=True)
     ]
     return linear_specializations(shapes)
-
-
-def cold_logits(deployment: Deployment, token_ids, all_rows: bool = False):
-    """Cold, batch-of-one, no-cache forward over `token_ids` (the spec's Ref).
-
-    Returns the float32 logits of the last position as a numpy row, or of every position
-    ([len, vocab]) with `all_rows`. Uses a fresh KV cache with an identity block table.
-    """
-    import torch
-
-    from samebits.engine.runner import build_flat_batch
-    from samebits.engine.scheduler import ScheduledRequest
-
-    n = len(token_ids)
-    block = 16
-    num_blocks = -(-n // block)
-    ids = tuple(int(t) for t in token_ids)
-    req = ScheduledRequest("ref", ids, 0, tuple(range(num_blocks)), sample=True)
-    device = deployment.model.ops.device
-    batch = build_flat_batch([req], block, device)
-    if all_rows:
-        batch = dataclasses.replace(batch, logits_indices=torch.arange(n, device=device))
-    kv = deployment.model.new_kv_cache(num_blocks * block)
-    logits = deployment.model.forward(batch, kv).cpu().numpy()
-    return logits if all_rows else logits[-1]

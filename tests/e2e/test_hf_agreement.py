@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from samebits.deployment import build_deployment, cold_logits
+from samebits.deployment import build_deployment
+from samebits.engine.cold import cold_logits
 from samebits.model import load_model
 
 TOL = 1e-4

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from samebits.deployment import build_deployment, cold_logits
+from samebits.deployment import build_deployment
+from samebits.engine.cold import cold_logits
 from samebits.testing.bits import same_bits
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from samebits.deployment import build_deployment, cold_logits
+from samebits.deployment import build_deployment
+from samebits.engine.cold import cold_logits
 from samebits.engine.engine import LLMEngine
 from samebits.model import load_model
 from samebits.sampling import SamplingParams, compute_logprobs

@@ -19,7 +19,7 @@ from harness import RunningServer
 from samebits.audit import AuditLogWriter, read_log
 from samebits.audit.chain import GENESIS_HASH, canonical_json, seal_entry
 from samebits.audit.verify import verify_log
-from samebits.deployment import cold_logits
+from samebits.engine.cold import cold_logits
 from samebits.engine.engine import LLMEngine
 from samebits.sampling import compute_logprobs
 from samebits.server.app import build_app

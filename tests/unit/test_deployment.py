@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from samebits.deployment import build_deployment, cold_logits
+from samebits.deployment import build_deployment
+from samebits.engine.cold import cold_logits
 from samebits.model import load_model
 from samebits.testing.bits import same_bits
 

@@ -13,7 +13,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from samebits.deployment import cold_logits
+from samebits.engine.cold import cold_logits
 from samebits.engine.engine import LLMEngine
 from samebits.sampling import SamplingParams
 from samebits.spec import (
