@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 KERNEL_PLANS = ("invariant", "fast")
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's name and default
+DEFAULT_NUM_KV_BLOCKS = 512  # the CPU default (a GPU sizes its cache from free memory)
 DEVICE_DTYPES = {"cpu": ("float32",), "cuda": ("bfloat16",)}  # first: the device's default
 
 
@@ -14,7 +15,7 @@ class CacheConfig:
     """Paged KV cache shape. Invariant: `block_size >= 1`, `num_kv_blocks >= 1`."""
 
     block_size: int = 16
-    num_kv_blocks: int = 2048
+    num_kv_blocks: int = DEFAULT_NUM_KV_BLOCKS
     enable_prefix_caching: bool = True
 
     def __post_init__(self) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from samebits.config import DEFAULT_GPU_MEMORY_UTILIZATION
+from samebits.config import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_NUM_KV_BLOCKS
 from samebits.detokenizer import IncrementalDetokenizer, find_stop_string, truncate_at_stop
 from samebits.engine.request import Request, RequestStatus
 from samebits.engine.row_workers import map_rows
@@ -23,7 +23,6 @@ from samebits.sampling import SamplingParams, compute_logprobs, new_seed, sample
 
 PromptLogprobs = list[dict[int, float] | None]
 
-DEFAULT_NUM_KV_BLOCKS = 512
 # A memory-sized KV cache holds at most this many times what max_num_seqs full-length
 # sequences need (the rest serves the prefix cache); a tiny model on a large GPU would
 # otherwise get tens of millions of blocks, each a Python object in the block pool.
