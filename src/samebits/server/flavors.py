@@ -15,7 +15,6 @@ from samebits.server.responses import (
     echo_text,
     extension,
     join_logprobs,
-    prompt_logprobs_object,
 )
 
 
@@ -54,8 +53,8 @@ class CompletionFlavor:
             return "", None
         lps = None
         if k is not None and choice.prompt_logprobs is not None:
-            lps = prompt_logprobs_object(
-                choice.prompt.token_ids, choice.prompt_logprobs, k, tokenizer
+            lps = completion_logprobs(
+                list(choice.prompt.token_ids), choice.prompt_logprobs, k, tokenizer
             )
         return echo_text(choice.prompt, tokenizer), lps
 

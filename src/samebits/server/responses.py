@@ -12,7 +12,6 @@ Extension field `samebits` (documented in docs/server.md):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 from samebits.server.generation import Choice
@@ -53,15 +52,21 @@ def clean_logprob(value: float) -> float:
 
 
 def completion_logprobs(
-    token_ids: list[int], logprobs: list[dict[int, float]], k: int, tokenizer: Any, offset: int
-) -> dict[str, Any]:
-    """OpenAI completions `logprobs` object for the given positions."""
+    token_ids: list[int], logprobs: list[dict[int, float] | None], k: int, tokenizer: Any,
+    offset: int = 0,
+) -> dict[str, Any]:  # fmt: skip
+    """OpenAI completions `logprobs` object for the given positions, text offsets counted from
+    `offset`. A position without logprobs (the first prompt token when echoing: nothing
+    precedes it) has `token_logprobs` and `top_logprobs` None."""
     tokens, token_lps, tops, offsets = [], [], [], []
     for token_id, lp in zip(token_ids, logprobs, strict=True):
         text = tokenizer.token_to_str(token_id)
         tokens.append(text)
-        token_lps.append(clean_logprob(lp[token_id]))
-        tops.append({tokenizer.token_to_str(t): clean_logprob(v) for t, v in top_entries(lp, k)})
+        token_lps.append(None if lp is None else clean_logprob(lp[token_id]))
+        tops.append(
+            None if lp is None
+            else {tokenizer.token_to_str(t): clean_logprob(v) for t, v in top_entries(lp, k)}
+        )  # fmt: skip
         offsets.append(offset)
         offset += len(text)
     return {
@@ -77,35 +82,6 @@ def echo_text(prompt: Any, tokenizer: Any) -> str:
     if prompt.text is not None:
         return prompt.text
     return tokenizer.decode(list(prompt.token_ids), skip_special_tokens=False)
-
-
-def prompt_logprobs_object(
-    token_ids: Sequence[int], prompt_logprobs: list[dict[int, float] | None], k: int,
-    tokenizer: Any,
-) -> dict[str, Any]:  # fmt: skip
-    """OpenAI completions `logprobs` of the prompt positions (echo): the first token has
-    `token_logprobs` and `top_logprobs` None (nothing precedes it)."""
-    tokens, token_lps, tops, offsets = [], [], [], []
-    offset = 0
-    for token_id, lp in zip(token_ids, prompt_logprobs, strict=True):
-        text = tokenizer.token_to_str(token_id)
-        tokens.append(text)
-        if lp is None:
-            token_lps.append(None)
-            tops.append(None)
-        else:
-            token_lps.append(clean_logprob(lp[token_id]))
-            tops.append(
-                {tokenizer.token_to_str(t): clean_logprob(v) for t, v in top_entries(lp, k)}
-            )
-        offsets.append(offset)
-        offset += len(text)
-    return {
-        "tokens": tokens,
-        "token_logprobs": token_lps,
-        "top_logprobs": tops,
-        "text_offset": offsets,
-    }
 
 
 def join_logprobs(first: dict[str, Any] | None, second: dict[str, Any]) -> dict[str, Any]:
