@@ -1,4 +1,5 @@
-"""Relational prover of the Triton kernels (batch invariance, launch equivalence).
+"""Relational prover of the Triton kernels (batch invariance, launch equivalence, attention
+chunk and page-layout invariance) and the certificate gate of the GPU plan (``gate.py``).
 
 Importing this package is cheap and needs no solver; Z3 (`z3-solver`, in the `test` extra) is
 imported by the submodules, i.e. only when a proof is run. See docs/kernel_prover.md.

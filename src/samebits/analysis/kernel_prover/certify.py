@@ -15,9 +15,13 @@ from pathlib import Path
 
 import z3
 
+from samebits.analysis.kernel_prover import units as U
+from samebits.analysis.kernel_prover.attention import ASSUMPTIONS as ATTENTION_ASSUMPTIONS
+from samebits.analysis.kernel_prover.attention import AttentionSpec, prove_attention
+from samebits.analysis.kernel_prover.attention import calls as attention_calls
 from samebits.analysis.kernel_prover.executor import DOT_ATOM, CDiv, KernelSource
 from samebits.analysis.kernel_prover.prover import Result, prove
-from samebits.analysis.kernel_prover.specs import Spec, all_specs
+from samebits.analysis.kernel_prover.specs import Spec, all_specs, unit_specs
 from samebits.analysis.kernel_prover.terms import Lin
 
 KERNEL_DIR = Path(__file__).resolve().parents[2] / "kernels" / "triton"
@@ -36,9 +40,9 @@ ASSUMPTIONS = {
     "at M = 1..8192) and DESIGN.md section 2b measurements",
     "no-dot-fold": "Triton does not fold `total + tl.dot(a, b, 0)` into `tl.dot(a, b, total)`; "
     "the split plan keeps >= MIN_STEPS_PER_RANGE steps per range (DESIGN.md 2b, splitplan.py)",
-    "tl.sum-layout": "tl.sum / tl.max over a float tile is a function of the element sequence "
-    "AND the layout (tile shape, axis, num_warps): two reductions are equal only when both "
-    "their operands and their layouts are equal",
+    "tl.sum-layout": "(linear and row kernels) tl.sum / tl.max over a float tile is a function "
+    "of the element sequence AND the layout (tile shape, axis, num_warps): two reductions are "
+    "equal only when both their operands and their layouts are equal",
     "memory": "distinct pointer arguments do not alias unless the specialization passes the same "
     "array; reads outside the rows an M = 1 launch was given see unrelated memory; integer "
     "index arithmetic is exact (no int32 overflow check)",
@@ -69,25 +73,38 @@ def _prover_digest() -> str:
     return h.hexdigest()
 
 
-def prove_spec(spec: Spec, source_path: Path | str | None = None) -> tuple[Result, str, str]:
+def prove_spec(spec, source_path: Path | str | None = None) -> tuple[Result, str, str]:
     """Prove one specialization against the kernel file (default: the shipped kernels).
     Returns ``(result, source path, source sha256)``."""
     path = Path(source_path) if source_path else KERNEL_DIR / spec.kernel_file
     src = KernelSource.parse(path.read_text(), path.name)
+    if isinstance(spec, AttentionSpec):
+        return prove_attention(src, spec), str(path), src.sha256
     return prove(src, spec.goal, spec.left, spec.right, spec.m_left), str(path), src.sha256
 
 
-def certificate(spec: Spec, result: Result, path: str, sha: str) -> dict:
+def _launches(spec) -> tuple[list, list]:
+    if isinstance(spec, AttentionSpec):
+        return attention_calls("L", spec, spec.left), attention_calls("R", spec, spec.right)
+    return spec.left, spec.right
+
+
+def certificate(spec, result: Result, path: str, sha: str) -> dict:
+    left, right = _launches(spec)
+    assumptions = dict(ASSUMPTIONS)
+    if isinstance(spec, AttentionSpec):
+        assumptions.pop("tl.sum-layout")
+        assumptions.update(ATTENTION_ASSUMPTIONS)
     return {
         "specialization": spec.name,
         "kernel_file": path,
         "kernel_source_sha256": sha,
-        "kernels": sorted({c.kernel for c in spec.left + spec.right}),
+        "kernels": sorted({c.kernel for c in left + right}),
         "description": spec.description,
-        "left_launch": [_jsonable(c) for c in spec.left],
-        "right_launch": [_jsonable(c) for c in spec.right],
+        "left_launch": [_jsonable(c) for c in left],
+        "right_launch": [_jsonable(c) for c in right],
         "goal": spec.goal.to_dict(),
-        "assumptions": ASSUMPTIONS,
+        "assumptions": assumptions,
         "prover": {
             "name": PROVER_NAME,
             "version": PROVER_VERSION,
@@ -103,7 +120,7 @@ def certificate(spec: Spec, result: Result, path: str, sha: str) -> dict:
 def certify(
     out_dir: Path | str | None = None,
     models=("tiny", "llama-3-8b"),
-    kinds=("linear", "rows"),
+    kinds=("linear", "rows", "attention"),
     select: str = "",
     specs: list[Spec] | None = None,
     source_path: Path | str | None = None,
@@ -133,3 +150,42 @@ def certify(
         }
         (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return certs
+
+
+def certify_units(units: list[dict], out_dir: Path | str, log=None) -> list[dict]:
+    """Prove every specialization of each unit; write ``<unit key>.json`` (the unit, its
+    specialization as the engine launches it today, the kernel source SHA-256 and every
+    certificate) to ``out_dir``. Returns the unit records."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    records = []
+    for unit in units:
+        t0 = time.perf_counter()
+        certs = []
+        for spec in unit_specs(unit):
+            result, path, sha = prove_spec(spec)
+            certs.append(certificate(spec, result, Path(path).name, sha))
+            if log:
+                log(f"{result.status:22s} {result.wall_s:7.2f}s  {spec.name}")
+        kfile = U.kernel_file(unit)
+        assumptions = {}
+        for c in certs:  # named once per unit (each certificate lists the names it rests on)
+            assumptions.update(c["assumptions"])
+            c["assumptions"] = sorted(c["assumptions"])
+        record = {
+            "unit": unit,
+            "kernel_file": kfile.name,
+            "kernel_source_sha256": U.source_sha256(kfile),
+            "specialization": U.specialization(unit),
+            "specs": [c["specialization"] for c in certs],
+            "results": {c["specialization"]: c["result"]["status"] for c in certs},
+            "proved": all(c["result"]["status"] == "proved" for c in certs),
+            "wall_s": round(time.perf_counter() - t0, 2),
+            "prover": {"name": PROVER_NAME, "version": PROVER_VERSION,
+                       "source_sha256": _prover_digest()},
+            "assumptions": assumptions,
+            "certificates": certs,
+        }  # fmt: skip
+        (out / f"{unit['key']}.json").write_text(json.dumps(record, indent=1) + "\n")
+        records.append(record)
+    return records

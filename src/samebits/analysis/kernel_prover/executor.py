@@ -185,16 +185,28 @@ class Oracle:
         self.cache: dict = {}
 
     def valid(self, f) -> bool:
+        # keyed by the AST id, the formula kept alive with the answer: a freed AST's id is
+        # reused by Z3, so an id alone could return another formula's answer
         key = f.get_id()
         hit = self.cache.get(key)
         if hit is None:
-            self.solver.push()
-            self.solver.add(z3.Not(f))
-            r = self.solver.check()
-            self.solver.pop()
-            hit = r == z3.unsat
+            hit = (f, self.check_unsat([z3.Not(f)]))
             self.cache[key] = hit
-        return hit
+        return hit[1]
+
+    def check_unsat(self, extra: list) -> bool:
+        """The facts and ``extra`` are inconsistent. The incremental solver may answer
+        'unknown' on integer div/mod where a fresh one decides: retried once fresh."""
+        self.solver.push()
+        self.solver.add(*extra)
+        r = self.solver.check()
+        self.solver.pop()
+        if r == z3.unknown:
+            s = z3.Solver()
+            s.set("timeout", 60000)
+            s.add(*self.solver.assertions(), *extra)
+            r = s.check()
+        return r == z3.unsat
 
     def decide(self, c):
         if c is True or c is False:
@@ -242,6 +254,17 @@ class Execution:
         self._n = itertools.count()
         self.paths = 0
         self.layouts: set = set()
+        # extension points (the attention goals): a summarized loop with a data-dependent
+        # trip count, reads of inputs through a relation between the executions, facts about
+        # integer reductions, and the float-reduction models the goal states as assumptions
+        self.loop_hook = None  # (program, ast.For, env, bounds) -> None (updates env)
+        self.read_hook = None  # (program, array, idx, mask, dtype, ambient) -> value | None
+        self.focus_lanes: dict = {}  # tile size -> Lin lane var: int-reduction instances
+        self.int_reduce_facts = None  # (name, result Lin) -> extra facts (preconditions)
+        self.rules: frozenset = frozenset()  # "max-any-order", "sum-of-zeros"
+        # a product of two runtime integers as an uninterpreted function (sound for proving
+        # equalities; keeps Z3 in linear arithmetic)
+        self.opaque_mul = False
 
     def fresh(self, kind: str, lo=None, hi=None) -> Lin:
         v = z3.Int(f"{self.name}.{kind}{next(self._n)}")
@@ -497,6 +520,11 @@ class _Program:
         if it.keywords:
             raise Unsupported(self.where(s), "range keywords")
         bounds = [self.expr(a, env) for a in it.args]
+        if self.ex.loop_hook is not None and any(
+            isinstance(b, Tile) and not b.v.is_const() for b in bounds
+        ):
+            self.ex.loop_hook(self, s, env, bounds)
+            return
         bounds = [self.int_or_fork(b, s) for b in bounds]
         for v in range(*bounds):
             env[s.target.id] = v
@@ -710,6 +738,8 @@ class _Program:
             if isinstance(op, ast.Sub):
                 return Tile("int", dims, va.add(vb, -1), dt)
             if isinstance(op, ast.Mult):
+                if self.ex.opaque_mul and not va.is_const() and not vb.is_const():
+                    return Tile("int", dims, opaque_mul(va, vb), dt)
                 return Tile("int", dims, T.mul(va, vb), dt)
             if isinstance(op, ast.FloorDiv):
                 return Tile("int", dims, self.nonneg_div(T.floordiv, va, vb, node), dt)
@@ -767,6 +797,11 @@ class _Program:
             obj = self.expr(e.func.value, env)
             return self.to(obj, [self.expr(a, env) for a in e.args], e)
         name = self.func_name(e.func)
+        if name == "float" and len(e.args) == 1 and not e.keywords:
+            v = self.expr(e.args[0], env)
+            if isinstance(v, str | int | float) and not isinstance(v, bool):
+                return float(v)
+            raise Unsupported(self.where(e), "float() of a runtime value")
         if name in self.ex.src.functions:
             return self.inline(self.ex.src.functions[name], e, env)
         short = name.split(".")[-1]
@@ -804,6 +839,8 @@ class _Program:
         return None
 
     def to(self, obj, args, node):
+        if len(args) == 1 and isinstance(args[0], tuple) and args[0][:1] == ("dtype-of",):
+            args = [DType(args[0][1].dtype)]
         if len(args) != 1 or not isinstance(args[0], DType):
             raise Unsupported(self.where(node), ".to(dtype) with one dtype argument")
         dt = args[0].name
@@ -1055,15 +1092,67 @@ def _reduce(name):
         axis = args[1] if len(args) > 1 else kw.get("axis")
         if set(kw) - {"axis"} or not isinstance(axis, int):
             raise Unsupported(p.where(e), f"tl.{name} needs a constant axis (no keep_dims)")
+        if isinstance(x, Tile) and x.kind == "int" and name in ("max", "min"):
+            return _int_reduce(p, e, name, x, axis)
         if not (isinstance(x, Tile) and x.kind == "float"):
             raise Unsupported(p.where(e), f"tl.{name} of a non-float tile")
         dims, vals = p.elems(x, axis, e)
+        if name == "max" and "max-any-order" in p.ex.rules:
+            # the exact maximum of the elements, whatever the reduction tree (assumption
+            # `tl.max-exact`: no NaN; a -0.0/+0.0 tie only feeds exp2 of a difference)
+            p.ex.layouts.add((name, "any-order"))
+            return Tile("float", dims, T.Term("reduce", (name, "any-order", tuple(vals)), x.dtype),
+                        x.dtype)  # fmt: skip
+        if name == "sum" and "sum-of-zeros" in p.ex.rules:
+            rest = [v for v in vals if not (v.op == "const" and v.args[0] == 0.0)]
+            if len(rest) == 1 and _from_zero_dot(rest[0]):
+                # x + (+0.0) == x exactly for x != -0.0, in any order: the one element left
+                # is a dot chain started from +0.0 (never -0.0) (assumption `sum-of-zeros`)
+                p.ex.layouts.add((name, "one-nonzero"))
+                return Tile("float", dims, rest[0], x.dtype)
         # the reduction tree follows the layout: shape, axis, warps are part of the symbol
         layout = (tuple(d[0] for d in x.dims), axis % len(x.dims), p.kcall.num_warps)
         p.ex.layouts.add((name, layout))
         return Tile("float", dims, T.Term("reduce", (name, layout, tuple(vals)), x.dtype), x.dtype)
 
     return f
+
+
+_IMUL = None
+
+
+def opaque_mul(a: Lin, b: Lin) -> Lin:
+    global _IMUL
+    if _IMUL is None:
+        _IMUL = z3.Function("imul", z3.IntSort(), z3.IntSort(), z3.IntSort())
+    return Lin.var(_IMUL(a.z3(), b.z3()))
+
+
+def _from_zero_dot(t: Term) -> bool:
+    """A tl.dot chain whose accumulator starts at the constant +0.0."""
+    while t.op == "dot16":
+        t = t.args[0]
+    return t.op == "const" and t.args[0] == 0.0 and str(t.args[0]) == "0.0"
+
+
+def _int_reduce(p: _Program, e, name: str, x: Tile, axis: int) -> Tile:
+    """Integer tl.max / tl.min along an axis: exact (order-independent for integers). The result
+    is a fresh integer bounded by the element at each of the execution's focus lanes (a sound
+    subset of "the maximum of the elements": the other elements' bounds are not needed by the
+    goals and only slow the solver down)."""
+    if len(x.dims) != 1:
+        raise Unsupported(p.where(e), f"integer tl.{name} of a 1-D tile only")
+    dims = ()
+    size, lane = x.dims[0]
+    red = p.ex.fresh(f"{name}red")
+    rz = red.z3()
+    ge = (lambda v: rz >= v) if name == "max" else (lambda v: rz <= v)
+    focus = p.ex.focus_lanes.get(size)
+    if focus is not None and lane is not None:
+        p.ex.facts.append(ge(T.subst_lin(x.v, {lane: focus}).z3()))
+    if p.ex.int_reduce_facts is not None:
+        p.ex.facts += p.ex.int_reduce_facts(name, red)
+    return Tile("int", dims, red, x.dtype)
 
 
 def _unary(name):
@@ -1141,6 +1230,10 @@ def _read(self: _Program, array: str, idx: Lin, mask, dtype: str, node):
     earlier call of this launch resolves to its writer's value; inputs go through the goal's
     relation between the two executions."""
     ambient = [*self.facts(), T.cond_z3(mask)]
+    if self.ex.read_hook is not None:
+        hit = self.ex.read_hook(self, array, idx, mask, dtype, ambient)
+        if hit is not None:
+            return hit
     earlier = [s for s in self.ex.stores if s.array == array and s.call < self.ci]
     if earlier:
         cands = []

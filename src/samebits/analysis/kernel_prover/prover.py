@@ -238,8 +238,13 @@ class _Split(Exception):
 MAX_SPLITS = 6
 
 
-def _compare(sl: Store, sr: Store, facts: list, out: str, depth: int = 0) -> None:
-    """Equal value terms under ``facts``; an undecided select splits the facts in two."""
+def _compare(
+    sl: Store, sr: Store, facts: list, out: str, depth: int = 0, rules: frozenset = frozenset()
+) -> None:
+    """Equal value terms under ``facts``; an undecided select splits the facts in two.
+    ``rules`` (the attention goals): "ctx" compares the two branches of equal selects under
+    their conditions; "zero-product" compares tl.dot k-atoms as products (see
+    :func:`_products`)."""
     s = z3.Solver()
     s.add(*facts)
     if s.check() == z3.unsat:
@@ -248,7 +253,7 @@ def _compare(sl: Store, sr: Store, facts: list, out: str, depth: int = 0) -> Non
     parents: dict = {}
     try:
         if isinstance(sl.value, Term) and isinstance(sr.value, Term):
-            _terms_equal(oracle, sl.value, sr.value, parents)
+            _terms_equal(oracle, sl.value, sr.value, parents, rules)
         elif isinstance(sl.value, Lin) and isinstance(sr.value, Lin):
             if not oracle.valid(sl.value.z3() == sr.value.z3()):
                 raise _Mismatch("integer values differ", sl.value.z3() != sr.value.z3())
@@ -258,8 +263,8 @@ def _compare(sl: Store, sr: Store, facts: list, out: str, depth: int = 0) -> Non
         if depth >= MAX_SPLITS:
             raise Unsupported(sl.where, f"more than {MAX_SPLITS} nested case splits") from None
         c = T.cond_z3(sp.cond)
-        _compare(sl, sr, [*facts, c], out, depth + 1)
-        _compare(sl, sr, [*facts, z3.Not(c)], out, depth + 1)
+        _compare(sl, sr, [*facts, c], out, depth + 1, rules)
+        _compare(sl, sr, [*facts, z3.Not(c)], out, depth + 1, rules)
     except _Mismatch as mm:
         s = z3.Solver()
         s.add(*facts)
@@ -303,16 +308,41 @@ def _summarize_path(path: list) -> str:
     return " > ".join(out)
 
 
-def _norm(oracle: Oracle, t: Term) -> Term:
+def _valid(oracle: Oracle, f, ctx: tuple) -> bool:
+    """``f`` holds under the oracle's facts and the select conditions ``ctx``."""
+    if oracle.valid(f):
+        return True
+    if not ctx:
+        return False
+    key = ("ctx", f.get_id(), ctx)
+    hit = oracle.cache.get(key)
+    if hit is None:
+        hit = (f, oracle.check_unsat([*[T.cond_z3(c) for c in ctx], z3.Not(f)]))
+        oracle.cache[key] = hit
+    return hit[1]
+
+
+def _decide(oracle: Oracle, c, ctx: tuple):
+    if c is True or c is False:
+        return c
+    f = T.cond_z3(c)
+    if _valid(oracle, f, ctx):
+        return True
+    if _valid(oracle, z3.Not(f), ctx):
+        return False
+    return None
+
+
+def _norm(oracle: Oracle, t: Term, ctx: tuple = ()) -> Term:
     while t.op == "ite":
-        d = oracle.decide(t.args[0])
+        d = _decide(oracle, t.args[0], ctx) if ctx else oracle.decide(t.args[0])
         if d is None:
             break
         t = t.args[1] if d else t.args[2]
     return t
 
 
-def _lin_equal(oracle: Oracle, a: Lin, b: Lin) -> bool:
+def _lin_equal(oracle: Oracle, a: Lin, b: Lin, ctx: tuple = ()) -> bool:
     d = a.add(b, -1)
     if d.is_const():
         return d.const == 0
@@ -320,19 +350,108 @@ def _lin_equal(oracle: Oracle, a: Lin, b: Lin) -> bool:
     hit = oracle.cache.get(key)
     if hit is None:
         hit = oracle.cache[key] = oracle.valid(d.z3() == 0)
+    if not hit and ctx:
+        return _valid(oracle, d.z3() == 0, ctx)
     return hit
 
 
-def _terms_equal(oracle: Oracle, a: Term, b: Term, parents: dict) -> None:
-    done: set = set()
-    stack = [(a, b)]
+# --- tl.dot k-atoms as products (rule "zero-product", attention goals) --------------------
+
+ZERO_PRODUCT = T.Term("zero-product", (), "fp32")
+_ELEMENTWISE = {"cast", "exp2", "exp", "sub", "add", "mul", "neg", "max", "min", "div"}
+_LIFT: dict = {}
+_PROD: dict = {}
+
+
+def _lift(t: Term) -> Term:
+    """``t`` with its selects hoisted through elementwise float operations:
+    ``f(ite(c, a, b), x) = ite(c, f(a, x), f(b, x))`` (f is a function)."""
+    hit = _LIFT.get(t.id)
+    if hit is not None:
+        return hit
+    out = t
+    if t.op == "ite":
+        out = T.ite(t.args[0], _lift(t.args[1]), _lift(t.args[2]))
+    elif t.op in _ELEMENTWISE:
+        args = [(_lift(a) if isinstance(a, Term) else a) for a in t.args]
+        for i, a in enumerate(args):
+            if isinstance(a, Term) and a.op == "ite":
+                then = Term(t.op, tuple(args[:i] + [a.args[1]] + args[i + 1 :]), t.dtype)
+                other = Term(t.op, tuple(args[:i] + [a.args[2]] + args[i + 1 :]), t.dtype)
+                out = T.ite(a.args[0], _lift(then), _lift(other))
+                break
+        else:
+            out = Term(t.op, tuple(args), t.dtype)
+    _LIFT[t.id] = out
+    return out
+
+
+def _is_zero(t: Term) -> bool:
+    """+0.0 exactly: the constant, its cast, or exp2(-inf - m) for a finite m (assumptions
+    `finite-scores`: m is the running maximum of a row that has a live key in the tile)."""
+    while t.op == "cast":
+        t = t.args[0]
+    if t.op == "const":
+        return t.args[0] == 0.0 and str(t.args[0]) == "0.0"
+    if t.op == "exp2" and t.args[0].op == "sub":
+        first = t.args[0].args[0]
+        return first.op == "const" and first.args[0] == float("-inf")
+    return False
+
+
+def _product(a: Term, b: Term) -> Term:
+    """One k-term of a dot atom. A product whose left operand is +0.0 is the canonical zero
+    whatever its (finite) right operand (assumption `zero-product`)."""
+    key = (a.id, b.id)
+    hit = _PROD.get(key)
+    if hit is None:
+        la = _lift(a)
+        if la.op == "ite":
+            hit = T.ite(la.args[0], _product(la.args[1], b), _product(la.args[2], b))
+        elif _is_zero(la):
+            hit = ZERO_PRODUCT
+        else:
+            hit = Term("product", (la, b), "fp32")
+        _PROD[key] = hit
+    return hit
+
+
+def _terms_equal(
+    oracle: Oracle, a: Term, b: Term, parents: dict, rules: frozenset = frozenset()
+) -> None:
+    _equal(oracle, a, b, parents, rules, set(), (), {}, set())
+
+
+def _equal(oracle, a, b, parents, rules, done: set, ctx0: tuple, first: dict, failed: set):
+    """Iterative comparison; ``done`` holds (pair, ctx) already compared (optimistically: any
+    failure aborts the whole comparison). With "ctx", a pair met again under another context
+    is first compared without context in a nested attempt (its own ``done``), so a shared
+    subterm (the running max under every key's select) is not re-compared per context."""
+    use_ctx = "ctx" in rules
+    products = "zero-product" in rules
+    stack = [(a, b, ctx0)]
     while stack:
-        x, y = stack.pop()
-        x, y = _norm(oracle, x), _norm(oracle, y)
+        x, y, ctx = stack.pop()
+        raw = (x.id, y.id)
+        x, y = _norm(oracle, x, ctx), _norm(oracle, y, ctx)
         key = (x.id, y.id)
-        if x is y or key in done:
+        if key != raw and raw in parents and key not in parents:
+            parents[key] = (raw, "ite(decided)")
+        if x is y or (key, ()) in done or (key, ctx) in done:
             continue
-        done.add(key)
+        if use_ctx and ctx and x.op != "ite":
+            seen = first.setdefault(key, ctx)
+            if seen != ctx and key not in failed:
+                sub: set = set()
+                try:
+                    _equal(oracle, x, y, parents, rules, sub, (), first, failed)
+                except (_Mismatch, _Split):
+                    failed.add(key)
+                else:
+                    done |= sub
+                    done.add((key, ()))
+                    continue
+        done.add((key, ctx))
         if x.op == "ite" and y.op != "ite":
             raise _Split(x.args[0])
         if y.op == "ite" and x.op != "ite":
@@ -344,7 +463,7 @@ def _terms_equal(oracle: Oracle, a: Term, b: Term, parents: dict) -> None:
         if x.op == "read":
             if x.args[0] != y.args[0]:
                 raise _Mismatch(f"reads of different arrays {x.args[0]} vs {y.args[0]}", None, x, y)
-            if not _lin_equal(oracle, x.args[1], y.args[1]):
+            if not _lin_equal(oracle, x.args[1], y.args[1], ctx):
                 raise _Mismatch(
                     f"reads {x.args[0]} at different indices",
                     x.args[1].z3() != y.args[1].z3(),
@@ -354,28 +473,42 @@ def _terms_equal(oracle: Oracle, a: Term, b: Term, parents: dict) -> None:
             continue
         if x.op == "ite":
             cx, cy = T.cond_z3(x.args[0]), T.cond_z3(y.args[0])
-            if not oracle.valid(cx == cy):
+            if not _valid(oracle, cx == cy, ctx):
                 raise _Split(x.args[0])
             for lab, i in (("ite.then", 1), ("ite.else", 2)):
                 parents.setdefault((x.args[i].id, y.args[i].id), (key, lab))
-                stack.append((x.args[i], y.args[i]))
+                sub = ctx
+                if use_ctx:
+                    sub = (*ctx, x.args[0] if i == 1 else T.c_not(x.args[0]))
+                stack.append((x.args[i], y.args[i], sub))
             continue
         if len(x.args) != len(y.args):
             raise _Mismatch(f"{x.op}: different arity", None, x, y)
+        if products and x.op == "dot16":
+            if x.args[3] != y.args[3] or len(x.args[1]) != len(y.args[1]):
+                raise _Mismatch("dot16: parameters differ", None, x, y)
+            parents.setdefault((x.args[0].id, y.args[0].id), (key, "dot16.acc"))
+            stack.append((x.args[0], y.args[0], ctx))
+            for j in range(len(x.args[1])):
+                px = _product(x.args[1][j], x.args[2][j])
+                py = _product(y.args[1][j], y.args[2][j])
+                parents.setdefault((px.id, py.id), (key, f"dot16.product[{j}]"))
+                stack.append((px, py, ctx))
+            continue
         for i, (p, q) in enumerate(zip(x.args, y.args, strict=True)):
             if isinstance(p, Term):
                 lab = "dot16.acc" if x.op == "dot16" and i == 0 else f"{x.op}.arg{i}"
                 parents.setdefault((p.id, q.id), (key, lab))
-                stack.append((p, q))
+                stack.append((p, q, ctx))
             elif isinstance(p, tuple) and p and isinstance(p[0], Term):
                 if len(p) != len(q):
                     raise _Mismatch(f"{x.op}: {len(p)} vs {len(q)} operands", None, x, y)
                 side = {1: "a", 2: "b"}.get(i, f"arg{i}") if x.op == "dot16" else f"elem{i}"
                 for j, (u, v) in enumerate(zip(p, q, strict=True)):
                     parents.setdefault((u.id, v.id), (key, f"{x.op}.{side}[{j}]"))
-                    stack.append((u, v))
+                    stack.append((u, v, ctx))
             elif isinstance(p, Lin):
-                if not _lin_equal(oracle, p, q):
+                if not _lin_equal(oracle, p, q, ctx):
                     raise _Mismatch(f"{x.op}: integer operands differ", p.z3() != q.z3(), x, y)
             elif p != q:
                 raise _Mismatch(f"{x.op}: parameters differ ({p!r} vs {q!r})", None, x, y)

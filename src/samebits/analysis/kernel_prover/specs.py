@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import z3
 
+from samebits.analysis.kernel_prover import units as _units
 from samebits.analysis.kernel_prover.executor import ArrayArg, CDiv, FloatArg, KernelCall
 from samebits.analysis.kernel_prover.prover import BATCH, LAUNCH, Goal
 from samebits.analysis.kernel_prover.terms import Lin
@@ -90,30 +91,8 @@ def linear_calls(plan, launch, m, has_bias: bool, out_dtype: str) -> list[Kernel
     ]
 
 
-def plan_launches(plan) -> list:
-    """Every launch the plan may choose (one per LAUNCH_TABLE row, via choose_launch), plus the
-    same tiles in the other kind: the split-K grid and the in-program ranges must agree."""
-    from samebits.kernels.triton.backend import _M_PROBES
-    from samebits.kernels.triton.launches import LAUNCH_TABLE, RANGES, SPLIT_GRID, choose_launch
-
-    probes = sorted(set(_M_PROBES) | {row[0] for row in LAUNCH_TABLE if row[0] < 1 << 40})
-    chosen = []
-    for m in probes:
-        la = choose_launch(plan, m)
-        if la not in chosen:
-            chosen.append(la)
-    kinds = [RANGES] if plan.splits == 1 else [SPLIT_GRID, RANGES]
-    out = list(chosen)
-    for la in chosen:
-        for k in kinds:
-            alt = type(la)(k, la.block_m, la.block_n, la.num_warps, la.num_stages)
-            if alt not in out:
-                out.append(alt)
-    return out
-
-
-def _launch_name(la) -> str:
-    return f"{la.kind}-bm{la.block_m}-bn{la.block_n}-w{la.num_warps}-s{la.num_stages}"
+plan_launches = _units.plan_launches
+_launch_name = _units.launch_name
 
 
 def linear_specs(
@@ -202,8 +181,8 @@ def rope_calls(heads: int, d: int, m) -> list[KernelCall]:
     return [KernelCall("rope_kernel", (mm,), args, ROPE_WARPS)]
 
 
-def row_specs(model: str) -> list[Spec]:
-    c = MODELS[model]
+def row_specs(model: str, dims: dict | None = None) -> list[Spec]:
+    c = dims or MODELS[model]
     h, d = c["hidden"], c["head_dim"]
     out = []
 
@@ -237,7 +216,9 @@ def _times(m, k: int):
     return m.scale(k) if isinstance(m, Lin) else m * k
 
 
-def all_specs(models=("tiny", "llama-3-8b"), kinds=("linear", "rows")) -> list[Spec]:
+def all_specs(models=("tiny", "llama-3-8b"), kinds=("linear", "rows")) -> list:
+    from samebits.analysis.kernel_prover.attention import attention_specs
+
     out = []
     for model in models:
         if "linear" in kinds:
@@ -246,4 +227,35 @@ def all_specs(models=("tiny", "llama-3-8b"), kinds=("linear", "rows")) -> list[S
                 out += linear_specs(model, has_bias=True, roles=("qkv",))
         if "rows" in kinds:
             out += row_specs(model)
+        if "attention" in kinds:
+            out += attention_specs(model)
     return out
+
+
+def unit_specs(unit: dict) -> list:
+    """The specializations of one certification unit (see units.py), named after it."""
+    from samebits.analysis.kernel_prover.attention import attention_specs
+
+    key = unit["key"]
+    if unit["kind"] == "linear":
+        prefix = f"u.{unit['role']}" + (".bias" if unit["bias"] else "")
+        specs = linear_specs("u", unit["bias"], shapes=[(unit["role"], unit["n"], unit["k"])])
+    elif unit["kind"] == "rows":
+        op = unit["op"]
+        w = unit.get("width") or unit.get("head_dim") or 0
+        heads = unit.get("heads", 1)
+        dims = dict(hidden=w, inter=unit.get("inner", 2), heads=heads, kv_heads=heads,
+                    head_dim=unit.get("head_dim", 2), head_norm=op == "head_rms_norm")  # fmt: skip
+        name = {"rope": "rope_q", "head_rms_norm": "head_rms_norm_q"}.get(op, op)
+        prefix = f"u.{name}.batch"
+        specs = [sp for sp in row_specs("u", dims) if sp.name == prefix]
+        key = f"{key}.batch"
+    else:
+        prefix = "u.attention"
+        dims = dict(heads=unit["heads"], kv_heads=unit["kv_heads"], head_dim=unit["head_dim"])
+        specs = attention_specs("u", dims)
+    for sp in specs:
+        assert sp.name.startswith(prefix), (sp.name, prefix)
+        sp.name = key + sp.name[len(prefix) :]
+        sp.description = {**sp.description, "unit": unit["key"]}
+    return specs

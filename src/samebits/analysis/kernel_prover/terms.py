@@ -194,18 +194,33 @@ def subst_lin(x: Lin, mapping: dict[int, Lin], _cache: dict | None = None) -> Li
     """Replace atoms (variables) by linear forms; compound atoms are rebuilt through Z3."""
     if not mapping or not x.terms:
         return x
+    touched = False
+    for k, _ in x.terms:
+        if k in mapping or not _atom_vars(k).isdisjoint(mapping):
+            touched = True
+            break
+    if not touched:
+        return x
     out = Lin((), x.const)
     for k, c in x.terms:
         if k in mapping:
             out = out.add(mapping[k].scale(c))
             continue
-        e = atom(k)
-        if e.num_args() == 0:
+        vs = _atom_vars(k)
+        if vs.isdisjoint(mapping):  # a variable, or a compound atom of unmapped variables
             out = out.add(Lin(((k, c),), 0))
             continue
-        pairs = [(atom(v), m.z3()) for v, m in mapping.items()]
-        out = out.add(Lin.of_z3(z3.substitute(e, *pairs)).scale(c))
+        rel = tuple(sorted((v, mapping[v]) for v in vs if v in mapping))
+        key = (k, rel)
+        hit = _SUBST.get(key)
+        if hit is None:
+            pairs = [(atom(v), m.z3()) for v, m in rel]
+            hit = _SUBST[key] = Lin.of_z3(z3.substitute(atom(k), *pairs))
+        out = out.add(hit.scale(c))
     return out
+
+
+_SUBST: dict = {}
 
 
 # --- conditions --------------------------------------------------------------------------

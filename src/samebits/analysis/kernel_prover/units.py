@@ -1,0 +1,149 @@
+"""Certification units: what a deployment's GPU plan launches, named and described without Z3.
+
+A *unit* is one kernel specialization family of a model: a linear weight (role, N x K, bias),
+a row kernel at its width, or the attention kernel at its head shape. The certificate of a
+unit lists the proofs of every specialization the engine may launch for it; its
+``specialization`` (the split plan and launches, the row kernels' constexprs, the attention
+tile constants) is recomputed here from the engine's own functions, so a change of the launch
+code as well as of the kernel source invalidates it. Importing this module needs no solver.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+KERNEL_DIR = Path(__file__).resolve().parents[2] / "kernels" / "triton"
+KERNEL_FILES = {
+    "linear": "_linear_kernels.py",
+    "rows": "_row_kernels.py",
+    "attention": "_attention_kernel.py",
+}
+ATTENTION_PAGES = (16, 32)  # block sizes the attention certificates cover
+
+
+def dims_of(cfg) -> dict:
+    """The shape facts of a model config (samebits.model.ModelConfig or a dict)."""
+    get = cfg.get if isinstance(cfg, dict) else (lambda k, d=None: getattr(cfg, k, d))
+    return dict(
+        hidden=get("hidden_size"), inter=get("intermediate_size"),
+        heads=get("num_attention_heads"), kv_heads=get("num_key_value_heads"),
+        head_dim=get("head_dim"), vocab=get("vocab_size"),
+        head_norm=bool(get("qk_norm", False)), bias=bool(get("attention_bias", False)),
+    )  # fmt: skip
+
+
+def linear_shapes(d: dict) -> list[tuple[str, int, int]]:
+    qkv = (d["heads"] + 2 * d["kv_heads"]) * d["head_dim"]
+    return [
+        ("qkv", qkv, d["hidden"]),
+        ("o", d["hidden"], d["heads"] * d["head_dim"]),
+        ("gate_up", 2 * d["inter"], d["hidden"]),
+        ("down", d["hidden"], d["inter"]),
+        ("lm_head", d["vocab"], d["hidden"]),
+    ]
+
+
+def units_for(d: dict, shapes: list[tuple[str, int, int]] | None = None) -> list[dict]:
+    """The units of a model: ``shapes`` (role, N, K) default to the config's linears."""
+    out = []
+    for role, n, k in shapes or linear_shapes(d):
+        bias = d["bias"] and role == "qkv"
+        key = f"linear.{role}.{n}x{k}" + (".bias" if bias else "")
+        out.append(dict(key=key, kind="linear", role=role, n=n, k=k, bias=bias))
+    h, hd = d["hidden"], d["head_dim"]
+    out += [
+        dict(key=f"rows.rms_norm.{h}", kind="rows", op="rms_norm", width=h),
+        dict(key=f"rows.add_rms_norm.{h}", kind="rows", op="add_rms_norm", width=h),
+        dict(key=f"rows.silu_mul.{d['inter']}", kind="rows", op="silu_mul", inner=d["inter"]),
+    ]
+    for heads in sorted({d["heads"], d["kv_heads"]}):
+        out.append(dict(key=f"rows.rope.h{heads}.d{hd}", kind="rows", op="rope", heads=heads,
+                        head_dim=hd))  # fmt: skip
+    if d["head_norm"]:
+        for heads in sorted({d["heads"], d["kv_heads"]}):
+            out.append(dict(key=f"rows.head_rms_norm.h{heads}.d{hd}", kind="rows",
+                            op="head_rms_norm", heads=heads, head_dim=hd))  # fmt: skip
+    out.append(dict(key=f"attention.h{d['heads']}.kv{d['kv_heads']}.d{hd}", kind="attention",
+                    heads=d["heads"], kv_heads=d["kv_heads"], head_dim=hd))  # fmt: skip
+    seen, uniq = set(), []
+    for u in out:
+        if u["key"] not in seen:
+            seen.add(u["key"])
+            uniq.append(u)
+    return uniq
+
+
+# --- launches (shared with specs.py) ---------------------------------------------------
+
+
+def plan_launches(plan) -> list:
+    """Every launch the plan may choose (one per LAUNCH_TABLE row, via choose_launch), plus the
+    same tiles in the other kind: the split-K grid and the in-program ranges must agree."""
+    from samebits.kernels.triton.backend import _M_PROBES
+    from samebits.kernels.triton.launches import LAUNCH_TABLE, RANGES, SPLIT_GRID, choose_launch
+
+    probes = sorted(set(_M_PROBES) | {row[0] for row in LAUNCH_TABLE if row[0] < 1 << 40})
+    chosen = []
+    for m in probes:
+        la = choose_launch(plan, m)
+        if la not in chosen:
+            chosen.append(la)
+    kinds = [RANGES] if plan.splits == 1 else [SPLIT_GRID, RANGES]
+    out = list(chosen)
+    for la in chosen:
+        for k in kinds:
+            alt = type(la)(k, la.block_m, la.block_n, la.num_warps, la.num_stages)
+            if alt not in out:
+                out.append(alt)
+    return out
+
+
+def launch_name(la) -> str:
+    return f"{la.kind}-bm{la.block_m}-bn{la.block_n}-w{la.num_warps}-s{la.num_stages}"
+
+
+def _next_pow2(x: int) -> int:
+    return 1 << (x - 1).bit_length()
+
+
+def specialization(unit: dict) -> dict:
+    """What the engine launches for the unit today (recomputed at every check)."""
+    kind = unit["kind"]
+    if kind == "linear":
+        from samebits.kernels.triton.linear import ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS
+        from samebits.kernels.triton.splitplan import split_plan
+
+        plan = split_plan(unit["n"], unit["k"], unit["role"])
+        return {"plan": repr(plan), "launches": [launch_name(la) for la in plan_launches(plan)],
+                "ordered_sum": [ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS]}  # fmt: skip
+    if kind == "rows":
+        from samebits.kernels.triton import rows
+
+        op = unit["op"]
+        if op in ("rms_norm", "add_rms_norm", "head_rms_norm"):
+            w = unit["width"] if "width" in unit else unit["head_dim"]
+            block = _next_pow2(w)
+            return {"op": op, "width": w, "block": block, "warps": rows.row_num_warps(block)}
+        if op == "silu_mul":
+            block = min(rows.SILU_BLOCK, _next_pow2(unit["inner"]))
+            return {"op": op, "inner": unit["inner"], "block": block, "warps": rows.SILU_WARPS}
+        return {"op": op, "heads": unit["heads"], "half": unit["head_dim"] // 2,
+                "block_h": _next_pow2(unit["heads"]), "block_d": _next_pow2(unit["head_dim"] // 2),
+                "warps": rows.ROPE_WARPS}  # fmt: skip
+    from samebits.kernels.triton import attention_meta as am
+    from samebits.kernels.triton.attention import KEY_BLOCK
+
+    g = unit["heads"] // unit["kv_heads"]
+    bms = sorted({max(b, _next_pow2(g)) for b in (am.PREFILL_BLOCK_M, am.DECODE_BLOCK_M)})
+    return {"heads": unit["heads"], "kv_heads": unit["kv_heads"], "head_dim": unit["head_dim"],
+            "key_block": KEY_BLOCK, "block_m": bms, "pages": list(ATTENTION_PAGES),
+            "warps": am.ATTENTION_WARPS}  # fmt: skip
+
+
+def kernel_file(unit: dict) -> Path:
+    return KERNEL_DIR / KERNEL_FILES[unit["kind"]]
+
+
+def source_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_text().encode()).hexdigest()
