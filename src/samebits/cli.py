@@ -149,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_info(sub)
     _add_optional(sub, "serve", "samebits.server.cli", "add_serve_arguments", "serve_main")
     _add_optional(sub, "verify", "samebits.audit.cli", "add_verify_arguments", "verify_main")
+    _add_optional(
+        sub, "certify", "samebits.analysis.certify_cli", "add_certify_arguments", "certify_main"
+    )
     return parser
 
 

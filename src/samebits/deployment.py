@@ -78,16 +78,30 @@ def build_deployment(
     plan = build_plan(
         kernel_plan, num_threads, head_dim=cfg.head_dim, group=group, device=device, dtype=dtype
     )
+    certificates = _certificates(plan, loaded)  # before any weight moves: fail fast
     limit = min(max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
     digest = loaded.weights_identity or weights_digest(loaded.weights)
     model = DecoderModel(cfg, loaded.weights, plan, limit, release_sources, loaded.quantized)
     qualification = qualify_model(model)
     components = fingerprint_components(
-        plan, cfg, digest, qualification, _specializations(plan, model)
+        plan, cfg, digest, qualification, _specializations(plan, model), certificates
     )
     return Deployment(
         loaded, plan, model, limit, qualification, components, fingerprint(components)
     )
+
+
+def _certificates(plan: KernelPlan, loaded) -> dict | None:
+    """The GPU invariant plan deploys only certified kernel specializations (fail closed):
+    the certificate set's status and digest for the fingerprint, or UncertifiedKernelError
+    naming what is missing and the command that makes it (see samebits.analysis.kernel_prover
+    .gate; SAMEBITS_ALLOW_UNCERTIFIED=1 opts out, loudly, recorded as uncertified)."""
+    if plan.device != "cuda" or plan.name != "invariant":
+        return None
+    from samebits.analysis.kernel_prover import gate, units
+
+    hint = getattr(loaded, "name", None) or "<model>"
+    return gate.gate(units.units_for(units.dims_of(loaded.config)), model_hint=hint)
 
 
 def _specializations(plan: KernelPlan, model: DecoderModel) -> list[str]:

@@ -106,10 +106,12 @@ def _driver_version() -> str:
 
 def fingerprint_components(
     plan, model_config, weights_hash: str, qualification: dict,
-    specializations: list[str] | None = None,
+    specializations: list[str] | None = None, certificates: dict | None = None,
 ) -> dict:  # fmt: skip
     """`specializations`: the compiled kernel variants a GPU plan may launch (see
-    `samebits.kernels.triton.backend.linear_specializations`)."""
+    `samebits.kernels.triton.backend.linear_specializations`); `certificates`: the kernel
+    certificate set's status ("certified" / "uncertified"), digest and units (GPU plans, see
+    `samebits.analysis.kernel_prover.gate`)."""
     components = {
         "plan": plan.to_dict(),
         "qualification": qualification,
@@ -121,6 +123,8 @@ def fingerprint_components(
     if plan.device == "cuda":
         components["gpu"] = gpu()
         components["specializations"] = list(specializations or ())
+        if certificates is not None:
+            components["certificates"] = certificates
     return components
 
 

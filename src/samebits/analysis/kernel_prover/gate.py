@@ -1,0 +1,124 @@
+"""Fail-closed gating of the GPU plan on kernel certificates (no solver needed).
+
+A deployment of the invariant GPU plan needs, for every certification unit of its model (see
+``units.py``), a certificate ``<unit key>.json`` in the certificate directory whose proofs all
+succeeded, whose kernel source SHA-256 is that of the kernel file now, and whose specialization
+(split plan and launches, row-kernel constexprs, attention tile constants) is what the engine
+launches now. The directory is ``$SAMEBITS_CERTIFICATES`` when set, else the certificates
+shipped with the package (``kernel_prover/certificates/``). ``SAMEBITS_ALLOW_UNCERTIFIED=1``
+runs anyway, announced on stderr and recorded in the fingerprint as "uncertified".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from samebits.analysis.kernel_prover import units as U
+
+ENV_DIR = "SAMEBITS_CERTIFICATES"
+ENV_ALLOW = "SAMEBITS_ALLOW_UNCERTIFIED"
+SHIPPED_DIR = Path(__file__).resolve().parent / "certificates"
+
+
+class UncertifiedKernelError(RuntimeError):
+    """The GPU plan would launch a kernel specialization without a valid certificate."""
+
+
+def certificate_dir() -> Path:
+    env = os.environ.get(ENV_DIR)
+    return Path(env) if env else SHIPPED_DIR
+
+
+def check_unit(unit: dict, directory: Path) -> tuple[str | None, str | None]:
+    """``(problem, file digest)``: problem is None when the unit's certificate is valid."""
+    path = Path(directory) / f"{unit['key']}.json"
+    if not path.exists():
+        return "missing", None
+    raw = path.read_bytes()
+    digest = hashlib.sha256(raw).hexdigest()
+    try:
+        rec = json.loads(raw)
+    except ValueError:
+        return "unreadable", digest
+    if rec.get("unit", {}).get("key") != unit["key"]:
+        return "names another unit", digest
+    if not rec.get("proved") or not rec.get("results"):
+        bad = [n for n, st in rec.get("results", {}).items() if st != "proved"]
+        return f"not proved ({', '.join(bad[:3]) or 'no proofs'})", digest
+    if not all(c.get("result", {}).get("status") == "proved" for c in rec.get("certificates", [])):
+        return "not proved (a certificate's result)", digest
+    kfile = U.kernel_file(unit)
+    if rec.get("kernel_source_sha256") != U.source_sha256(kfile):
+        return f"stale: {kfile.name} changed since it was proved", digest
+    if rec.get("specialization") != U.specialization(unit):
+        return "stale: the launches / constexprs the engine uses changed", digest
+    return None, digest
+
+
+def check(units: list[dict], directory: Path | str | None = None) -> dict:
+    """Check every unit; returns {"directory", "units": {key: problem-or-None}, "digest"}.
+    The digest is a SHA-256 over (unit key, certificate file SHA-256) of the valid units."""
+    d = Path(directory) if directory else certificate_dir()
+    problems, h = {}, hashlib.sha256()
+    for unit in sorted(units, key=lambda u: u["key"]):
+        problem, digest = check_unit(unit, d)
+        problems[unit["key"]] = problem
+        if problem is None:
+            h.update(f"{unit['key']}:{digest}\n".encode())
+    return {"directory": str(d), "units": problems, "digest": h.hexdigest()}
+
+
+def how_to_fix(model_hint: str = "<model>") -> str:
+    return (
+        f"Generate them once with `samebits certify --model {model_hint} --out DIR` (CPU, needs "
+        f"z3-solver: pip install 'samebits[test]'; minutes for an 8B model) and `export "
+        f"{ENV_DIR}=DIR`; or, in the source tree, refresh the shipped set with `samebits "
+        f"certify --shipped`. To run without certificates anyway: {ENV_ALLOW}=1 (recorded in "
+        f"the fingerprint as uncertified)."
+    )
+
+
+def gate(units: list[dict], model_hint: str = "<model>", stderr=None) -> dict:
+    """The fingerprint component ``certificates`` of a GPU deployment; raises
+    :class:`UncertifiedKernelError` (naming the missing / invalid units) unless every unit has
+    a valid certificate or ``SAMEBITS_ALLOW_UNCERTIFIED=1``."""
+    res = check(units)
+    bad = {k: p for k, p in res["units"].items() if p is not None}
+    comp = {"status": "certified" if not bad else "uncertified", "digest": res["digest"],
+            "units": sorted(res["units"])}  # fmt: skip
+    if not bad:
+        return comp
+    lines = "\n".join(f"  {k}: {p}" for k, p in sorted(bad.items()))
+    if os.environ.get(ENV_ALLOW) == "1":
+        print(
+            f"\n*** samebits: WARNING: {ENV_ALLOW}=1: deploying the GPU plan WITHOUT valid "
+            f"kernel certificates for {len(bad)} of {len(res['units'])} units "
+            f"(directory {res['directory']}):\n{lines}\n*** the fingerprint records this "
+            "deployment as 'uncertified'.\n",
+            file=stderr or sys.stderr,
+            flush=True,
+        )
+        comp["problems"] = dict(sorted(bad.items()))
+        return comp
+    raise UncertifiedKernelError(
+        f"the invariant GPU plan needs a valid kernel certificate for every kernel "
+        f"specialization it launches; {len(bad)} of {len(res['units'])} are missing or invalid "
+        f"in {res['directory']}:\n{lines}\n{how_to_fix(model_hint)}"
+    )
+
+
+def certificate_lines(deployment) -> list[str]:
+    """Lines for `samebits info`: the certificate status of the deployment's GPU plan."""
+    comp = getattr(deployment, "components", {}).get("certificates")
+    if not comp:
+        return []
+    out = [f"kernel certificates: {comp['status']} ({len(comp['units'])} units, "
+           f"digest {comp['digest'][:16]})"]  # fmt: skip
+    problems = comp.get("problems", {})
+    for key in comp["units"]:
+        out.append(f"  {key}: {problems.get(key) or 'proved'}")
+    return out

@@ -1,0 +1,160 @@
+"""Fail-closed gating of the GPU plan on kernel certificates, on the CPU (no GPU, no solver for
+the gate itself): a missing or stale certificate refuses, a valid set passes and its digest
+goes into the fingerprint, SAMEBITS_ALLOW_UNCERTIFIED=1 deploys and records "uncertified"."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from samebits.analysis import certify_cli
+from samebits.analysis.kernel_prover import gate
+from samebits.analysis.kernel_prover import units as U
+from samebits.deployment import _certificates, build_deployment
+from samebits.kernels import fingerprint as F
+from samebits.kernels.plan import build_plan
+from samebits.model.random_init import random_model
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return random_model("tiny-llama", seed=0)
+
+
+@pytest.fixture
+def cuda_plan(loaded):
+    cfg = loaded.config
+    group = cfg.num_attention_heads // cfg.num_key_value_heads
+    return build_plan("invariant", None, head_dim=cfg.head_dim, group=group, device="cuda",
+                      dtype="bfloat16")  # fmt: skip
+
+
+@pytest.fixture
+def certdir(tmp_path, monkeypatch):
+    monkeypatch.setenv(gate.ENV_DIR, str(tmp_path))
+    monkeypatch.delenv(gate.ENV_ALLOW, raising=False)
+    return tmp_path
+
+
+def _units(loaded):
+    return U.units_for(U.dims_of(loaded.config))
+
+
+def _write_valid(directory, unit):
+    """A certificate record as `samebits certify` writes it (the proofs themselves are
+    exercised by test_cli_certify_and_check below)."""
+    rec = {
+        "unit": unit,
+        "kernel_file": U.kernel_file(unit).name,
+        "kernel_source_sha256": U.source_sha256(U.kernel_file(unit)),
+        "specialization": U.specialization(unit),
+        "specs": [f"{unit['key']}.x"],
+        "results": {f"{unit['key']}.x": "proved"},
+        "proved": True,
+        "certificates": [{"result": {"status": "proved"}}],
+    }
+    (directory / f"{unit['key']}.json").write_text(json.dumps(rec))
+
+
+def test_missing_certificate_refuses_before_touching_the_gpu(loaded, certdir):
+    with pytest.raises(gate.UncertifiedKernelError) as e:
+        build_deployment(loaded, "invariant", device="cuda")
+    msg = str(e.value)
+    assert "missing" in msg and "samebits certify --model" in msg and gate.ENV_ALLOW in msg
+    for unit in _units(loaded):
+        assert unit["key"] in msg
+
+
+def test_stale_certificate_refuses(loaded, cuda_plan, certdir):
+    units = _units(loaded)
+    for u in units:
+        _write_valid(certdir, u)
+    assert _certificates(cuda_plan, loaded)["status"] == "certified"
+    victim = next(u for u in units if u["kind"] == "attention")
+    path = certdir / f"{victim['key']}.json"
+    rec = json.loads(path.read_text())
+    rec["kernel_source_sha256"] = "0" * 64  # proved against another kernel source
+    path.write_text(json.dumps(rec))
+    with pytest.raises(gate.UncertifiedKernelError, match="stale: _attention_kernel.py changed"):
+        _certificates(cuda_plan, loaded)
+    rec = json.loads(path.read_text())
+    rec["kernel_source_sha256"] = U.source_sha256(U.kernel_file(victim))
+    rec["specialization"]["key_block"] = 32  # the launch code changed
+    path.write_text(json.dumps(rec))
+    with pytest.raises(gate.UncertifiedKernelError, match="launches / constexprs"):
+        _certificates(cuda_plan, loaded)
+    rec["specialization"] = U.specialization(victim)
+    rec["results"] = {"x": "refuted"}
+    rec["proved"] = False
+    path.write_text(json.dumps(rec))
+    with pytest.raises(gate.UncertifiedKernelError, match="not proved"):
+        _certificates(cuda_plan, loaded)
+
+
+def test_valid_certificates_pass_and_enter_the_fingerprint(loaded, cuda_plan, certdir, monkeypatch):
+    for u in _units(loaded):
+        _write_valid(certdir, u)
+    comp = _certificates(cuda_plan, loaded)
+    assert comp["status"] == "certified" and len(comp["digest"]) == 64
+    assert comp["units"] == sorted(u["key"] for u in _units(loaded))
+    monkeypatch.setattr(F, "gpu", lambda: {"name": "test"})
+    c1 = F.fingerprint_components(cuda_plan, loaded.config, "w", {}, [], comp)
+    assert c1["certificates"] == comp
+    # another certificate set (one file changed) gives another fingerprint
+    key = comp["units"][0]
+    path = certdir / f"{key}.json"
+    path.write_text(path.read_text().replace('"proved": true', '"proved": true ', 1))
+    comp2 = _certificates(cuda_plan, loaded)
+    assert comp2["status"] == "certified" and comp2["digest"] != comp["digest"]
+    c2 = F.fingerprint_components(cuda_plan, loaded.config, "w", {}, [], comp2)
+    assert F.fingerprint(c1) != F.fingerprint(c2)
+    lines = gate.certificate_lines(type("D", (), {"components": c1})())
+    assert lines[0].startswith("kernel certificates: certified")
+    assert all(line.endswith(": proved") for line in lines[1:])
+
+
+def test_opt_out_is_loud_and_recorded(loaded, cuda_plan, certdir, monkeypatch, capsys):
+    monkeypatch.setenv(gate.ENV_ALLOW, "1")
+    comp = _certificates(cuda_plan, loaded)
+    err = capsys.readouterr().err
+    assert "WITHOUT valid kernel certificates" in err and "uncertified" in err
+    assert comp["status"] == "uncertified"
+    assert set(comp["problems"]) == {u["key"] for u in _units(loaded)}
+    lines = gate.certificate_lines(type("D", (), {"components": {"certificates": comp}})())
+    assert "uncertified" in lines[0] and any(line.endswith(": missing") for line in lines)
+
+
+def test_cpu_plans_are_not_gated(loaded, certdir):
+    dep = build_deployment(loaded, "invariant", device="cpu")
+    assert "certificates" not in dep.components
+    assert gate.certificate_lines(dep) == []
+
+
+def test_cli_certify_and_check(tmp_path):
+    pytest.importorskip("z3")
+    unit = dict(key="rows.silu_mul.128", kind="rows", op="silu_mul", inner=128)
+    from samebits.analysis.kernel_prover.certify import certify_units
+
+    (rec,) = certify_units([unit], tmp_path)
+    assert rec["proved"] and rec["results"] == {"rows.silu_mul.128.batch": "proved"}
+    out = subprocess.run([sys.executable, "-m", "samebits.cli", "certify", "--check", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "1/1 valid" in out.stdout
+    path = tmp_path / "rows.silu_mul.128.json"
+    data = json.loads(path.read_text())
+    data["kernel_source_sha256"] = "f" * 64
+    path.write_text(json.dumps(data))
+    assert certify_cli.main(["--check", str(tmp_path)]) == 1
+
+
+def test_shipped_certificates_cover_the_shipped_models():
+    """The package's certificate set is valid for the kernels in this tree. When this fails
+    after a kernel or launch change, run `samebits certify --shipped` (CPU, minutes)."""
+    units = certify_cli.units_of(certify_cli.SHIPPED_MODELS)
+    res = gate.check(units, gate.SHIPPED_DIR)
+    bad = {k: p for k, p in res["units"].items() if p is not None}
+    assert not bad, f"run `samebits certify --shipped`: {bad}"
