@@ -137,6 +137,11 @@ def cmd_info(args: argparse.Namespace) -> int:
     if dep.components.get("specializations"):
         print("compiled linear specializations (split plan -> launches by M):")
         print("\n".join(f"  {line}" for line in dep.components["specializations"]))
+    if dep.plan.device != "cpu":
+        from samebits.analysis.kernel_prover.gate import certificate_lines
+
+        for line in certificate_lines(dep):
+            print(line)
     print(f"weights sha256: {dep.components['weights_sha256']}")
     print(f"fingerprint: {dep.fingerprint}")
     return 0
