@@ -222,8 +222,8 @@ def run_preset(preset: str, device: str, seed: int, fp32_reference: bool) -> dic
     import torch
 
     from samebits.deployment import build_deployment
-    from samebits.engine.cold import cold_logits
     from samebits.engine.engine import LLMEngine
+    from samebits.engine.runner import cold_logits
     from samebits.llm import LLM
     from samebits.model.random_init import random_model
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from samebits.deployment import build_deployment
-from samebits.engine.cold import cold_logits
+from samebits.engine.runner import cold_logits
 from samebits.model import load_model
 
 TOL = 1e-4

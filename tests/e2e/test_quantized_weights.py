@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from samebits.deployment import build_deployment
-from samebits.engine.cold import cold_logits
+from samebits.engine.runner import cold_logits
 from samebits.testing.bits import same_bits
 
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from samebits.deployment import build_deployment
-from samebits.engine.cold import cold_logits
 from samebits.engine.engine import LLMEngine
+from samebits.engine.runner import cold_logits
 from samebits.model import load_model
 from samebits.sampling import SamplingParams, compute_logprobs
 from samebits.testing.bits import same_bits

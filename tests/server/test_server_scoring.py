@@ -19,8 +19,8 @@ from harness import RunningServer
 from samebits.audit import AuditLogWriter, read_log
 from samebits.audit.chain import GENESIS_HASH, canonical_json, seal_entry
 from samebits.audit.verify import verify_log
-from samebits.engine.cold import cold_logits
 from samebits.engine.engine import LLMEngine
+from samebits.engine.runner import cold_logits
 from samebits.sampling import compute_logprobs
 from samebits.server.app import build_app
 from samebits.server.config import ServerConfig

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from samebits.deployment import build_deployment
-from samebits.engine.cold import cold_logits
+from samebits.engine.runner import cold_logits
 from samebits.model import load_model
 from samebits.testing.bits import same_bits
 

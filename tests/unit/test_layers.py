@@ -1,5 +1,5 @@
 """Layers import downward only: the deployment (plan + decoder + fingerprint) sits below the
-engine; the cold reference forward lives in the engine layer (`samebits.engine.cold`)."""
+engine; the cold reference forward lives in the engine layer (`samebits.engine.runner.cold_logits`)."""
 
 from __future__ import annotations
 

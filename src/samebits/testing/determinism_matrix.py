@@ -13,8 +13,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from samebits.engine.cold import cold_logits
 from samebits.engine.engine import LLMEngine
+from samebits.engine.runner import cold_logits
 from samebits.sampling import SamplingParams
 from samebits.spec import (
     RequestView,
