@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from samebits.structured.params import StructuredOutputsParams
+
 MAX_LOGPROBS = 20
 SEED_LIMIT = 2**63
 LOGIT_BIAS_LIMIT = 100.0  # OpenAI's range for a logit_bias value: [-100, 100]
@@ -42,6 +44,8 @@ SAMPLER_FIELDS = (
     "seed",
 )
 MIN_TOKENS_FIELDS = ("stop_token_ids", "ignore_eos")
+# Added to the sampler state when set: the grammar decides which ids may be drawn.
+STRUCTURED_FIELDS = ("structured_outputs",)
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,11 @@ class SamplingParams:
     the first, the logprob of the prompt token plus the top k (`RequestOutput.prompt_logprobs`,
     position 0 is None). Logprobs (sampled and prompt) are those of the raw row: they see
     neither `logit_bias` nor penalties nor temperature (vLLM's default "raw_logprobs").
+
+    `structured_outputs` (a `StructuredOutputsParams`, or its dict form): the output must
+    match that JSON schema / regex / choice / grammar; ids the grammar forbids after the
+    tokens so far are set to -inf (`sample`'s `allowed`), and the request stops ("stop")
+    once the grammar is complete. ValueError here for a spec the grammar engine rejects.
     """
 
     n: int = 1
@@ -84,6 +93,7 @@ class SamplingParams:
     min_tokens: int = 0
     logit_bias: tuple[tuple[int, float], ...] = ()
     prompt_logprobs: int | None = None
+    structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self) -> None:
         _check_int("n", self.n, 1)
@@ -109,6 +119,9 @@ class SamplingParams:
         for name in ("ignore_eos", "return_logits", "skip_special_tokens"):
             _check_bool(name, getattr(self, name))
         _check_bool("include_stop_str_in_output", self.include_stop_str_in_output)
+        object.__setattr__(
+            self, "structured_outputs", _normalize_structured(self.structured_outputs)
+        )
 
     def _set_float(self, name: str, lo: float, hi: float, *, lo_open: bool) -> None:
         value = getattr(self, name)
@@ -122,12 +135,14 @@ class SamplingParams:
         """JSON-safe full state; `SamplingParams.from_dict(p.to_dict()) == p`.
 
         `logit_bias` is written as a list of `[id, bias]` pairs (JSON object keys would be
-        strings)."""
+        strings); `structured_outputs` as `StructuredOutputsParams.to_dict()` or None."""
         out: dict[str, Any] = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if field.name == "logit_bias":
                 value = [[token, bias] for token, bias in value]
+            elif field.name == "structured_outputs" and value is not None:
+                value = value.to_dict()
             out[field.name] = list(value) if isinstance(value, tuple) else value
         return out
 
@@ -144,13 +159,15 @@ class SamplingParams:
 
     def sampler_state(self) -> tuple[tuple[str, Any], ...]:
         """Hashable state that decides the token at each position: `SAMPLER_FIELDS` in order,
-        then `MIN_TOKENS_FIELDS` when `min_tokens > 0` (the masked ids depend on them).
+        then `MIN_TOKENS_FIELDS` when `min_tokens > 0` (the masked ids depend on them), then
+        `STRUCTURED_FIELDS` when `structured_outputs` is set.
 
         Requires `seed` to be set (a request gets one at admission).
         """
         if self.seed is None:
             raise ValueError("SamplingParams.seed must be set to form a sampler state, got None")
         names = SAMPLER_FIELDS + (MIN_TOKENS_FIELDS if self.min_tokens > 0 else ())
+        names += STRUCTURED_FIELDS if self.structured_outputs is not None else ()
         return tuple((name, getattr(self, name)) for name in names)
 
 
@@ -180,6 +197,14 @@ def _check_float(name: str, value: object, lo: float, hi: float, *, lo_open: boo
 def _check_bool(name: str, value: object) -> None:
     if not isinstance(value, bool):
         raise _fail(name, "a bool", value)
+
+
+def _normalize_structured(spec: object) -> StructuredOutputsParams | None:
+    if spec is None or isinstance(spec, StructuredOutputsParams):
+        return spec
+    if isinstance(spec, Mapping):
+        return StructuredOutputsParams.from_dict(spec)
+    raise _fail("structured_outputs", "a StructuredOutputsParams, a dict or None", spec)
 
 
 def _normalize_stop(stop: object) -> tuple[str, ...]:
@@ -324,19 +349,22 @@ def sample(
     prompt_token_ids: Sequence[int],
     output_token_ids: Sequence[int],
     eos_token_ids: Sequence[int] = (),
+    allowed: np.ndarray | None = None,
 ) -> int:
     """Draw the token at output `position`. Pure: same arguments -> same token; no mutation.
 
     Pipeline (float64, full vocabulary): `processed_logits` (logit_bias, the min_tokens mask,
-    penalties); if `temperature == 0` greedy argmax (ties -> lowest id); otherwise scale by
+    the grammar's `allowed` mask, penalties); if `temperature == 0` greedy argmax (ties -> lowest id); otherwise scale by
     1/temperature, keep `truncation_mask` (top_k, top_p, min_p) and return the argmax of
     `scaled + Gumbel(uniform_noise(seed, position))` over the kept ids (ties -> lowest id).
     `eos_token_ids` (the deployment's EOS ids) only matter while `position < min_tokens`.
+    `allowed` (structured outputs): a bool array, one per id, of the ids the grammar allows
+    after the outputs so far (`samebits.structured.matcher.grammar_step`); None: all.
     """
     _check_int("seed", seed, 0, SEED_LIMIT - 1)
     _check_nonnegative("position", position)
     x = processed_logits(
-        logits, params, position, prompt_token_ids, output_token_ids, eos_token_ids
+        logits, params, position, prompt_token_ids, output_token_ids, eos_token_ids, allowed
     )
     if params.temperature == 0.0:
         return int(np.argmax(x))
@@ -353,10 +381,11 @@ def processed_logits(
     prompt_token_ids: Sequence[int],
     output_token_ids: Sequence[int],
     eos_token_ids: Sequence[int] = (),
+    allowed: np.ndarray | None = None,
 ) -> np.ndarray:
     """The float64 row the sampler draws from (the input is not touched), in vLLM's order:
     `logit_bias` added; while `position < min_tokens`, `min_tokens_banned_ids` set to -inf;
-    then `apply_penalties`. Each step is elementwise, so the row stays a pure function of
+    ids outside `allowed` (when given) set to -inf; then `apply_penalties`. Each step is elementwise, so the row stays a pure function of
     (row, params, position, history)."""
     x = _float64_row(logits)
     for token, bias in params.logit_bias:
@@ -366,7 +395,17 @@ def processed_logits(
     if position < params.min_tokens:
         banned = [t for t in min_tokens_banned_ids(params, eos_token_ids) if t < x.size]
         x[banned] = -np.inf
+    if allowed is not None:
+        x[~_allowed_mask(allowed, x.size)] = -np.inf
     return _penalize(x, params, prompt_token_ids, output_token_ids)
+
+
+def _allowed_mask(allowed: object, vocab_size: int) -> np.ndarray:
+    if not isinstance(allowed, np.ndarray) or allowed.dtype != np.bool_:
+        raise ValueError(f"allowed must be a bool numpy array, got {_describe(allowed)}")
+    if allowed.shape != (vocab_size,):
+        raise ValueError(f"allowed has shape {allowed.shape}, the row has {vocab_size} ids")
+    return allowed
 
 
 def min_tokens_banned_ids(params: SamplingParams, eos_token_ids: Sequence[int]) -> list[int]:

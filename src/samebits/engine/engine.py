@@ -20,6 +20,7 @@ from samebits.engine.row_workers import map_rows
 from samebits.engine.scheduler import Scheduler
 from samebits.outputs import CompletionOutput, RequestOutput, RequestOutputKind, logits_digest
 from samebits.sampling import SamplingParams, compute_logprobs, new_seed, sample
+from samebits.structured.matcher import GrammarMatcher, GrammarTokenizer
 
 PromptLogprobs = list[dict[int, float] | None]
 
@@ -56,6 +57,7 @@ class _RequestState:
     text: str = ""
     stop_reason: str | int | None = None
     prompt_logprobs: PromptLogprobs | None = None  # [None, lp(1), ...] as rows arrive
+    guide: GrammarMatcher | None = None  # structured outputs: has accepted every output
 
 
 class LLMEngine:
@@ -76,6 +78,7 @@ class LLMEngine:
         self.num_steps = 0
         self.num_batched_tokens_total = 0
         self.last_batch_size = 0
+        self._grammar_tokenizer: GrammarTokenizer | None = None
 
     @classmethod
     def from_args(cls, model=None, progress: bool = False, **kwargs) -> LLMEngine:
@@ -166,6 +169,7 @@ class LLMEngine:
         if not isinstance(output_kind, RequestOutputKind):
             raise TypeError(f"output_kind must be a RequestOutputKind, got {output_kind!r}")
         self._validate(request_id, prompt_token_ids, params)
+        guide = self._grammar_matcher(params)
         params = params if params.seed is not None else params.with_seed(new_seed())
         request = Request(
             request_id=request_id,
@@ -182,12 +186,21 @@ class LLMEngine:
         )
         self.scheduler.add_request(request)
         detok = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)
-        state = _RequestState(request, params, prompt, detok, output_kind)
+        state = _RequestState(request, params, prompt, detok, output_kind, guide=guide)
         if output_kind is RequestOutputKind.DELTA:
             state.prompt_ids_out = list(prompt_token_ids)
         if params.prompt_logprobs is not None:
             state.prompt_logprobs = [None]
         self._states[request_id] = state
+
+    def _grammar_matcher(self, params: SamplingParams) -> GrammarMatcher | None:
+        """A fresh matcher for a structured-outputs request (None otherwise); the tokenizer
+        view is built on the first such request and shared read-only."""
+        if params.structured_outputs is None:
+            return None
+        if self._grammar_tokenizer is None:
+            self._grammar_tokenizer = GrammarTokenizer(self.tokenizer, self.vocab_size)
+        return GrammarMatcher(self._grammar_tokenizer, params.structured_outputs)
 
     def _prompt_ids(self, given: object, prompt: str | None) -> tuple[list[int], str | None]:
         """(token ids, recorded text) of an add_request prompt; TypeError for unknown types."""
@@ -311,7 +324,9 @@ class LLMEngine:
     def _advance(self, rid: str, token: int, finished: set[str]) -> RequestOutput | None:
         """Detokenize the new token, apply stop strings, and build the request's output
         (None for an unfinished FINAL_ONLY request)."""
-        if rid not in finished and self._apply_stop_strings(rid, token):
+        if rid not in finished and (
+            self._apply_stop_strings(rid, token) or self._grammar_done(rid)
+        ):
             self.scheduler.finish_request(rid, RequestStatus.FINISHED_STOPPED)
             finished.add(rid)
         elif rid in finished:
@@ -345,10 +360,13 @@ class LLMEngine:
         st = self._states[rid]
         req, params = st.request, st.params
         position = len(req.output_token_ids)
+        allowed = self._allowed(st, position)
         token = sample(
             row, params, params.seed, position, req.prompt_token_ids, req.output_token_ids,
-            req.eos_token_ids,
+            req.eos_token_ids, allowed,
         )  # fmt: skip
+        if st.guide is not None:
+            st.guide.accept(token)
         st.digests.append(logits_digest(row))
         if params.logprobs is not None:
             lp = compute_logprobs(row, token, params.logprobs)
@@ -357,6 +375,23 @@ class LLMEngine:
         if params.return_logits:
             st.logits.append(row.copy())
         return token
+
+    @staticmethod
+    def _allowed(st: _RequestState, position: int) -> np.ndarray | None:
+        """The grammar's mask before output `position` (None without structured outputs)."""
+        if st.guide is None:
+            return None
+        if st.guide.num_accepted != position:
+            raise AssertionError(
+                f"grammar matcher of {st.request.request_id} accepted {st.guide.num_accepted} "
+                f"tokens, the request has {position} outputs"
+            )
+        return st.guide.allowed()
+
+    def _grammar_done(self, rid: str) -> bool:
+        """Whether the request's grammar is complete (nothing may follow): it stops."""
+        guide = self._states[rid].guide
+        return guide is not None and guide.terminated
 
     def _append_text(self, rid: str, token: int) -> int:
         """Detokenize `token`; returns where the stop-string search should start."""

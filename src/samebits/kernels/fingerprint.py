@@ -16,7 +16,8 @@ from importlib import metadata
 
 import torch
 
-VERSIONED_PACKAGES = ("samebits", "torch", "numpy", "numba", "llvmlite")
+# llguidance computes the structured-outputs masks: its version decides guided tokens
+VERSIONED_PACKAGES = ("samebits", "torch", "numpy", "numba", "llvmlite", "llguidance")
 
 
 def weights_digest(weights: dict[str, torch.Tensor]) -> str:
