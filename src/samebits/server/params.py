@@ -19,6 +19,7 @@ from samebits.sampling import LOGIT_BIAS_LIMIT, SamplingParams, derive_seed, new
 from samebits.server.config import ServerConfig
 from samebits.server.errors import bad_request
 from samebits.server.protocol import ChatCompletionRequest, CompletionRequest
+from samebits.server.structured import structured_outputs
 
 AnyRequest = CompletionRequest | ChatCompletionRequest
 
@@ -149,6 +150,7 @@ def base_params(
     bias = logit_bias(req, vocab)
     check_token_ids("stop_token_ids", req.stop_token_ids or (), vocab, "'stop_token_ids' id")
     check_limit("min_tokens", req.min_tokens, max_tokens, source="max_tokens")
+    structured = structured_outputs(req)
     try:
         return SamplingParams(
             n=1,
@@ -170,6 +172,7 @@ def base_params(
             seed=seed,
             skip_special_tokens=req.skip_special_tokens,
             include_stop_str_in_output=req.include_stop_str_in_output,
+            structured_outputs=structured,
         )
     except ValueError as exc:
         raise bad_request(str(exc), _field_named_in(str(exc))) from exc

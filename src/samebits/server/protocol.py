@@ -5,7 +5,10 @@ Strict: a string where a number is expected, a float for an integer or 0/1 for a
 a type error (HTTP 400), never coerced. Extensions beyond OpenAI (vLLM's names): `top_k`,
 `min_p`, `min_tokens`, `ignore_eos`, `repetition_penalty`, `stop_token_ids`,
 `skip_special_tokens`, `include_stop_str_in_output`, `add_special_tokens`, chat's
-`add_generation_prompt`. `logit_bias` keys are checked against the model in `params.py` (the
+`add_generation_prompt`, and the structured-outputs fields (`guided_json`, `guided_regex`,
+`guided_choice`, `guided_grammar`, `guided_whitespace_pattern`, `guided_decoding_backend`,
+`structured_outputs`), which `structured.py` checks and combines with `response_format`.
+`logit_bias` keys are checked against the model in `params.py` (the
 vocabulary size is not known here).
 
 Every other OpenAI or vLLM request parameter is in `REFUSED` (a 400 naming it when set to
@@ -59,6 +62,14 @@ class _SamplingFields(BaseModel):
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     logit_bias: dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    guided_whitespace_pattern: str | None = None
+    guided_decoding_backend: str | None = None
+    structured_outputs: dict[str, Any] | None = None
 
     def unsupported(self) -> list[tuple[str, str]]:
         """(field, reason) for each combination of fields this server cannot honour."""
@@ -146,7 +157,6 @@ class Refused:
 
 
 _NO_TOOLS = "tool and function calling are not supported"
-_NO_GUIDED = "guided / structured decoding is not supported"
 REFUSED = (
     # OpenAI
     Refused("best_of", "best_of other than 1 is not supported; use n", 2, (1,)),
@@ -155,12 +165,6 @@ REFUSED = (
     Refused("functions", f"functions: {_NO_TOOLS}", [{"name": "f"}], ([],), CHAT),
     Refused("tool_choice", f"tool_choice: {_NO_TOOLS}", "required", ("none", "auto"), CHAT),
     Refused("function_call", f"function_call: {_NO_TOOLS}", "auto", ("none",), CHAT),
-    Refused(
-        "response_format",
-        "only response_format type 'text' is supported",
-        {"type": "json_object"},
-        ({"type": "text"},),
-    ),  # fmt: skip
     Refused("audio", "audio output is not supported", {"voice": "alloy"}, (), CHAT),
     Refused("modalities", "only the 'text' modality is supported", ["audio"], (["text"],), CHAT),
     Refused("prediction", "predicted outputs are not supported", {"type": "content"}, (), CHAT),
@@ -192,13 +196,6 @@ REFUSED = (
     Refused("chat_template_kwargs", "chat_template_kwargs is not supported", {"a": 1}, ({},), CHAT),
     Refused("documents", "documents are not supported", [{"text": "d"}], ([],), CHAT),
     Refused("mm_processor_kwargs", "multi-modal input is not supported", {"a": 1}, ({},), CHAT),
-    Refused("guided_json", f"guided_json: {_NO_GUIDED}", {"type": "object"}),
-    Refused("guided_regex", f"guided_regex: {_NO_GUIDED}", "a+"),
-    Refused("guided_choice", f"guided_choice: {_NO_GUIDED}", ["a", "b"]),
-    Refused("guided_grammar", f"guided_grammar: {_NO_GUIDED}", "root ::= 'a'"),
-    Refused("guided_decoding_backend", f"guided_decoding_backend: {_NO_GUIDED}", "xgrammar"),
-    Refused("guided_whitespace_pattern", f"guided_whitespace_pattern: {_NO_GUIDED}", " "),
-    Refused("structured_outputs", f"structured_outputs: {_NO_GUIDED}", {"regex": "a"}),
     Refused("logits_processors", "logits_processors are not supported", ["p"], ([],)),
     Refused(
         "return_tokens_as_token_ids",

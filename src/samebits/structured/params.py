@@ -105,10 +105,13 @@ def _normalize_choice(choice: object) -> tuple[str, ...] | None:
 
 
 def _check_types(spec: StructuredOutputsParams) -> None:
-    for name in ("regex", "grammar", "whitespace_pattern"):
+    for name in ("regex", "grammar"):
         value = getattr(spec, name)
         if value is not None and (not isinstance(value, str) or not value):
             raise ValueError(f"structured_outputs.{name} must be a non-empty string")
+    pattern = spec.whitespace_pattern
+    if pattern is not None and not isinstance(pattern, str):
+        raise ValueError("structured_outputs.whitespace_pattern must be a string (a regex)")
     if spec.json_object not in (None, True):
         raise ValueError(f"structured_outputs.json_object must be a bool, got {spec.json_object!r}")
     if not isinstance(spec.disable_any_whitespace, bool):
