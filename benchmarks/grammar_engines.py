@@ -5,7 +5,9 @@ tokenizer (49,152 ids): compile a JSON schema (and, where the engine can, "any J
 and a regex), then walk a valid document token by token: compute the allowed-token mask for
 the prefix, check the document's next token is allowed, advance. Reports the compile time and
 the median / p90 / max / mean mask time per token, and the one-off setup of the engine's
-tokenizer view (one thread, wall clock, `perf_counter`).
+tokenizer view. The "samebits" rows time what the engine adds per guided token: llguidance's
+mask through `GrammarMatcher.allowed()` (bits -> bool array) plus `processed_logits` with
+that mask on a 49,152-wide float32 row (a free row's `processed_logits` is not subtracted) (one thread, wall clock, `perf_counter`).
 
 The engines need not be installed in the venv: put them on PYTHONPATH, e.g.
 
@@ -94,6 +96,37 @@ def llguidance_case(tok, kind: str):
     return setup_s, compile_s, compute, lambda t: matcher.consume_token(t)
 
 
+def samebits_case(tok, kind: str):
+    """llguidance through samebits' own wrapper (`GrammarMatcher.allowed()`: the mask as a
+    bool array, what the sampler receives), plus the sampler's masking of a float32 row."""
+    import numpy as np
+
+    from samebits.sampling import SamplingParams, processed_logits
+    from samebits.structured import StructuredOutputsParams
+    from samebits.structured.matcher import GrammarMatcher, GrammarTokenizer
+
+    fields = {
+        "schema": {"json": SCHEMA},
+        "object": {"json_object": True},
+        "regex": {"regex": REGEX},
+    }
+    setup = time.perf_counter()
+    view = GrammarTokenizer(tok, tok.vocab_size)
+    start = time.perf_counter()
+    setup_s = start - setup
+    matcher = GrammarMatcher(view, StructuredOutputsParams(**fields[kind]))
+    compile_s = time.perf_counter() - start
+    row = np.random.default_rng(0).standard_normal(tok.vocab_size).astype(np.float32)
+    params = SamplingParams()
+
+    def compute():
+        allowed = matcher.allowed()
+        processed_logits(row, params, 0, [1], [], (), allowed)
+        return lambda t: bool(allowed[t])
+
+    return setup_s, compile_s, compute, matcher.accept
+
+
 def xgrammar_case(tok, kind: str):
     import transformers
     import xgrammar as xgr
@@ -128,15 +161,18 @@ def outlines_core_case(tok, kind: str):
     from outlines_core import Guide, Index, Vocabulary
     from outlines_core.json_schema import build_regex_from_schema
 
+    from samebits.model.tokenizer import _bytes_to_unicode
+
     if kind == "object":
         raise NotImplementedError("no grammar for arbitrary JSON (regular languages only)")
     setup = time.perf_counter()
     eos = tok.eos_token_ids[0]
+    inverse = {char: byte for byte, char in _bytes_to_unicode().items()}
     by_bytes: dict[bytes, list[int]] = {}
     for token in range(tok.vocab_size):
         if token in tok.eos_token_ids:
             continue
-        by_bytes.setdefault(_token_bytes(tok, token), []).append(token)
+        by_bytes.setdefault(_token_bytes(tok, token, inverse), []).append(token)
     vocabulary = Vocabulary(eos, by_bytes)
     regex = build_regex_from_schema(json.dumps(SCHEMA)) if kind == "schema" else REGEX
     start = time.perf_counter()
@@ -153,10 +189,7 @@ def outlines_core_case(tok, kind: str):
     return setup_s, compile_s, compute, lambda t: guide.advance(t)
 
 
-def _token_bytes(tok, token: int) -> bytes:
-    from samebits.model.tokenizer import _bytes_to_unicode
-
-    inverse = {char: byte for byte, char in _bytes_to_unicode().items()}
+def _token_bytes(tok, token: int, inverse: dict[str, int]) -> bytes:
     piece = tok.backend.id_to_token(token)
     if all(char in inverse for char in piece):
         return bytes(inverse[char] for char in piece)
@@ -190,6 +223,7 @@ def main() -> None:
     print(json.dumps({"python": platform.python_version(), "vocab": tok.vocab_size}))
     cases = {
         "llguidance": llguidance_case,
+        "samebits (llguidance + bool mask + masked row)": samebits_case,
         "xgrammar": xgrammar_case,
         "outlines-core": outlines_core_case,
     }

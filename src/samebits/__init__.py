@@ -1,10 +1,12 @@
 """samebits: LLM inference with bit-for-bit reproducible logits.
 
-Public names follow vLLM: `LLM`, `SamplingParams`, `RequestOutput`, `CompletionOutput`.
+Public names follow vLLM: `LLM`, `SamplingParams`, `RequestOutput`, `CompletionOutput`,
+`StructuredOutputsParams` (`SamplingParams.structured_outputs`).
 """
 
 from samebits.outputs import CompletionOutput, RequestOutput
 from samebits.sampling import SamplingParams
+from samebits.structured import StructuredOutputsParams
 
 __version__ = "0.1.0"
 __all__ = [
@@ -13,6 +15,7 @@ __all__ = [
     "RequestFailedError",
     "RequestOutput",
     "SamplingParams",
+    "StructuredOutputsParams",
     "__version__",
 ]
 

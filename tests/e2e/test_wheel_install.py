@@ -27,10 +27,12 @@ warnings.filterwarnings("error", message="samebits: the native")  # a fallback f
 import samebits
 from samebits.kernels.cpu import native
 from samebits.kernels.plan import build_plan
+from samebits.sampling import SamplingParams
 plan = build_plan("invariant", 2)
+guided = SamplingParams(structured_outputs={"json": {"type": "object"}}).structured_outputs
 print(json.dumps({"file": samebits.__file__, "linear": plan.linear_kernel,
                   "attention": plan.attention_kernel, "error": native.build_error(),
-                  "describe": plan.describe()}))
+                  "describe": plan.describe(), "guided": guided.kind}))
 """
 
 
@@ -63,6 +65,7 @@ def wheel(tmp_path_factory) -> Path:
 def test_wheel_ships_native_sources_headers_and_triton(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     needed = [p.relative_to(PACKAGE.parent) for p in native.SOURCES + native.HEADERS]
+    needed += [p.relative_to(PACKAGE.parent) for p in (PACKAGE / "structured").glob("*.py")]
     needed += [p.relative_to(PACKAGE.parent) for p in (PACKAGE / "kernels" / "triton").glob("*.py")]
     missing = sorted(str(p) for p in needed if p.as_posix() not in names)
     assert not missing, f"the wheel lacks {missing}"
@@ -83,6 +86,7 @@ def test_installed_wheel_builds_and_uses_the_native_kernels(wheel, tmp_path):
     assert Path(got["file"]).resolve().is_relative_to(site.resolve()), got["file"]
     assert got["error"] is None
     assert (got["linear"], got["attention"]) == ("sbgemm", "sbattn"), got["describe"]
+    assert got["guided"] == "json"  # structured outputs (llguidance) work from the wheel
     assert "failed to build" not in got["describe"]
     assert list((tmp_path / "cache").glob("samebits-native-*.so")), "built outside the cache"
 
