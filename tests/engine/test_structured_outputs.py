@@ -105,11 +105,13 @@ def test_guided_outputs_match_their_grammar_and_stop(dep):
         assert engine.tokenizer.decode(choice.token_ids) == choice.text  # no EOS appended
 
 
-def test_guided_requests_are_batching_invariant_and_equal_ref(dep):
+def test_guided_requests_are_batching_invariant_and_equal_ref(dep, monkeypatch):
     jobs = _guided_jobs(dep.config.vocab_size)
     alone = {}
     for job in jobs:
         alone.update(_run(LLMEngine.from_deployment(dep), [job]))
+    # the batched run samples on the row worker threads (as large vocabularies do)
+    monkeypatch.setattr("samebits.engine.row_workers.PARALLEL_MIN_ELEMENTS", 1)
     busy = LLMEngine.from_deployment(
         dep, max_num_batched_tokens=7, block_size=4, num_kv_blocks=20, max_num_seqs=6
     )
