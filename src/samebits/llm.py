@@ -25,16 +25,20 @@ class LLM:
         num_threads: int | None = None, max_model_len: int | None = None, progress: bool = False,
         engine: LLMEngine | None = None, device: str = "cpu",
         gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+        enforce_eager: bool = False,
     ) -> None:  # fmt: skip
         """`device` "cpu" (float32) or "cuda" (bfloat16, Triton invariant kernels); `dtype`
         None takes the device's default. `num_kv_blocks` None: 512 on the CPU, on a GPU what
-        fits in `gpu_memory_utilization` of its memory after the weights."""
+        fits in `gpu_memory_utilization` of its memory after the weights. On a GPU, decode
+        steps replay CUDA graphs unless `enforce_eager` (vLLM's name; same bits either way
+        on the invariant plan)."""
         self.engine = engine or LLMEngine.from_args(
             model, progress=progress, kernel_plan=kernel_plan, dtype=dtype, device=device,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             block_size=block_size, num_kv_blocks=num_kv_blocks,
             enable_prefix_caching=enable_prefix_caching, num_threads=num_threads,
             max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
+            enforce_eager=enforce_eager,
         )  # fmt: skip
         self._ids = itertools.count()
 

@@ -118,12 +118,15 @@ class LLMEngine:
         cls, deployment, max_num_seqs: int = 32, max_num_batched_tokens: int = 512,
         block_size: int = 16, num_kv_blocks: int | None = None,
         enable_prefix_caching: bool = True, gpu_memory_utilization: float | None = None,
+        enforce_eager: bool = False,
     ) -> LLMEngine:  # fmt: skip
-        """A fresh scheduler, KV cache and runner over a built deployment (cheap).
+        """A fresh scheduler, KV cache and runner over a built deployment (cheap on the CPU;
+        on a GPU the decode graphs are captured here unless `enforce_eager`, vLLM's name).
         `num_kv_blocks` None: on a GPU with `gpu_memory_utilization` given (`LLM`, `from_args`
         and `serve` give DEFAULT_GPU_MEMORY_UTILIZATION), as many blocks as fit in that share
         of the device's memory (vLLM's meaning); otherwise DEFAULT_NUM_KV_BLOCKS."""
         from samebits.config import CacheConfig, SchedulerConfig
+        from samebits.engine.graph_policy import graph_config
         from samebits.engine.runner import ModelRunner, kv_blocks_for_device
 
         sized = gpu_memory_utilization is not None and deployment.plan.device != "cpu"
@@ -142,7 +145,11 @@ class LLMEngine:
         sched = SchedulerConfig(max_num_seqs, max_num_batched_tokens, deployment.max_model_len)
         salt = bytes.fromhex(deployment.fingerprint)
         scheduler = Scheduler.from_configs(cache, sched, salt)
-        runner = ModelRunner(deployment.model, cache.block_size, cache.num_kv_blocks)
+        graphs = graph_config(deployment.plan.device, enforce_eager, max_num_seqs)
+        runner = ModelRunner(
+            deployment.model, cache.block_size, cache.num_kv_blocks, graphs,
+            deployment.max_model_len,
+        )  # fmt: skip
         return cls(deployment, runner, scheduler, cache.block_size)
 
     # ------------------------------------------------------------------ requests
@@ -503,6 +510,7 @@ class LLMEngine:
             num_batched_tokens_total=self.num_batched_tokens_total,
             last_batch_size=self.last_batch_size,
         )
+        out.update(getattr(self.runner, "stats", dict)())  # graph / eager steps on a GPU
         return out
 
 

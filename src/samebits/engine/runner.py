@@ -14,6 +14,8 @@ import dataclasses
 import numpy as np
 import torch
 
+from samebits.engine.graph_policy import GraphConfig
+from samebits.engine.graph_runner import DecodeGraphRunner
 from samebits.engine.scheduler import ScheduledRequest
 from samebits.kernels.metadata import FlatBatch
 
@@ -99,13 +101,31 @@ def kv_blocks_for_device(model, block_size: int, utilization: float) -> int:
 
 
 class ModelRunner:
-    """Owns the paged KV cache (num_blocks * block_size slots per layer) and runs the model."""
+    """Owns the paged KV cache (num_blocks * block_size slots per layer) and runs the model.
 
-    def __init__(self, model, block_size: int, num_blocks: int):
+    With `graphs` enabled, pure decode steps replay a captured graph per batch bucket
+    (`graph_runner`); the cache then has one block more, the padding rows' sink, which the
+    block pool (blocks 0 .. num_blocks - 1) never hands out."""
+
+    def __init__(
+        self, model, block_size: int, num_blocks: int, graphs: GraphConfig | None = None,
+        max_model_len: int | None = None,
+    ) -> None:  # fmt: skip
         self.model = model
         self.block_size = block_size
-        self.kv_cache = model.new_kv_cache(num_blocks * block_size)
         self.device = model.ops.device
+        graphs = graphs or GraphConfig()
+        sink = 1 if graphs.enabled else 0
+        self.kv_cache = model.new_kv_cache((num_blocks + sink) * block_size)
+        self.graphs: DecodeGraphRunner | None = None
+        if graphs.enabled:
+            if max_model_len is None:
+                raise ValueError("decode graphs need max_model_len (the block table width)")
+            self.graphs = DecodeGraphRunner(
+                model, self.kv_cache, graphs, block_size, num_blocks, max_model_len
+            )
+            if graphs.capture_at_start:
+                self.graphs.capture_all()
 
     def execute(self, sched_out) -> StepLogits:
         """One float32 logits row per scheduled request with `sample=True`, and every row of
@@ -113,22 +133,49 @@ class ModelRunner:
         scheduled = sched_out.scheduled
         if not scheduled:
             return StepLogits()
+        rows = self.graphs.run(scheduled) if self.graphs is not None else None
+        if rows is not None:  # one row per request, in batch order
+            logits = host_rows(rows, copy=True)
+            return StepLogits(
+                {s.request_id: logits[i] for i, s in enumerate(scheduled) if s.sample}
+            )
         batch = build_flat_batch(scheduled, self.block_size, self.device)
-        logits = self.model.forward(batch, self.kv_cache).cpu().numpy()  # asked rows only
-        sampled: dict[str, np.ndarray] = {}
-        chunk_rows: dict[str, tuple[int, np.ndarray]] = {}
-        at = 0
-        for s in scheduled:
-            if getattr(s, "all_rows", False):
-                rows = logits[at : at + len(s.token_ids)]
-                chunk_rows[s.request_id] = (s.start_position, rows)
-                at += len(s.token_ids)
-                if s.sample:
-                    sampled[s.request_id] = rows[-1]
-            elif s.sample:
-                sampled[s.request_id] = logits[at]
-                at += 1
-        return StepLogits(sampled, chunk_rows)
+        return split_rows(scheduled, host_rows(self.model.forward(batch, self.kv_cache)))
+
+    def stats(self) -> dict[str, int]:
+        """Graph replays and eager steps (empty without graphs)."""
+        return self.graphs.stats() if self.graphs is not None else {}
+
+
+def host_rows(logits: torch.Tensor, copy: bool = False) -> np.ndarray:
+    """float32 logits rows as a host array the caller owns. On a GPU: one asynchronous copy
+    into fresh pinned memory (torch's caching host allocator; the array keeps it alive) and one
+    stream sync per step. On the CPU: the tensor's own memory, copied when `copy` (a graph's
+    output is overwritten by its next replay)."""
+    if logits.device.type == "cpu":
+        return logits.numpy().copy() if copy else logits.numpy()
+    host = torch.empty(logits.shape, dtype=logits.dtype, pin_memory=True)
+    host.copy_(logits, non_blocking=True)
+    torch.cuda.current_stream(logits.device).synchronize()
+    return host.numpy()
+
+
+def split_rows(scheduled, logits: np.ndarray) -> StepLogits:
+    """The eager forward's rows (`logits_rows` order) handed out per request."""
+    sampled: dict[str, np.ndarray] = {}
+    chunk_rows: dict[str, tuple[int, np.ndarray]] = {}
+    at = 0
+    for s in scheduled:
+        if getattr(s, "all_rows", False):
+            rows = logits[at : at + len(s.token_ids)]
+            chunk_rows[s.request_id] = (s.start_position, rows)
+            at += len(s.token_ids)
+            if s.sample:
+                sampled[s.request_id] = rows[-1]
+        elif s.sample:
+            sampled[s.request_id] = logits[at]
+            at += 1
+    return StepLogits(sampled, chunk_rows)
 
 
 def cold_logits(deployment, token_ids, all_rows: bool = False):

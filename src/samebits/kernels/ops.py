@@ -173,6 +173,13 @@ class FastOps(TorchPlacement):
         return F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
 
     def attention(self, q, k_cache, v_cache, batch: FlatBatch, scale: float) -> torch.Tensor:
+        """SDPA per request, planned on the host; a CUDA-graphed decode step (its batch
+        carries the static program map in `attn`, see engine/decode_buffers.py) runs the
+        paged Triton kernel instead: SDPA has no paged decode a graph could replay."""
+        if batch.attn is not None:
+            from samebits.kernels.triton.attention import paged_attention
+
+            return paged_attention(q, k_cache, v_cache, batch.attn, scale)
         out = torch.empty_like(q)
         group = q.shape[1] // k_cache.shape[1]
         for r in range(len(batch.seq_lens)):

@@ -103,7 +103,8 @@ class DecoderModel:
     def forward(self, batch: FlatBatch, kv: KVCache) -> torch.Tensor:
         """float32 logits [len(batch.logits_indices), vocab] on the plan's device."""
         self.plan.apply_threads()
-        batch = self.ops.prepare_batch(batch)
+        if batch.attn is None:  # a decode graph's batch carries its static metadata
+            batch = self.ops.prepare_batch(batch)
         eps = self.cfg.rms_norm_eps
         residual = self.embed.index_select(0, batch.input_ids).float().contiguous()
         x = self.ops.rms_norm(residual, self.layers[0].ln1, eps)

@@ -1,0 +1,150 @@
+"""Static inputs of the decode graphs: fixed tensors every captured forward reads, refilled
+before each replay.
+
+Layout: one staging buffer on the host (pinned on a GPU) mirrored by one on the device; a step
+writes its values into the host one and moves them with a single copy, then spreads its
+compact block table into the fixed-width device table (one device-side copy). Every tensor a
+graph reads is a fixed view of these buffers or a constant, so the pointers recorded at capture
+stay valid for every replay. Views start on 16-byte boundaries, as `attention_meta` lays out
+its own (Triton specializes pointers on that alignment: the graphs launch the same binaries
+as eager steps).
+
+Padding invariant (what makes padding rows harmless): rows past a step's requests are token 0
+at position 0 of a request whose block table is `[sink, sink, ...]`, so their only KV write is
+slot `sink * block_size` and their attention reads only that slot. `sink` is a block the block
+pool never hands out (the runner allocates the KV cache with one block more than the pool
+has), so no real request's K/V is ever written or read by a padding row, and a real row's bits
+do not depend on the padding rows (every op of an invariant plan is row-local).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from samebits.kernels.metadata import FlatBatch
+
+_ALIGN_BYTES = 16
+_INT64 = ("ids", "positions", "slots", "seq_lens")
+_INT32 = ("positions32", "table")
+
+
+def _layout(max_batch: int, width: int) -> tuple[dict[str, tuple[int, int]], int]:
+    """name -> (byte offset, element count) of each segment; the total bytes. The compact
+    table is last: a step copies only the bytes up to the end of its own table."""
+    sizes = {name: max_batch for name in _INT64 + _INT32}
+    sizes["table"] = max_batch * width
+    offsets, at = {}, 0
+    for name in _INT64 + _INT32:
+        offsets[name] = (at, sizes[name])
+        item = 8 if name in _INT64 else 4
+        at += -(-sizes[name] * item // _ALIGN_BYTES) * _ALIGN_BYTES
+    return offsets, at
+
+
+class DecodeBuffers:
+    """Static buffers for pure-decode steps of up to `max_batch` requests whose block tables
+    have at most `width` entries (ceil(max_model_len / block_size))."""
+
+    def __init__(
+        self, max_batch: int, width: int, block_size: int, sink_block: int,
+        device: torch.device, attention_group: int | None = None,
+    ) -> None:  # fmt: skip
+        """`attention_group`: GQA group of the GPU attention kernel, whose program map is
+        built once per bucket (None: the op set plans attention from the host arrays)."""
+        self.max_batch, self.width, self.block_size = max_batch, width, block_size
+        self.sink_block = sink_block
+        self.device = device
+        self.group = attention_group
+        self._offsets, nbytes = _layout(max_batch, width)
+        pin = device.type == "cuda"
+        self.host = torch.zeros(nbytes, dtype=torch.uint8, pin_memory=pin)
+        self.dev = torch.zeros(nbytes, dtype=torch.uint8, device=device)
+        self.table = torch.full((max_batch, width), sink_block, dtype=torch.int32, device=device)
+        self.arange = torch.arange(max_batch + 1, device=device)
+        self.arange32 = self.arange.to(torch.int32)
+        self.query_end32 = (self.arange32[1:] + 0).contiguous()  # own, aligned storage
+        self._np_arange = np.arange(max_batch + 1, dtype=np.int64)
+        self._host_np = {n: self._view(self.host, n).numpy() for n in _INT64 + _INT32}
+
+    def _view(self, buf: torch.Tensor, name: str) -> torch.Tensor:
+        offset, count = self._offsets[name]
+        dtype = torch.int64 if name in _INT64 else torch.int32
+        item = 8 if name in _INT64 else 4
+        return buf[offset : offset + count * item].view(dtype)
+
+    @property
+    def sink_slot(self) -> int:
+        return self.sink_block * self.block_size
+
+    def fill(self, scheduled: Sequence, bucket: int) -> None:
+        """Write one decode step (one token per request) padded to `bucket` rows into the
+        device buffers: one host-to-device copy, one device copy of the block table. An
+        empty step fills every row with padding (what graphs are captured on).
+
+        On a GPU the copy is asynchronous from pinned memory: the caller synchronizes once per
+        step (reading the logits back) before the next `fill` rewrites the host buffer."""
+        n, h = len(scheduled), self._host_np
+        width = max((len(s.block_table) for s in scheduled), default=1)
+        if n > bucket or bucket > self.max_batch or width > self.width:
+            raise ValueError(f"step of {n} requests, {width} blocks does not fit bucket {bucket}")
+        pos = h["positions"][:bucket]
+        pos[:n] = [s.start_position for s in scheduled]
+        pos[n:] = 0
+        h["ids"][:n] = [s.token_ids[0] for s in scheduled]
+        h["ids"][n:bucket] = 0
+        table = h["table"][: bucket * width].reshape(bucket, width)
+        table.fill(self.sink_block)
+        for i, s in enumerate(scheduled):
+            table[i, : len(s.block_table)] = s.block_table
+        rows = np.arange(bucket)
+        h["slots"][:bucket] = table[rows, pos // self.block_size] * self.block_size
+        h["slots"][:bucket] += pos % self.block_size
+        h["seq_lens"][:bucket] = pos + 1
+        h["positions32"][:bucket] = pos
+        self._upload(bucket, width)
+
+    def _upload(self, bucket: int, width: int) -> None:
+        end = self._offsets["table"][0] + bucket * width * 4
+        self.dev[:end].copy_(self.host[:end], non_blocking=True)
+        compact = self._view(self.dev, "table")[: bucket * width].view(bucket, width)
+        self.table[:bucket, :width].copy_(compact)
+
+    def batch(self, bucket: int) -> FlatBatch:
+        """The flat batch a graph of `bucket` rows reads: fixed views of the static buffers
+        (host arrays: views of the device buffers on the CPU, of the staging buffer on a GPU,
+        where no op of a graphed step reads them)."""
+        b, dev = bucket, self.dev
+        hosted = dev if dev.device.type == "cpu" else self.host
+        table = self.table.numpy() if dev.device.type == "cpu" else np.zeros((b, 0), np.int32)
+        return FlatBatch(
+            input_ids=self._view(dev, "ids")[:b],
+            positions=self._view(hosted, "positions")[:b].numpy(),
+            query_req=self._np_arange[:b],
+            query_start_loc=self._np_arange[: b + 1],
+            seq_lens=self._view(hosted, "seq_lens")[:b].numpy(),
+            slot_mapping=self._view(dev, "slots")[:b],
+            block_tables=table[:b],
+            block_size=self.block_size,
+            logits_indices=self.arange[:b],
+            position_ids=self._view(dev, "positions")[:b],
+            attn=self._attention_meta(b),
+        )
+
+    def _attention_meta(self, b: int):
+        """The GPU attention's program map of a decode step: program r holds request r's one
+        token (as `attention_metadata` plans it for one-token requests: `block_m` from
+        `default_block_m(1, group)`, the default warps)."""
+        if self.group is None:
+            return None
+        from samebits.kernels.triton import attention_meta as am
+
+        return am.AttentionMeta(
+            positions=self._view(self.dev, "positions32")[:b], prog_req=self.arange32[:b],
+            prog_row0=self.arange32[:b], query_end=self.query_end32[:b],
+            block_tables=self.table[:b], num_programs=b, block_size=self.block_size,
+            group=self.group, block_m=am.default_block_m(1, self.group),
+            num_warps=am.ATTENTION_WARPS,
+        )  # fmt: skip
