@@ -70,11 +70,20 @@ def _add_generate(sub) -> None:
         "--no-chat", action="store_true", help="send PROMPT raw, without the chat template"
     )
     add_deployment_arguments(p)
+    _add_enforce_eager(p)
+
+
+def _add_enforce_eager(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--enforce-eager", action="store_true",
+        help="cuda: run every step eagerly (default: decode steps replay CUDA graphs)",
+    )  # fmt: skip
 
 
 def _add_info(sub) -> None:
     p = sub.add_parser("info", help="print the kernel plan and the deployment fingerprint")
     add_deployment_arguments(p)
+    _add_enforce_eager(p)
     p.add_argument("--json", action="store_true", help="print all fingerprint components as JSON")
 
 
@@ -89,6 +98,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     llm = LLM(
         args.model, kernel_plan=args.kernel_plan, num_threads=args.num_threads, progress=True,
         device=args.device, dtype=args.dtype, max_model_len=args.max_model_len,
+        enforce_eager=args.enforce_eager,
     )  # fmt: skip
     tok = llm.tokenizer
     if args.no_chat:
@@ -124,7 +134,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         dtype=plan.dtype,
     )  # fmt: skip
     if args.json:
-        print(json.dumps({"fingerprint": dep.fingerprint, **dep.components}, indent=2))
+        graphs = _graphs_line(dep.plan, args.enforce_eager)
+        print(json.dumps({"fingerprint": dep.fingerprint, **dep.components, "graphs": graphs},
+                         indent=2))  # fmt: skip
         return 0
     print(f"model: {dep.loaded.name}")
     print(dep.plan.describe())
@@ -144,7 +156,21 @@ def cmd_info(args: argparse.Namespace) -> int:
             print(line)
     print(f"weights sha256: {dep.components['weights_sha256']}")
     print(f"fingerprint: {dep.fingerprint}")
+    print(_graphs_line(dep.plan, args.enforce_eager))
     return 0
+
+
+def _graphs_line(plan, enforce_eager: bool) -> str:
+    """How steps run (not in the fingerprint: on the invariant plan a graph replay and an
+    eager step give the same bits; tests/gpu/test_gpu_graphs.py checks it on the GPU)."""
+    from samebits.engine.graph_policy import graph_config
+
+    line = graph_config(plan.device, enforce_eager, 32).describe()
+    return (
+        line + " [for max_num_seqs=32; not part of the fingerprint]"
+        if plan.device == "cuda"
+        else line
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

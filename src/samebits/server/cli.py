@@ -52,6 +52,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     add("--gpu-memory-utilization", type=float, default=0.9,
         help="share of the GPU's memory the engine may use in all (cuda only)")  # fmt: skip
     add("--no-prefix-caching", action="store_true")
+    add("--enforce-eager", action="store_true",
+        help="cuda: run every step eagerly (default: decode steps replay CUDA graphs)")  # fmt: skip
     add("--max-n", type=int, default=16, help="largest n accepted")
     add("--max-tokens-limit", type=int, default=None, help="largest max_tokens accepted")
     add("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
@@ -71,6 +73,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "block_size": args.block_size,
         "enable_prefix_caching": not args.no_prefix_caching,
         "gpu_memory_utilization": args.gpu_memory_utilization,
+        "enforce_eager": args.enforce_eager,
     }
     if args.num_kv_blocks is not None:
         kwargs["num_kv_blocks"] = args.num_kv_blocks
@@ -142,6 +145,9 @@ def _announce(args: argparse.Namespace, engine: Any, config: ServerConfig, write
         f"  audit log:   {writer.path if writer is not None else 'disabled (--no-audit-log)'}",
         f"  listening:   http://{args.host}:{args.port}/v1",
     ]
+    graphs = getattr(engine.runner, "graphs", None)
+    if graphs is not None:
+        lines.append(f"  {graphs.config.describe()}")
     if args.host not in LOOPBACK and config.api_key is None:
         lines.append("  WARNING: bound beyond loopback without --api-key: anyone can use it")
     print("\n".join(lines), file=sys.stderr, flush=True)
