@@ -63,8 +63,8 @@ class DecodeGraphRunner:
         with padding first: capture writes K/V to the sink block only)."""
         self.buffers.fill((), bucket)
         batch = self.buffers.batch(bucket)
-        graph = self._new_graph()
-        graph.capture(lambda: self.model.forward(batch, self.kv_cache))
+        graph, model, kv = self._new_graph(), self.model, self.kv_cache  # no cycle to self
+        graph.capture(lambda: model.forward(batch, kv))
         self.graphs[bucket] = graph
         return graph
 
