@@ -46,7 +46,9 @@ SPLIT = {s.name: s for s in S.linear_specs("tiny", shapes=[("down", 64, 512)])}
     "name",
     [
         "tiny.down.batch.split_grid-bm16-bn32-w4-s4",
-        "tiny.down.equiv.split_grid-bm16-bn32-w4-s4~ranges-bm128-bn256-w8-s3",
+        "tiny.down.equiv.split_grid-bm16-bn32-w4-s4~ranges-bm128-bn128-w8-s4",
+        "tiny.down.batch.tma-bm128-bn128-w8-s4-g8",
+        "tiny.down.equiv.split_grid-bm16-bn32-w4-s4~tma-bm128-bn128-w8-s4-g8",
     ],
 )
 def test_split_grid_and_ordered_sum_match_the_plan(name):
@@ -55,15 +57,19 @@ def test_split_grid_and_ordered_sum_match_the_plan(name):
 
 
 def test_every_launch_the_plan_may_choose_is_covered():
-    from samebits.kernels.triton.launches import LAUNCH_TABLE, choose_launch
+    from samebits.kernels.triton.launches import choose_launch, launch_table
     from samebits.kernels.triton.splitplan import split_plan
 
-    plan = split_plan(4096, 14336, "down")
-    launches = S.plan_launches(plan)
-    for m in (1, 2, 16, 17, 64, 65, 256, 1024, 1025, 8192, 1 << 20):
-        assert choose_launch(plan, m) in launches
-    assert {(la.block_m, la.block_n) for la in launches} == {(r[1], r[2]) for r in LAUNCH_TABLE}
-    assert {la.kind for la in launches} == {"split_grid", "ranges"}
+    for n, k, role in ((4096, 14336, "down"), (6144, 4096, "qkv"), (28672, 4096, "gate_up")):
+        plan = split_plan(n, k, role)
+        launches = S.plan_launches(plan)
+        for m in (1, 2, 16, 17, 64, 65, 128, 129, 256, 257, 1024, 1025, 8192, 1 << 20):
+            assert choose_launch(plan, m) in launches
+            assert choose_launch(plan, m, tma=False) in launches
+        rows = {(r[2], r[3]) for r in launch_table(plan)}
+        assert {(la.block_m, la.block_n) for la in launches} == rows
+        kinds = {"ranges", "tma"} | ({"split_grid"} if plan.splits > 1 else set())
+        assert {la.kind for la in launches} == kinds
 
 
 def test_llama_qkv_certificate(tmp_path):

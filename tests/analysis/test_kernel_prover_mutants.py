@@ -55,7 +55,9 @@ def assert_refuted(res, *needles):
     return cex
 
 
-BM16 = "ranges-bm16-bn32-w4-s4"
+BM16 = "ranges-bm16-bn32-w4-s6"  # the first launch of a column plan (S = 1)
+BM16_SPLIT = "ranges-bm16-bn32-w4-s4"  # the same tiles as the split plan's first grid launch
+TMA_SPLIT = "tma-bm128-bn128-w8-s4-g8"
 
 
 def test_block_k_chosen_from_m_is_refuted():
@@ -105,14 +107,14 @@ def _reversed_in_odd_tiles() -> str:
 
 
 def test_reversed_range_order_in_odd_programs_is_refuted():
-    res = run(split_linear("batch", BM16), _reversed_in_odd_tiles(), "_linear_kernels.py")
+    res = run(split_linear("batch", BM16_SPLIT), _reversed_in_odd_tiles(), "_linear_kernels.py")
     cex = assert_refuted(res, "y:")
     model = cex["element_and_programs"]
     assert model["elem.r"] // 16 % 2 == 1  # the row sits in an odd m-tile of the left launch
 
 
 def test_reversed_order_breaks_launch_equivalence_with_the_split_grid():
-    spec = split_linear("equiv", f"split_grid-bm16-bn32-w4-s4~{BM16}")
+    spec = split_linear("equiv", f"split_grid-bm16-bn32-w4-s4~{BM16_SPLIT}")
     res = run(spec, _reversed_in_odd_tiles(), "_linear_kernels.py")
     assert_refuted(res, "y:")
 
@@ -151,3 +153,49 @@ def test_layout_dependent_sum_is_refuted():
     spec.right[0].num_warps = spec.left[0].num_warps * 2
     res = run(spec, ROWS, "_row_kernels.py")
     assert_refuted(res, "reduce: parameters differ")
+
+
+# --- the TMA kernel (descriptor loads, one k loop, a select at each range's last step) -----
+
+TMA_EQUIV = f"split_grid-bm16-bn32-w4-s4~{TMA_SPLIT}"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "needle"),
+    [
+        # the running total added on the other side (a float add is not assumed commutative)
+        ("tl.where(i < STEPS, acc, total + acc)", "tl.where(i < STEPS, acc, acc + total)", "y:"),
+        # the first range added to a zero total instead of becoming it
+        ("tl.where(i < STEPS, acc, total + acc)", "total + acc", "y:"),
+        # a weight box read at the wrong k
+        ("            b = w_desc.load([off_n, i * BLOCK_K])\n            acc = tl.dot(a, b.T, acc, "
+         "input_precision=\"ieee\")\n            if i % STEPS",
+         "            b = w_desc.load([off_n, (i % 2) * BLOCK_K])\n            acc = tl.dot(a, b.T, "
+         "acc, input_precision=\"ieee\")\n            if i % STEPS", "reads w"),
+    ],
+)  # fmt: skip
+def test_tma_kernel_mutants_break_launch_equivalence(old, new, needle):
+    res = run(split_linear("equiv", TMA_EQUIV), mutate(LINEAR, old, new), "_linear_kernels.py")
+    assert_refuted(res, needle)
+
+
+def test_tma_group_axes_swapped_is_refuted():
+    # N = 1100: 9 weight tiles of 128 in groups of 8; the swapped axes leave tiles unwritten
+    specs = S.linear_specs("tiny", shapes=[("down", 1100, 512)])
+    text = mutate(LINEAR, "(tl.program_id(2) * GROUP_N + tl.program_id(0))",
+                  "(tl.program_id(0) * GROUP_N + tl.program_id(2))")  # fmt: skip
+    res = run(_spec(specs, f"tiny.down.equiv.{TMA_EQUIV}"), text, "_linear_kernels.py")
+    assert_refuted(res)
+
+
+def test_tma_box_of_another_row_is_refuted():
+    text = mutate(
+        LINEAR,
+        "            a = x_desc.load([off_m, i * BLOCK_K])\n            b = w_desc.load([off_n, i * BLOCK_K])\n"
+        "            acc = tl.dot(a, b.T, acc, input_precision=\"ieee\")\n            if i % STEPS",
+        "            a = x_desc.load([off_m + 1, i * BLOCK_K])\n            b = w_desc.load([off_n, i * BLOCK_K])\n"
+        "            acc = tl.dot(a, b.T, acc, input_precision=\"ieee\")\n            if i % STEPS",
+    )  # fmt: skip
+    res = run(split_linear("batch", TMA_SPLIT), text, "_linear_kernels.py")
+    cex = assert_refuted(res, "y:")  # row r reads row r + 1 (zero fill past M when alone)
+    assert cex["element_and_programs"]["L.M"] > 1

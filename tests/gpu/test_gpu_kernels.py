@@ -52,9 +52,9 @@ def test_linear_rows_any_m_equal_row_alone(cuda, role, gpu_record):
     assert lin.qualify()
 
 
-@pytest.mark.parametrize("role", ["o", "down", "qkv"])
+@pytest.mark.parametrize("role", ["o", "down", "qkv", "gate_up"])
 def test_linear_every_launch_same_bits(cuda, role, gpu_record):
-    from samebits.kernels.triton.launches import LAUNCH_TABLE, Launch
+    from samebits.analysis.kernel_prover.units import plan_launches
     from samebits.kernels.triton.linear import linear, split_plan
 
     n, k = LLAMA3_8B[role]
@@ -65,11 +65,10 @@ def test_linear_every_launch_same_bits(cuda, role, gpu_record):
     plan = split_plan(n, k, role)
     ref = torch.cat([linear(x[i : i + 1], w, b, plan, BF16) for i in range(100)])
     bad, launches = 0, 0
-    for _, bm, bn, warps, stages in LAUNCH_TABLE:
-        for kind in ("split_grid", "ranges"):
-            y = linear(x, w, b, plan, BF16, Launch(kind, bm, bn, warps, stages))
-            bad += rows_differing(y, ref)
-            launches += 1
+    for launch in plan_launches(plan):  # every launch the engine may choose, TMA or not
+        y = linear(x, w, b, plan, BF16, launch)
+        bad += rows_differing(y, ref)
+        launches += 1
     gpu_record(f"linear launches {role} S={plan.splits}", f"{launches} launches, {bad} rows differ")
     assert bad == 0
 

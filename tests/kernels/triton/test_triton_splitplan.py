@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from samebits.kernels.triton.launches import RANGES, SPLIT_GRID, choose_launch
+from samebits.kernels.triton.launches import RANGES, SPLIT_GRID, TMA, choose_launch, pointer_kind
 from samebits.kernels.triton.splitplan import SplitPlan, split_plan
 
 
@@ -46,9 +46,14 @@ def test_unknown_role_rejected():
 def test_launch_kind_follows_m_only_among_equal_plans(m):
     split = choose_launch(split_plan(40, 512, "down"), m)
     single = choose_launch(split_plan(40, 100, "qkv"), m)
-    assert split.kind == SPLIT_GRID
-    assert single.kind == RANGES
-    assert (split.block_m, split.block_n) == (single.block_m, single.block_n)
+    assert split.kind in (SPLIT_GRID, TMA)
+    assert single.kind in (RANGES, TMA)
+    assert split == choose_launch(split_plan(40, 512, "down"), m)  # a function of (plan, M)
+    for plan in (split_plan(40, 512, "down"), split_plan(40, 100, "qkv")):
+        fallback = choose_launch(plan, m, tma=False)
+        assert fallback.kind == pointer_kind(plan)
+        tiles = choose_launch(plan, m)
+        assert (fallback.block_m, fallback.block_n) == (tiles.block_m, tiles.block_n)
 
 
 def test_every_range_holds_two_steps():

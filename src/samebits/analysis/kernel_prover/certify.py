@@ -35,9 +35,10 @@ ASSUMPTIONS = {
     "tl.dot-k-atom-chain": f"tl.dot(a, b, acc) computes each output element as a left-to-right "
     f"chain over k-atoms of {DOT_ATOM}: acc = DOT{DOT_ATOM}(acc, a[m, k0:k0+{DOT_ATOM}], "
     f"b[k0:k0+{DOT_ATOM}, n]) for k0 = 0, {DOT_ATOM}, ... in order; independent of BLOCK_M, "
-    "BLOCK_N, num_warps, num_stages and of how k is grouped into BLOCK_K tiles. Qualified on "
-    "the H200 (Triton 3.6): tests/gpu/test_gpu_kernels.py (every launch of LAUNCH_TABLE, rows "
-    "at M = 1..8192) and DESIGN.md section 2b measurements",
+    "BLOCK_N, num_warps, num_stages, of how k is grouped into BLOCK_K tiles and of whether the "
+    "operands came through pointer loads or TMA descriptors. Qualified on the H200 (Triton "
+    "3.6): tests/gpu/test_gpu_kernels.py (every launch the plan may choose, pointer and TMA, "
+    "rows at M = 1..8192) and DESIGN.md section 2b measurements",
     "no-dot-fold": "Triton does not fold `total + tl.dot(a, b, 0)` into `tl.dot(a, b, total)`; "
     "the split plan keeps >= MIN_STEPS_PER_RANGE steps per range (DESIGN.md 2b, splitplan.py)",
     "tl.sum-layout": "(linear and row kernels) tl.sum / tl.max over a float tile is a function "
@@ -48,6 +49,9 @@ ASSUMPTIONS = {
     "index arithmetic is exact (no int32 overflow check)",
     "kernel-sequencing": "the kernel calls of one launch run in order (stream order), so a "
     "later call reads what the earlier calls stored",
+    "tma-zero-fill": "a TMA descriptor load `desc.load([r, c])` reads the box of the row-major "
+    "[rows, cols] array at (r, c), and +0.0 for every element with a row >= rows or a column "
+    ">= cols (the descriptor's zero padding; offsets are non-negative)",
 }
 
 

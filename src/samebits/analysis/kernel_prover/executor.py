@@ -86,6 +86,18 @@ class ArrayArg:
 
 
 @dataclass(frozen=True)
+class DescArg:
+    """A TMA tensor descriptor over a row-major [rows, cols] array, read in [block] boxes;
+    elements outside the array read as +0.0 (the hardware's zero fill)."""
+
+    name: str
+    dtype: str
+    rows: Any  # Lin or int
+    cols: int
+    block: tuple[int, int]
+
+
+@dataclass(frozen=True)
 class FloatArg:
     name: str
 
@@ -459,6 +471,9 @@ class _Program:
             return Tile("ptr", (), (v.name, T.ZERO), v.dtype)
         if isinstance(v, FloatArg):
             return Tile("float", (), T.Term("arg", (v.name,), "fp32"), "fp32")
+        if isinstance(v, DescArg):
+            rows = v.rows if isinstance(v.rows, Lin) else T.const(v.rows)
+            return Tile("desc", (), (v.name, rows, v.cols, v.block), v.dtype)
         if isinstance(v, Lin):
             return Tile("int", (), v, "i32")
         return v  # constexpr python value
@@ -477,6 +492,8 @@ class _Program:
             val = self.expr(s.value, env)
             for t in s.targets:
                 self.assign(t, val, env)
+        elif isinstance(s, ast.AnnAssign) and s.value is not None:  # NAME: tl.constexpr = ...
+            self.assign(s.target, self.expr(s.value, env), env)
         elif isinstance(s, ast.AugAssign):
             cur = self.expr(s.target, env)
             self.assign(s.target, self.binop(s.op, cur, self.expr(s.value, env), s), env)
@@ -576,7 +593,7 @@ class _Program:
             if e.id in ("True", "False", "None"):
                 return {"True": True, "False": False, "None": None}[e.id]
             raise Unsupported(self.where(e), f"unknown name {e.id!r}")
-        if isinstance(e, ast.Tuple):
+        if isinstance(e, ast.Tuple | ast.List):
             return tuple(self.expr(x, env) for x in e.elts)
         if isinstance(e, ast.BinOp):
             return self.binop(e.op, self.expr(e.left, env), self.expr(e.right, env), e)
@@ -613,6 +630,8 @@ class _Program:
         if name and name.startswith("tl.") and name.split(".")[-1] in DTYPES:
             return DType(DTYPES[name.split(".")[-1]])
         base = self.expr(e.value, env)
+        if isinstance(base, Tile) and e.attr == "T" and len(base.dims) == 2:
+            return Tile(base.kind, (base.dims[1], base.dims[0]), base.v, base.dtype)
         if isinstance(base, Tile) and e.attr == "dtype":
             return ("dtype-of", base)
         if isinstance(base, tuple) and base and base[0] == "dtype-of" and e.attr == "element_ty":
@@ -796,6 +815,10 @@ class _Program:
         if isinstance(e.func, ast.Attribute) and e.func.attr == "to":
             obj = self.expr(e.func.value, env)
             return self.to(obj, [self.expr(a, env) for a in e.args], e)
+        if isinstance(e.func, ast.Attribute) and e.func.attr == "load":
+            obj = self.expr(e.func.value, env) if self.func_name(e.func) != "tl.load" else None
+            if isinstance(obj, Tile) and obj.kind == "desc":
+                return _desc_load(self, e, obj, [self.expr(a, env) for a in e.args])
         name = self.func_name(e.func)
         if name == "float" and len(e.args) == 1 and not e.keywords:
             v = self.expr(e.args[0], env)
@@ -969,6 +992,35 @@ def _tl_load(p: _Program, e, args, kw):
         return Tile("float", dims, T.ite(m, value, o), dt)
     o = vals[-1] if other is not None else T.ZERO
     return Tile("int", dims, T.ite_int(m, value, o), dt)
+
+
+def _desc_load(p: _Program, e, desc: Tile, args) -> Tile:
+    """``desc.load([r, c])``: the [block] box at (r, c) of the descriptor's array, +0.0 where a
+    row >= rows or a column >= cols (TMA zero fill; offsets are non-negative here)."""
+    if len(args) != 1 or not isinstance(args[0], tuple) or len(args[0]) != 2:
+        raise Unsupported(p.where(e), "descriptor load takes one [row, col] offset list")
+    array, rows, cols, block = desc.v
+    dims, coords = [], []
+    for off, n in zip(args[0], block, strict=True):
+        lane = p.ex.fresh("lane", 0, n)
+        key = lane.terms[0][0]
+        p.lanes[key] = n
+        dims.append((n, key))
+        base = off.v if isinstance(off, Tile) else T.const(off)
+        if isinstance(off, Tile) and (off.kind != "int" or off.dims):
+            raise Unsupported(p.where(e), "descriptor offsets must be integer scalars")
+        coords.append(base.add(lane))
+    row, col = coords
+    idx = row.scale(cols).add(col)
+    mask = T.c_and(T.cmp("<", row, rows), T.cmp("<", col, T.const(cols)))
+    dt = desc.dtype
+    p.ex.loads.append(
+        Load(
+            p.ci, array, idx, mask, tuple(p.path), tuple(p.pids_or_zero()), next(p.seq), p.where(e)
+        )  # fmt: skip
+    )
+    value = p.read(array, idx, mask, dt, e)
+    return Tile("float", tuple(dims), T.ite(mask, value, T.fconst(0.0, dt)), dt)
 
 
 def _tl_store(p: _Program, e, args, kw):

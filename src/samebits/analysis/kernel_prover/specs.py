@@ -14,7 +14,13 @@ from dataclasses import dataclass
 import z3
 
 from samebits.analysis.kernel_prover import units as _units
-from samebits.analysis.kernel_prover.executor import ArrayArg, CDiv, FloatArg, KernelCall
+from samebits.analysis.kernel_prover.executor import (
+    ArrayArg,
+    CDiv,
+    DescArg,
+    FloatArg,
+    KernelCall,
+)
 from samebits.analysis.kernel_prover.prover import BATCH, LAUNCH, Goal
 from samebits.analysis.kernel_prover.terms import Lin
 
@@ -62,8 +68,8 @@ def _m_symbol() -> Lin:
 
 def linear_calls(plan, launch, m, has_bias: bool, out_dtype: str) -> list[KernelCall]:
     """The kernel calls `samebits.kernels.triton.linear` makes for ``launch`` (mirrors
-    `_run_ranges` / `_run_split_grid`)."""
-    from samebits.kernels.triton.launches import SPLIT_GRID
+    `_run_ranges` / `_run_split_grid` / `_run_tma`)."""
+    from samebits.kernels.triton.launches import SPLIT_GRID, TMA
     from samebits.kernels.triton.linear import ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS
 
     x, w, y = ArrayArg("x", ACT), ArrayArg("w", ACT), ArrayArg("y", out_dtype)
@@ -72,6 +78,8 @@ def linear_calls(plan, launch, m, has_bias: bool, out_dtype: str) -> list[Kernel
     gm = CDiv(mm, launch.block_m)
     gn = -(-plan.n // launch.block_n)
     tiles = dict(BLOCK_M=launch.block_m, BLOCK_N=launch.block_n, BLOCK_K=plan.block_k)
+    if launch.kind == TMA:
+        return [_tma_call(plan, launch, mm, b, y, has_bias, tiles)]
     if launch.kind != SPLIT_GRID:
         args = dict(x_ptr=x, w_ptr=w, b_ptr=b, y_ptr=y, M=mm, N=plan.n, K=plan.k,
                     RANGE_K=plan.range_k, SPLITS=plan.splits, HAS_BIAS=has_bias, **tiles)  # fmt: skip
@@ -89,6 +97,20 @@ def linear_calls(plan, launch, m, has_bias: bool, out_dtype: str) -> list[Kernel
             ORDERED_SUM_WARPS,
         ),  # fmt: skip
     ]
+
+
+def _tma_call(plan, launch, mm: Lin, b, y, has_bias: bool, tiles: dict) -> KernelCall:
+    """`_run_tma`'s call: descriptors over x [M, K] and w [N, K], grid (group, m-tiles, groups)."""
+    from samebits.kernels.triton.linear import tma_grid
+
+    g0, _, g2, group = tma_grid(plan.n, 1, launch)
+    x = DescArg("x", ACT, mm, plan.k, (launch.block_m, plan.block_k))
+    w = DescArg("w", ACT, plan.n, plan.k, (launch.block_n, plan.block_k))
+    args = dict(x_desc=x, w_desc=w, b_ptr=b, y_ptr=y, M=mm, N=plan.n, K=plan.k,
+                RANGE_K=plan.range_k, SPLITS=plan.splits, HAS_BIAS=has_bias, GROUP_N=group,
+                **tiles)  # fmt: skip
+    grid = (g0, CDiv(mm, launch.block_m), g2)
+    return KernelCall("linear_tma_kernel", grid, args, launch.num_warps)
 
 
 plan_launches = _units.plan_launches

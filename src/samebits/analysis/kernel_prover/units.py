@@ -78,12 +78,13 @@ def units_for(d: dict, shapes: list[tuple[str, int, int]] | None = None) -> list
 
 
 def plan_launches(plan) -> list:
-    """Every launch the plan may choose (one per LAUNCH_TABLE row, via choose_launch), plus the
-    same tiles in the other kind: the split-K grid and the in-program ranges must agree."""
+    """Every launch the plan may choose (one per launch-table row, via choose_launch, with and
+    without TMA), plus the same tiles in the pointer kinds: the split-K grid, the in-program
+    ranges and the TMA kernel must all agree."""
     from samebits.kernels.triton.backend import _M_PROBES
-    from samebits.kernels.triton.launches import LAUNCH_TABLE, RANGES, SPLIT_GRID, choose_launch
+    from samebits.kernels.triton.launches import RANGES, SPLIT_GRID, choose_launch, launch_table
 
-    probes = sorted(set(_M_PROBES) | {row[0] for row in LAUNCH_TABLE if row[0] < 1 << 40})
+    probes = sorted(set(_M_PROBES) | {row[0] for row in launch_table(plan) if row[0] < 1 << 40})
     chosen = []
     for m in probes:
         la = choose_launch(plan, m)
@@ -100,7 +101,8 @@ def plan_launches(plan) -> list:
 
 
 def launch_name(la) -> str:
-    return f"{la.kind}-bm{la.block_m}-bn{la.block_n}-w{la.num_warps}-s{la.num_stages}"
+    group = f"-g{la.group_n}" if la.group_n > 1 else ""
+    return f"{la.kind}-bm{la.block_m}-bn{la.block_n}-w{la.num_warps}-s{la.num_stages}{group}"
 
 
 def _next_pow2(x: int) -> int:

@@ -12,7 +12,7 @@ from samebits.kernels.triton.attention_meta import (
     DECODE_BLOCK_M,
     PREFILL_BLOCK_M,
 )
-from samebits.kernels.triton.launches import LAUNCH_TABLE
+from samebits.kernels.triton.launches import COLUMN_TABLE, NARROW_MID_ROW, SPLIT_TABLE, WIDE_N
 from samebits.kernels.triton.splitplan import MIN_STEPS_PER_RANGE, SPLIT_CANDIDATES, SplitPlan
 
 
@@ -24,10 +24,14 @@ def describe_plan(plan: SplitPlan) -> str:
     )
 
 
+def _cell(row) -> str:
+    _, kind, bm, bn, w, st, g = row
+    return f"{kind} {bm}x{bn}/w{w}/s{st}" + (f"/g{g}" if g > 1 else "")
+
+
 def _launch_table(table) -> str:
-    rows = ", ".join(f"M<={m}:{bm}x{bn}/w{w}/s{st}" for m, bm, bn, w, st in table[:-1])
-    _, bm, bn, w, st = table[-1]
-    return f"{rows}, larger:{bm}x{bn}/w{w}/s{st}"
+    rows = ", ".join(f"M<={row[0]}:{_cell(row)}" for row in table[:-1])
+    return f"{rows}, larger:{_cell(table[-1])}"
 
 
 def describe() -> dict[str, str]:
@@ -36,8 +40,9 @@ def describe() -> dict[str, str]:
         "linear": (
             "triton split-plan linear: splits per role "
             f"{dict(SPLIT_CANDIDATES)} (>= {MIN_STEPS_PER_RANGE} BK steps per range), BK=64 "
-            "(32 if K<64), tl.dot fp32 accumulate; launch: split-K grid + ordered sum if S>1, "
-            f"else one program per tile; tiles by M {_launch_table(LAUNCH_TABLE)}"
+            "(32 if K<64), tl.dot fp32 accumulate; launches by M: S=1 "
+            f"{_launch_table(COLUMN_TABLE)} (N<{WIDE_N}: 64<M<=256 {_cell(NARROW_MID_ROW)}); "
+            f"S>1 {_launch_table(SPLIT_TABLE)}; tma rows run as pointer loads without TMA"
         ),
         "rms_norm": "triton row program (also add_rms_norm, head_rms_norm): block=next_pow2(width), "
         "warps=min(8,max(1,block//256)), tl.sum of squares, div_rn/sqrt_rn",

@@ -13,22 +13,37 @@ from samebits.kernels.triton.splitplan import SplitPlan
 
 SPLIT_GRID = "split_grid"
 RANGES = "ranges"
-LAUNCH_KINDS = (SPLIT_GRID, RANGES)
+TMA = "tma"
+LAUNCH_KINDS = (SPLIT_GRID, RANGES, TMA)
 
-# (max M, block_m, block_n, num_warps, num_stages); the first row whose max M >= m is used.
-LAUNCH_TABLE: tuple[tuple[int, int, int, int, int], ...] = (
-    (16, 16, 32, 4, 4),
-    (64, 32, 64, 4, 4),
-    (256, 64, 128, 4, 4),
-    (1024, 128, 128, 8, 3),
-    (1 << 62, 128, 256, 8, 3),
+# Rows (max M, kind, block_m, block_n, num_warps, num_stages, group_n); the first row whose max M
+# >= m is used. Measured on the H200 (`benchmarks/linear_sweep.py`, 2026-11-30, CUDA-graph
+# timing, Llama-3-8B shapes; `benchmarks/results/2026-11-30-h200-linear-sweep*.json`):
+# - column weights (S = 1): pointer loads at M <= 64 (qkv 1.10-1.17x cuBLAS, gate_up 1.0x);
+#   above, TMA descriptor loads in grouped tile order (qkv / gate_up 1.01-1.04x at M >= 2048,
+#   where the pointer kernel ran 1.20-1.35x). Narrow weights (N < WIDE_N, e.g. qkv) at
+#   64 < M <= 256 keep 64x64 tiles: 128x128 tiles leave most SMs idle (qkv M=128: 24 vs 33 us).
+# - split plans (S > 1): the split-K grid at M <= 128 (0.93-1.2x); above, the TMA kernel with
+#   the ranges in one k loop (o 1.18-1.25x, down 1.09-1.18x at M >= 512), where the grid's
+#   partials (S*M*N*8 bytes) cost 1.5-2.1x and in-program ranges as nested loops 2.5x;
+#   64x128 tiles with 4 warps ran 1.45-1.55x at M = 512 (a second fp32 tile per thread).
+COLUMN_TABLE: tuple[tuple, ...] = (
+    (16, RANGES, 16, 32, 4, 6, 1),
+    (64, RANGES, 64, 64, 4, 6, 1),
+    (256, TMA, 128, 128, 8, 4, 8),
+    (1 << 62, TMA, 128, 256, 8, 4, 8),
 )
-# Split plans (S > 1) take the split-K grid at every M: each program runs one fp32 chain (one
-# accumulator tile, as fast as the S = 1 kernel) and an ordered-sum kernel adds the S partials.
-# The in-program launch, which holds the running total and the range chain in registers at
-# once, computes the same bits but ran 3.3-4.5x cuBLAS at M >= 128 on o / down (Llama-3-8B
-# shapes, `benchmarks/gpu_ops.py` on the H200, 2026-11-30), against 1.0-1.1x for the grid at
-# M <= 32; the partials cost S * M * N * 8 bytes of traffic instead.
+NARROW_MID_ROW = (256, TMA, 64, 64, 4, 6, 1)  # replaces the 64 < M <= 256 row when N < WIDE_N
+WIDE_N = 16384
+SPLIT_TABLE: tuple[tuple, ...] = (
+    (16, SPLIT_GRID, 16, 32, 4, 4, 1),
+    (64, SPLIT_GRID, 32, 64, 4, 4, 1),
+    (128, SPLIT_GRID, 64, 128, 4, 4, 1),
+    (1 << 62, TMA, 128, 128, 8, 4, 8),
+)
+# Without TMA (compute capability < 9, or K * itemsize not a multiple of 16), a TMA row runs
+# the same tiles as the pointer kernel of the plan (ranges for S = 1, split grid for S > 1);
+# the prover certifies every launch of both tables in both forms (equal bits).
 
 
 @dataclass(frozen=True)
@@ -40,23 +55,39 @@ class Launch:
     block_n: int
     num_warps: int
     num_stages: int
+    group_n: int = 1
 
     def __post_init__(self) -> None:
         if self.kind not in LAUNCH_KINDS:
             raise ValueError(f"launch kind must be one of {LAUNCH_KINDS}, got {self.kind!r}")
         if self.block_m < 16 or self.block_n < 16:
             raise ValueError("tl.dot needs block_m and block_n >= 16")
+        if self.group_n < 1:
+            raise ValueError(f"group_n must be >= 1, got {self.group_n}")
 
 
-def choose_launch(
-    plan: SplitPlan,
-    m: int,
-    table: tuple[tuple[int, int, int, int, int], ...] = LAUNCH_TABLE,
-) -> Launch:
-    """The launch for ``m`` rows: the split-K grid when the plan splits, else one program per
-    output tile; tile sizes from ``table`` by M."""
+def launch_table(plan: SplitPlan) -> tuple[tuple, ...]:
+    """The table rows for ``plan`` (a function of the plan's N and S only)."""
+    if plan.splits > 1:
+        return SPLIT_TABLE
+    if plan.n < WIDE_N:
+        return tuple(NARROW_MID_ROW if row[0] == 256 else row for row in COLUMN_TABLE)
+    return COLUMN_TABLE
+
+
+def pointer_kind(plan: SplitPlan) -> str:
+    """The pointer-load launch kind that stands in for TMA (same tiles, same bits)."""
+    return SPLIT_GRID if plan.splits > 1 else RANGES
+
+
+def choose_launch(plan: SplitPlan, m: int, tma: bool = True) -> Launch:
+    """The launch for ``m`` rows from :func:`launch_table`; with ``tma=False`` a TMA row runs
+    as :func:`pointer_kind` with the same tiles."""
     if m < 1:
         raise ValueError(f"a linear needs at least one row, got m={m}")
-    kind = SPLIT_GRID if plan.splits > 1 else RANGES
-    _, block_m, block_n, warps, stages = next(row for row in table if m <= row[0])
-    return Launch(kind, block_m, block_n, warps, stages)
+    _, kind, block_m, block_n, warps, stages, group = next(
+        row for row in launch_table(plan) if m <= row[0]
+    )
+    if kind == TMA and not tma:
+        kind, group = pointer_kind(plan), 1
+    return Launch(kind, block_m, block_n, warps, stages, group)

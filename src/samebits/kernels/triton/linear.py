@@ -13,9 +13,10 @@ import triton
 from samebits.kernels.triton._linear_kernels import (
     linear_partials_kernel,
     linear_ranges_kernel,
+    linear_tma_kernel,
     ordered_sum_kernel,
 )
-from samebits.kernels.triton.launches import SPLIT_GRID, Launch, choose_launch
+from samebits.kernels.triton.launches import SPLIT_GRID, TMA, Launch, choose_launch
 from samebits.kernels.triton.splitplan import SplitPlan, split_plan
 
 __all__ = ["Launch", "SplitPlan", "TritonLinear", "choose_launch", "linear", "split_plan"]
@@ -63,6 +64,50 @@ def _run_split_grid(x, weight, bias, y, plan: SplitPlan, launch: Launch) -> None
     )  # fmt: skip
 
 
+def tma_grid(n: int, m: int, launch: Launch) -> tuple[int, int, int, int]:
+    """(programs per n-group, m-tiles, n-groups, GROUP_N) of a TMA launch: groups of
+    ``launch.group_n`` weight tiles, fewer when N has fewer tiles (programs past N store
+    nothing)."""
+    tiles_n = triton.cdiv(n, launch.block_n)
+    group = min(launch.group_n, tiles_n)
+    return group, triton.cdiv(m, launch.block_m), triton.cdiv(tiles_n, group), group
+
+
+def _run_tma(x, weight, bias, y, plan: SplitPlan, launch: Launch) -> None:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    m = x.shape[0]
+    g0, g1, g2, group = tma_grid(plan.n, m, launch)
+    x_desc = TensorDescriptor.from_tensor(x, [launch.block_m, plan.block_k])
+    w_desc = TensorDescriptor.from_tensor(weight, [launch.block_n, plan.block_k])
+    linear_tma_kernel[(g0, g1, g2)](
+        x_desc, w_desc, bias if bias is not None else y, y, m, plan.n, plan.k,
+        RANGE_K=plan.range_k, SPLITS=plan.splits, HAS_BIAS=bias is not None,
+        BLOCK_M=launch.block_m, BLOCK_N=launch.block_n, BLOCK_K=plan.block_k, GROUP_N=group,
+        num_warps=launch.num_warps, num_stages=launch.num_stages,
+    )  # fmt: skip
+
+
+_TMA_CAPABLE: dict[int, bool] = {}
+
+
+def tma_ready(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether TMA descriptors can read x and weight: a CUDA device of compute capability >= 9
+    and 16-byte aligned bases and row strides. A pure function of static facts (device, K,
+    dtype) and allocation alignment; either answer gives the same bits."""
+    if not x.is_cuda:
+        return False
+    dev = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    if dev not in _TMA_CAPABLE:
+        _TMA_CAPABLE[dev] = torch.cuda.get_device_capability(dev) >= (9, 0)
+    row_bytes = x.shape[1] * x.element_size()
+    aligned = x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0 and row_bytes % 16 == 0
+    return _TMA_CAPABLE[dev] and aligned
+
+
+_RUNNERS = {SPLIT_GRID: _run_split_grid, TMA: _run_tma}
+
+
 def linear(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -72,14 +117,13 @@ def linear(
     launch: Launch | None = None,
 ) -> torch.Tensor:
     """``x [M, K] @ weight[N, K].T + bias`` as ``out_dtype``, reduced exactly as ``plan`` says.
-    M = 0 (a step that samples no row) gives an empty [0, N] result without a launch."""
+    The launch (chosen from M and :func:`tma_ready` unless given) never changes the bits. M = 0 (a step that samples no row) gives an empty [0, N] result without a launch."""
     if x.dim() == 2 and x.shape[0] == 0 and x.shape[1] == plan.k:
         return torch.empty((0, plan.n), device=x.device, dtype=out_dtype)
     _check(x, weight, bias, plan)
-    launch = launch or choose_launch(plan, x.shape[0])
+    launch = launch or choose_launch(plan, x.shape[0], tma_ready(x, weight))
     y = torch.empty((x.shape[0], plan.n), device=x.device, dtype=out_dtype)
-    run = _run_split_grid if launch.kind == SPLIT_GRID else _run_ranges
-    run(x, weight, bias, y, plan, launch)
+    _RUNNERS.get(launch.kind, _run_ranges)(x, weight, bias, y, plan, launch)
     return y
 
 
