@@ -41,6 +41,9 @@ def test_avx2_build_matches_native_build(tmp_path):
     quantized = sbgemm.SbLinear(weight, None, 2, source)
     assert quantized.format == "Q4_1"
     assert same_bits(quantized(x), _avx2_gemm(lib, quantized, x, 1))
+    for rows in (1, 2, 4):  # the native build's fused few-row path vs the AVX2 scratch path
+        assert same_bits(quantized(x[:rows]), _avx2_gemm(lib, quantized, x[:rows], 2))
+        assert same_bits(dense(x[:rows]), _avx2_gemm(lib, dense, x[:rows], 1))
     source, weight = random_f16(50, 576, gen)  # no F16C in this build: the scalar widening
     half = sbgemm.SbLinear(weight, None, 2, source)
     assert half.format == "F16"

@@ -120,6 +120,10 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.sb_gemm.restype = None
     lib.sb_expand.argtypes = [_P, _L, _L, _L, _P]
     lib.sb_expand.restype = None
+    lib.sb_expand_fused.argtypes = [_P, _L, _L, _L, _P]
+    lib.sb_expand_fused.restype = ctypes.c_int
+    lib.sb_gemm_set_fused_max_rows.argtypes = [_L]
+    lib.sb_gemm_set_fused_max_rows.restype = None
     lib.sb_attention.argtypes = [_P, _L, _L, _P, _P, _L, _P, _P, _P, _L, _L, _L, _F, _P, _L, _L]
     lib.sb_attention.restype = None
     lib.sb_attention_limits.argtypes = [_L, _L, _L]

@@ -1,21 +1,31 @@
 /* samebits invariant GEMM: y[m, n] = sum over k = 0..K-1, in that order, of x[m, k] * w[n, k],
  * one fused multiply-add per step, for every (m, n). Each output element is one SIMD lane
  * running the same sequence of FMAs whatever the number of rows, the row's position in the
- * batch, the vector width (AVX-512 or AVX2) or the split of columns between threads: the
- * reduction order is a function of k only.
+ * batch, the vector width (AVX-512 or AVX2), the code path (below) or the split of columns
+ * between threads: the reduction order is a function of k only.
  *
  * Weights are stored in strips of QN = 32 output columns (N padded with zero columns to a
- * multiple of 32), one strip after the other, each strip in one of three formats:
+ * multiple of 32), one strip after the other, each strip in one of these formats:
  *   SB_F32:  float32 w[k][32] for k = 0..K-1.
- *   SB_Q4_1: per block of QK = 32 k: float32 d[32], float32 m[32], then for each k 16 bytes
- *            whose byte j holds column j in its low nibble and column j + 16 in its high one;
- *            w = d * q + m (a multiply then an add, two roundings: GGUF Q4_1's dequantization).
- *   SB_Q8_0: per block of 32 k: float32 d[32], then for each k 32 int8; w = q * d (GGUF Q8_0).
+ *   SB_Q4_1: per block of QK = 32 k: IEEE half d[32], half m[32] (GGUF's own scales), then
+ *            for each k 16 bytes whose byte j holds column j in its low nibble and column
+ *            j + 16 in its high one; w = float(d) * q + float(m) (GGUF Q4_1's dequantization,
+ *            a multiply then an add).
+ *   SB_Q8_0: per block of 32 k: half d[32], then for each k 32 int8; w = q * float(d).
  *   SB_BF16, SB_F16: 16-bit w[k][32]; widened to float32 exactly (bfloat16: the bits shifted
  *            left by 16; IEEE half: the hardware conversion or its exact scalar form).
- * A quantized strip is expanded to float32 w[k][32] (the exact values the GGUF loader
- * produces) before the multiply-adds, so its outputs are bitwise those of the SB_F32 strip
- * holding the loader's weights; only the bytes read from memory shrink. */
+ * A quantized strip expands to exactly the float32 values the GGUF loader produces: the half
+ * scales widen exactly, and d * q is exact in float32 (d has 11 significant bits, q at most 8,
+ * so the product has at most 19 < 24 and never leaves the normal range), so the Q4_1 value
+ * fma(d, q, m) = round(d * q + m) equals the loader's round(round(d * q) + m). The kernel's
+ * expansion of every strip is compared with the loader's weight at every build (sb_expand).
+ *
+ * Two code paths compute the same FMA sequence per output (which one runs follows M only):
+ *   - fused (M <= fused_max_rows, AVX-512): each k-row of a tile of up to 4 strips is
+ *     expanded in registers and multiplied into the accumulators of up to 4 rows at once (no
+ *     scratch memory; one row alone keeps 8 independent FMA chains in flight over 4 strips);
+ *   - scratch (more rows, or AVX2): each strip is expanded once into float32 scratch, then
+ *     tiles of up to 8 rows x 32 columns run over it. */
 #include <stdlib.h>
 
 #include <immintrin.h>
@@ -45,8 +55,9 @@ typedef __m256 vec;
 
 enum { SB_F32 = 0, SB_Q4_1 = 1, SB_Q8_0 = 2, SB_BF16 = 3, SB_F16 = 4 };
 
-#define Q4_1_BYTES (2 * QN * 4 + QK * QN / 2)
-#define Q8_0_BYTES (QN * 4 + QK * QN)
+#define SCALE_BYTES (QN * 2) /* one half per column */
+#define Q4_1_BYTES (2 * SCALE_BYTES + QK * QN / 2)
+#define Q8_0_BYTES (SCALE_BYTES + QK * QN)
 
 #define DEFINE_TILE(MR)                                                                      \
     static void tile_##MR(const float *x, long ldx, const float *w, long ldw, long K,        \
@@ -95,16 +106,43 @@ static long strip_bytes_of(long format, long K) {
     return 0;
 }
 
-/* One k of a Q4_1 strip: 16 bytes q -> w[0..31] = d * nibble + m (mul, then add). */
+/* IEEE half -> float32, exactly (subnormal halves become normal floats; NaN payloads kept). */
+static inline float half_to_float(unsigned short h) {
+    unsigned sign = (unsigned)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    union { unsigned u; float f; } v;
+    if (exp == 0x1fu) v.u = sign | 0x7f800000u | (man << 13);
+    else if (exp) v.u = sign | ((exp + 112u) << 23) | (man << 13);
+    else {
+        v.f = (float)man * 5.9604644775390625e-08f; /* man * 2^-24, exact */
+        v.u |= sign;
+    }
+    return v.f;
+}
+
+/* The 32 half scales at p as float32, exactly. */
+static inline void load_scales(const unsigned char *p, float *out) {
+    const unsigned short *h = (const unsigned short *)p;
+#if defined(__AVX512F__)
+    _mm512_storeu_ps(out, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h)));
+    _mm512_storeu_ps(out + 16, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + 16))));
+#elif defined(__F16C__)
+    for (int j = 0; j < QN; j += 8)
+        _mm256_storeu_ps(out + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + j))));
+#else
+    for (int j = 0; j < QN; j++) out[j] = half_to_float(h[j]);
+#endif
+}
+
+/* One k of a Q4_1 strip: 16 bytes q -> w[0..31] = d * nibble + m (d * nibble is exact, so
+ * the fused form equals the multiply-then-add). */
 static inline void expand_q4_1_row(const unsigned char *q, const float *d, const float *m,
                                    float *w) {
 #if defined(__AVX512F__)
     __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
     __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(b, _mm512_set1_epi32(15)));
     __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
-    _mm512_storeu_ps(w, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(d), lo), _mm512_loadu_ps(m)));
-    _mm512_storeu_ps(w + 16, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(d + 16), hi),
-                                           _mm512_loadu_ps(m + 16)));
+    _mm512_storeu_ps(w, _mm512_fmadd_ps(_mm512_loadu_ps(d), lo, _mm512_loadu_ps(m)));
+    _mm512_storeu_ps(w + 16, _mm512_fmadd_ps(_mm512_loadu_ps(d + 16), hi, _mm512_loadu_ps(m + 16)));
 #else
     for (int j = 0; j < QN / 2; j++) {
         float lo = d[j] * (float)(q[j] & 15), hi = d[j + QN / 2] * (float)(q[j] >> 4);
@@ -127,34 +165,24 @@ static inline void expand_q8_0_row(const signed char *q, const float *d, float *
 }
 
 static void expand_q4_1(const unsigned char *p, long K, float *w) {
+    float d[QN], m[QN];
     for (long b = 0; b < K / QK; b++, p += Q4_1_BYTES) {
-        const float *d = (const float *)p, *m = d + QN;
-        const unsigned char *q = p + 2 * QN * sizeof(float);
+        load_scales(p, d);
+        load_scales(p + SCALE_BYTES, m);
+        const unsigned char *q = p + 2 * SCALE_BYTES;
         for (int k = 0; k < QK; k++) expand_q4_1_row(q + k * QN / 2, d, m, w + k * QN);
         w += QK * QN;
     }
 }
 
 static void expand_q8_0(const unsigned char *p, long K, float *w) {
+    float d[QN];
     for (long b = 0; b < K / QK; b++, p += Q8_0_BYTES) {
-        const float *d = (const float *)p;
-        const signed char *q = (const signed char *)(p + QN * sizeof(float));
+        load_scales(p, d);
+        const signed char *q = (const signed char *)(p + SCALE_BYTES);
         for (int k = 0; k < QK; k++) expand_q8_0_row(q + k * QN, d, w + k * QN);
         w += QK * QN;
     }
-}
-
-/* IEEE half -> float32, exactly (subnormal halves become normal floats; NaN payloads kept). */
-static inline float half_to_float(unsigned short h) {
-    unsigned sign = (unsigned)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-    union { unsigned u; float f; } v;
-    if (exp == 0x1fu) v.u = sign | 0x7f800000u | (man << 13);
-    else if (exp) v.u = sign | ((exp + 112u) << 23) | (man << 13);
-    else {
-        v.f = (float)man * 5.9604644775390625e-08f; /* man * 2^-24, exact */
-        v.u |= sign;
-    }
-    return v.f;
 }
 
 static void expand_bf16(const unsigned char *p, long K, float *w) {
@@ -188,6 +216,198 @@ static const float *strip_weights(const unsigned char *strip, long format, long 
     return scratch;
 }
 
+
+/* ---- the fused path (AVX-512): strips expanded k-row by k-row in registers --------------- */
+#if defined(__AVX512F__)
+#define FUSED_MAX_MR 4 /* rows of one fused tile, at most */
+#define FUSED_S 4      /* strips of one fused tile, at most */
+#define INLINE static inline __attribute__((always_inline))
+
+/* A strip's state for the k-rows of one block of QK rows: its float32 scales (quantized
+ * formats) and where the block's rows start. */
+struct rows_at {
+    __m512 d0, d1, m0, m1;
+    const unsigned char *p;
+};
+
+/* Setup for rows k0 .. k0 + QK - 1 of the strip at `strip` (k0 a multiple of QK). */
+INLINE void block_at(long format, const unsigned char *strip, long k0, struct rows_at *r) {
+    r->d0 = r->d1 = r->m0 = r->m1 = _mm512_setzero_ps();
+    if (format == SB_Q4_1 || format == SB_Q8_0) {
+        const unsigned char *p = strip + k0 / QK * (format == SB_Q4_1 ? Q4_1_BYTES : Q8_0_BYTES);
+        const __m256i *h = (const __m256i *)p;
+        r->d0 = _mm512_cvtph_ps(_mm256_loadu_si256(h));
+        r->d1 = _mm512_cvtph_ps(_mm256_loadu_si256(h + 1));
+        if (format == SB_Q4_1) {
+            r->m0 = _mm512_cvtph_ps(_mm256_loadu_si256(h + 2));
+            r->m1 = _mm512_cvtph_ps(_mm256_loadu_si256(h + 3));
+        }
+        r->p = p + (format == SB_Q4_1 ? 2 : 1) * SCALE_BYTES;
+    } else {
+        r->p = strip + k0 * QN * (format == SB_F32 ? 4 : 2);
+    }
+}
+
+/* Row j of the block as float32 columns 0..15 (w0) and 16..31 (w1): the same operations as
+ * the scratch expansion (expand_*_row, expand_f16, expand_bf16), so the same values. */
+INLINE void row_of(long format, const struct rows_at *r, long j, __m512 *w0, __m512 *w1) {
+    if (format == SB_Q4_1) {
+        __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(r->p + j * QN / 2)));
+        __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(b, _mm512_set1_epi32(15)));
+        __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
+        *w0 = _mm512_fmadd_ps(r->d0, lo, r->m0);
+        *w1 = _mm512_fmadd_ps(r->d1, hi, r->m1);
+    } else if (format == SB_Q8_0) {
+        const __m128i *q = (const __m128i *)(r->p + j * QN);
+        *w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q))), r->d0);
+        *w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + 1))),
+                            r->d1);
+    } else if (format == SB_F32) {
+        const float *f = (const float *)r->p + j * QN;
+        *w0 = _mm512_loadu_ps(f);
+        *w1 = _mm512_loadu_ps(f + 16);
+    } else if (format == SB_F16) {
+        const __m256i *h = (const __m256i *)(r->p + j * QN * 2);
+        *w0 = _mm512_cvtph_ps(_mm256_loadu_si256(h));
+        *w1 = _mm512_cvtph_ps(_mm256_loadu_si256(h + 1));
+    } else { /* SB_BF16 */
+        const __m256i *h = (const __m256i *)(r->p + j * QN * 2);
+        *w0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(h)), 16));
+        *w1 = _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(h + 1)), 16));
+    }
+}
+
+/* y[i, 32 s + c] for rows i < MR and strips s < S: the FMA chain over k in order, the
+ * weights of each k-row expanded once in registers for all MR rows. */
+INLINE void fused_tile(long format, int MR, int S, const float *x, long ldx,
+                       const unsigned char *w, long strip_bytes, long K, float *y, long ldy) {
+    __m512 acc[FUSED_MAX_MR][FUSED_S][2];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 8
+        for (int s = 0; s < S; s++) acc[i][s][0] = acc[i][s][1] = _mm512_setzero_ps();
+    for (long k0 = 0; k0 < K; k0 += QK) {
+        long n = K - k0 < QK ? K - k0 : QK;
+        struct rows_at r[FUSED_S];
+#pragma GCC unroll 8
+        for (int s = 0; s < S; s++) block_at(format, w + s * strip_bytes, k0, &r[s]);
+        for (long j = 0; j < n; j++) {
+            __m512 xv[FUSED_MAX_MR];
+#pragma GCC unroll 8
+            for (int i = 0; i < MR; i++) xv[i] = _mm512_set1_ps(x[i * ldx + k0 + j]);
+#pragma GCC unroll 8
+            for (int s = 0; s < S; s++) {
+                __m512 w0, w1;
+                row_of(format, &r[s], j, &w0, &w1);
+#pragma GCC unroll 8
+                for (int i = 0; i < MR; i++) {
+                    acc[i][s][0] = _mm512_fmadd_ps(xv[i], w0, acc[i][s][0]);
+                    acc[i][s][1] = _mm512_fmadd_ps(xv[i], w1, acc[i][s][1]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 8
+        for (int s = 0; s < S; s++) {
+            _mm512_storeu_ps(y + i * ldy + s * QN, acc[i][s][0]);
+            _mm512_storeu_ps(y + i * ldy + s * QN + 16, acc[i][s][1]);
+        }
+}
+
+typedef void (*fused_fn)(const float *, long, const unsigned char *, long, long, float *, long);
+
+#define FUSED_ONE(F, MR, S)                                                                  \
+    static void fused_##F##_##MR##_##S(const float *x, long ldx, const unsigned char *w,     \
+                                        long sb, long K, float *y, long ldy) {               \
+        fused_tile(F, MR, S, x, ldx, w, sb, K, y, ldy);                                      \
+    }
+/* Tile shapes (rows x strips) that fit the 32 vector registers: 2 * MR * S accumulators. */
+#define FUSED_FORMAT(F)                                                                      \
+    FUSED_ONE(F, 1, 1) FUSED_ONE(F, 1, 2) FUSED_ONE(F, 1, 3) FUSED_ONE(F, 1, 4)              \
+    FUSED_ONE(F, 2, 1) FUSED_ONE(F, 2, 2) FUSED_ONE(F, 2, 3) FUSED_ONE(F, 2, 4)              \
+    FUSED_ONE(F, 4, 1) FUSED_ONE(F, 4, 2)
+#define FUSED_TABLE(F)                                                                       \
+    {{fused_##F##_1_1, fused_##F##_1_2, fused_##F##_1_3, fused_##F##_1_4},                   \
+     {fused_##F##_2_1, fused_##F##_2_2, fused_##F##_2_3, fused_##F##_2_4},                   \
+     {fused_##F##_4_1, fused_##F##_4_2, 0, 0}}
+
+FUSED_FORMAT(SB_F32)
+FUSED_FORMAT(SB_Q4_1)
+FUSED_FORMAT(SB_Q8_0)
+FUSED_FORMAT(SB_BF16)
+FUSED_FORMAT(SB_F16)
+
+/* [format][log2(rows)][strips - 1] */
+static const fused_fn FUSED[5][3][FUSED_S] = {
+    FUSED_TABLE(SB_F32), FUSED_TABLE(SB_Q4_1), FUSED_TABLE(SB_Q8_0), FUSED_TABLE(SB_BF16),
+    FUSED_TABLE(SB_F16),
+};
+static const int FUSED_STRIPS[3] = {4, 4, 2}; /* strips per tile, by log2(rows) */
+
+/* Rows at or below this many take the fused path; more take the scratch path. */
+static long fused_max_rows = 8;
+
+/* Columns [n_begin, n_end) of a call on the fused path; 0 if it does not take it. Rows go in
+ * tiles of 4, then 2, 1; each tile covers up to FUSED_STRIPS strips at a time. */
+static int fused_columns(const float *x, long M, long K, const unsigned char *w, long format,
+                         long strip_bytes, float *y, long Np, long n_begin, long n_end) {
+    if (M > fused_max_rows || format < 0 || format > SB_F16 || !strip_bytes) return 0;
+    for (long n0 = n_begin; n0 < n_end; n0 += FUSED_S * QN) {
+        long n1 = n0 + FUSED_S * QN < n_end ? n0 + FUSED_S * QN : n_end;
+        for (long m = 0; m < M;) {
+            int lg = M - m >= 4 ? 2 : M - m >= 2 ? 1 : 0;
+            long mr = 1L << lg;
+            for (long n = n0; n < n1;) {
+                long s = (n1 - n) / QN < FUSED_STRIPS[lg] ? (n1 - n) / QN : FUSED_STRIPS[lg];
+                FUSED[format][lg][s - 1](x + m * K, K, w + n / QN * strip_bytes, strip_bytes, K,
+                                         y + m * Np + n, Np);
+                n += s * QN;
+            }
+            m += mr;
+        }
+    }
+    return 1;
+}
+
+/* Tuning (benchmarks only; never changes a bit): the most rows that take the fused path. */
+void sb_gemm_set_fused_max_rows(long rows) { fused_max_rows = rows; }
+
+/* Every k-row of every strip as row_of expands it, in the SB_F32 layout; 1 when done. */
+static int fused_expand(const unsigned char *w, long format, long K, long Np, float *out) {
+    long strip_bytes = strip_bytes_of(format, K);
+    if (format < 0 || format > SB_F16 || !strip_bytes) return 0;
+    for (long n = 0; n < Np; n += QN) {
+        const unsigned char *strip = w + n / QN * strip_bytes;
+        for (long k0 = 0; k0 < K; k0 += QK) {
+            struct rows_at r;
+            block_at(format, strip, k0, &r);
+            for (long j = 0; j < QK && k0 + j < K; j++) {
+                __m512 w0, w1;
+                row_of(format, &r, j, &w0, &w1);
+                _mm512_storeu_ps(out + n * K + (k0 + j) * QN, w0);
+                _mm512_storeu_ps(out + n * K + (k0 + j) * QN + 16, w1);
+            }
+        }
+    }
+    return 1;
+}
+#else
+void sb_gemm_set_fused_max_rows(long rows) { (void)rows; }
+static int fused_columns(const float *x, long M, long K, const unsigned char *w, long format,
+                         long strip_bytes, float *y, long Np, long n_begin, long n_end) {
+    (void)x, (void)M, (void)K, (void)w, (void)format, (void)strip_bytes, (void)y, (void)Np;
+    (void)n_begin, (void)n_end;
+    return 0;
+}
+static int fused_expand(const unsigned char *w, long format, long K, long Np, float *out) {
+    (void)w, (void)format, (void)K, (void)Np, (void)out;
+    return 0;
+}
+#endif
+
 struct gemm_args {
     const float *x;
     long M, K;
@@ -199,6 +419,9 @@ struct gemm_args {
 static void gemm_columns(void *ctx, long n_begin, long n_end) {
     const struct gemm_args *a = ctx;
     long strip_bytes = strip_bytes_of(a->format, a->K);
+    if (fused_columns(a->x, a->M, a->K, a->w, a->format, strip_bytes, a->y, a->Np, n_begin,
+                      n_end))
+        return;
     float *scratch = a->format == SB_F32 ? 0 : malloc(a->K * QN * sizeof(float));
     for (long n = n_begin; n < n_end; n += QN) {
         const float *w = strip_weights(a->w + n / QN * strip_bytes, a->format, a->K, scratch);
@@ -227,4 +450,10 @@ void sb_expand(const unsigned char *w, long format, long K, long Np, float *out)
         const float *src = strip_weights(w + n / QN * strip_bytes, format, K, dst);
         for (long i = 0; src != dst && i < K * QN; i++) dst[i] = src[i];
     }
+}
+
+/* The float32 strips as the few-row path sees them: each k-row of each strip, as the fused
+ * kernel expands it in registers (0 where that path does not exist for `format`). */
+int sb_expand_fused(const unsigned char *w, long format, long K, long Np, float *out) {
+    return fused_expand(w, format, K, Np, out);
 }

@@ -5,12 +5,14 @@ result never depends on the number of rows, its position, the vector width or ho
 are split between threads (see sbgemm.c).
 
 Weights live in strips of 32 output columns. A weight that came from a GGUF Q4_1 or Q8_0
-tensor, or from bfloat16 / float16 data, can keep that stored form (`QuantizedTensor`): the
-kernel expands each strip with exactly the loader's float32 operations before the
-multiply-adds, so the outputs are bitwise those of the float32 weight, while ~5x (Q4_1),
-~3.5x (Q8_0) or 2x (16-bit) fewer bytes are read per call.
-Construction checks this: the expansion of every strip must equal the float32 weight bit for
-bit, or `SbLinear` raises.
+tensor, or from bfloat16 / float16 data, can keep that stored form (`QuantizedTensor`; the
+GGUF blocks keep their half-precision scales): the kernel expands each k-row of a strip to
+exactly the loader's float32 values before the multiply-adds, so the outputs are bitwise those
+of the float32 weight, while 6.4x (Q4_1: 5 bits a weight), 3.8x (Q8_0) or 2x (16-bit) fewer
+bytes are read per call.
+Construction checks this: both expansions in the kernel (the scratch one for many rows, the
+in-register one for few rows) of every strip must equal the float32 weight bit for bit, or
+`SbLinear` raises.
 """
 
 from __future__ import annotations
@@ -115,9 +117,9 @@ def _lead(by_strip: torch.Tensor) -> tuple[int, int]:
 
 
 def _f16_field(by_strip: torch.Tensor, offset: int) -> torch.Tensor:
-    """Per (strip, block): the 32 columns' float16 field at `offset`, as float32 bytes."""
-    raw = by_strip[..., offset : offset + 2].contiguous().view(torch.float16)[..., 0]
-    return raw.to(torch.float32).contiguous().view(torch.uint8)
+    """Per (strip, block): the 32 columns' half-precision field at `offset`, its 2 bytes each
+    as stored (the kernel widens them exactly)."""
+    return by_strip[..., offset : offset + 2].reshape(*_lead(by_strip), -1)
 
 
 def _q4_nibbles(qs: torch.Tensor) -> torch.Tensor:
@@ -132,7 +134,11 @@ def check_expansion(
     packed: torch.Tensor, qtype: str, k: int, np_: int, reference: torch.Tensor
 ) -> None:
     """Raise unless the kernel's float32 expansion of `packed` is bitwise `reference`."""
+    lib = native.library()
     expanded = torch.empty(np_ * k, dtype=torch.float32)
-    native.library().sb_expand(packed.data_ptr(), FORMATS[qtype], k, np_, expanded.data_ptr())
+    lib.sb_expand(packed.data_ptr(), FORMATS[qtype], k, np_, expanded.data_ptr())
     if not torch.equal(expanded.view(torch.int32), reference.view(torch.int32)):
         raise RuntimeError(f"sbgemm: the {qtype} expansion differs from the float32 weight")
+    fused = lib.sb_expand_fused(packed.data_ptr(), FORMATS[qtype], k, np_, expanded.data_ptr())
+    if fused and not torch.equal(expanded.view(torch.int32), reference.view(torch.int32)):
+        raise RuntimeError(f"sbgemm: the few-row {qtype} expansion differs from the float32 weight")
