@@ -6,12 +6,17 @@ Workloads:
   (a) decode-heavy: N requests (default 256), prompts 128-1024 tokens, outputs 256-512 tokens,
       all submitted at once (`LLM.generate`);
   (b) HF's shape: batch 64, 128 prompt tokens, 256 new tokens (also run by HF `generate`);
-plus, on the invariant plan: (b) with the per-row SHA-256 digests replaced by a no-op (the
-digest cost; never done outside this benchmark), the decode step time at batch 64, and 32
+plus, on the invariant plan: (a) and (b) with the per-row SHA-256 digests replaced by a no-op
+(the digest cost; never done outside this benchmark), the decode step time at batch 64, and 32
 requests of (a) replayed alone, compared bit for bit (tokens and digests).
+
+Decode steps replay CUDA graphs (captured at engine start, the capture time is reported, as are
+the steps replayed and the steps run eagerly); `--graphs off` runs every step eagerly
+(`enforce_eager`), `--graphs both` runs each plan both ways, side by side.
 
     python benchmarks/gpu_serving.py                      # H200, llama-3-8b, full
     python benchmarks/gpu_serving.py --quick              # fewer / shorter requests
+    python benchmarks/gpu_serving.py --graphs both        # with and without CUDA graphs
     python benchmarks/gpu_serving.py --device cpu --preset tiny-llama --quick   # a dry run
 
 Writes JSON to --out (default $OUT/gpu_serving.json or ./gpu_serving.json).
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import random
 import sys
@@ -103,7 +109,7 @@ def _computed(engine) -> list:
 
 
 def without_digests(llm, jobs) -> dict:
-    """Workload (b) with `logits_digest` replaced by a no-op (cost measurement only)."""
+    """A workload with `logits_digest` replaced by a no-op (cost measurement only)."""
     import samebits.engine.engine as engine_module
 
     real = engine_module.logits_digest
@@ -140,15 +146,45 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def build_llm(loaded, plan: str, device: str):
+def build_llm(loaded, plan: str, device: str, enforce_eager: bool = False):
+    """The plan's engine (decode graphs captured here on cuda unless `enforce_eager`) and the
+    seconds it took to build (the deployment's qualification and the capture included)."""
     from samebits import LLM
     from samebits.deployment import build_deployment
     from samebits.engine.engine import LLMEngine
 
+    start = time.perf_counter()
     dep = build_deployment(loaded, plan, device=device)
     kw = {"gpu_memory_utilization": 0.85} if device == "cuda" else {"num_kv_blocks": 4096}
-    engine = LLMEngine.from_deployment(dep, max_num_seqs=256, max_num_batched_tokens=8192, **kw)
-    return LLM(engine=engine)
+    engine = LLMEngine.from_deployment(
+        dep, max_num_seqs=256, max_num_batched_tokens=8192, enforce_eager=enforce_eager, **kw
+    )
+    return LLM(engine=engine), time.perf_counter() - start
+
+
+def graph_facts(llm) -> dict:
+    """Steps replayed from decode graphs and run eagerly so far, and the capture time."""
+    graphs = llm.engine.runner.graphs
+    if graphs is None:
+        return {"cuda_graphs": False}
+    return {"cuda_graphs": True, "capture_s": graphs.capture_seconds, **graphs.stats()}
+
+
+def run_plan(loaded, plan: str, args: argparse.Namespace, jobs_a, jobs_b, eager: bool) -> dict:
+    """Workloads (a) and (b) on one engine; on the invariant plan also without digests and
+    the alone check."""
+    llm, build_s = build_llm(loaded, plan, args.device, eager)
+    run_engine(llm, jobs_b[:4])  # warm-up: compile kernels
+    a, b = run_engine(llm, jobs_a), run_engine(llm, jobs_b)
+    out = {"build_s": build_s, "a_tok_s": a["tok_s"], "a_wall_s": a["wall_s"],
+           "b_tok_s": b["tok_s"], "b_wall_s": b["wall_s"],
+           "decode_step_ms_b64": decode_step_ms(llm, 64)}  # fmt: skip
+    if plan == "invariant":
+        out["a_tok_s_without_digests"] = without_digests(llm, jobs_a)["tok_s"]
+        out["b_tok_s_without_digests"] = without_digests(llm, jobs_b)["tok_s"]
+        out["alone_check"] = alone_check(llm, jobs_a, a["outputs"], args.sample)
+    out["graphs"] = graph_facts(llm)
+    return out
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -162,16 +198,12 @@ def run(args: argparse.Namespace) -> dict:
     jobs_a = workload_a(vocab, args.requests, args.quick)
     jobs_b = workload_b(vocab, args.quick)
     result: dict = {"preset": args.preset, "device": args.device, "quick": args.quick}
+    modes = {"on": (False,), "off": (True,), "both": (False, True)}[args.graphs]
     for plan in ("invariant", "fast"):
-        llm = build_llm(loaded, plan, args.device)
-        run_engine(llm, jobs_b[:4])  # warm-up: compile kernels
-        a, b = run_engine(llm, jobs_a), run_engine(llm, jobs_b)
-        result[plan] = {"a_tok_s": a["tok_s"], "a_wall_s": a["wall_s"], "b_tok_s": b["tok_s"],
-                        "b_wall_s": b["wall_s"], "decode_step_ms_b64": decode_step_ms(llm, 64)}  # fmt: skip
-        if plan == "invariant":
-            result[plan]["b_tok_s_without_digests"] = without_digests(llm, jobs_b)["tok_s"]
-            result[plan]["alone_check"] = alone_check(llm, jobs_a, a["outputs"], args.sample)
-        print(plan, json.dumps(result[plan]), flush=True)
+        for eager in modes:
+            key = plan if eager == modes[0] else f"{plan}_eager"
+            result[key] = run_plan(loaded, plan, args, jobs_a, jobs_b, eager)
+            print(key, json.dumps(result[key]), flush=True)
     if not args.no_hf:
         result["hf"] = hf_throughput(loaded, jobs_b, args.device)
         print("hf", json.dumps(result["hf"]), flush=True)
@@ -183,9 +215,19 @@ def summary(r: dict) -> dict:
     out = {
         "invariant_over_fast_a": inv["a_tok_s"] / fast["a_tok_s"],
         "invariant_over_fast_b": inv["b_tok_s"] / fast["b_tok_s"],
+        "digest_cost_a": 1 - inv["a_tok_s"] / inv["a_tok_s_without_digests"],
         "digest_cost_b": 1 - inv["b_tok_s"] / inv["b_tok_s_without_digests"],
         "alone_mismatches": len(inv["alone_check"]["mismatching"]),
+        "invariant_graphs": inv["graphs"],
     }
+    if "invariant_eager" in r:
+        for w in ("a", "b"):
+            out[f"invariant_graphs_over_eager_{w}"] = (
+                inv[f"{w}_tok_s"] / r["invariant_eager"][f"{w}_tok_s"]
+            )
+        out["invariant_eager_alone_mismatches"] = len(
+            r["invariant_eager"]["alone_check"]["mismatching"]
+        )
     if "hf" in r:
         out["invariant_over_hf_b"] = inv["b_tok_s"] / r["hf"]["tok_s"]
     return out
@@ -199,18 +241,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sample", type=int, default=32, help="requests of (a) replayed alone")
     p.add_argument("--quick", action="store_true", help="prompts and outputs / 8, (b) 32 new")
     p.add_argument("--no-hf", action="store_true", help="skip HF transformers generate")
+    p.add_argument("--graphs", default="on", choices=("on", "off", "both"),
+                   help="cuda decode graphs: on (default), off (enforce_eager), both ways")  # fmt: skip
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    logging.getLogger("samebits.graphs").setLevel(logging.INFO)  # capture time, fallbacks
     result = run(args)
     result["summary"] = summary(result)
     print(json.dumps(result["summary"], indent=1))
     out = Path(args.out or Path(os.environ.get("OUT", "."), "gpu_serving.json"))
     out.write_text(json.dumps(result, indent=1, default=str))
-    return 0 if result["summary"]["alone_mismatches"] == 0 else 1
+    summary_ok = result["summary"].get("invariant_eager_alone_mismatches", 0) == 0
+    return 0 if result["summary"]["alone_mismatches"] == 0 and summary_ok else 1
 
 
 if __name__ == "__main__":
