@@ -430,6 +430,10 @@ class LLMEngine:
         shown = len(st.text) if finished else _shown_length(st.text, st.params.stop)
         if st.output_kind is RequestOutputKind.DELTA:
             return self._delta_output(rid, st, finished, shown)
+        if len(st.digests) != len(req.output_token_ids):  # a digest is never skipped
+            raise AssertionError(
+                f"output of {rid}: {len(req.output_token_ids)} tokens, {len(st.digests)} digests"
+            )
         completion = CompletionOutput(
             index=0,
             text=st.text[:shown],
