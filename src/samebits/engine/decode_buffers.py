@@ -6,8 +6,8 @@ writes its values into the host one and moves them with a single copy, then spre
 compact block table into the fixed-width device table (one device-side copy). Every tensor a
 graph reads is a fixed view of these buffers or a constant, so the pointers recorded at capture
 stay valid for every replay. Views start on 16-byte boundaries, as `attention_meta` lays out
-its own (Triton specializes pointers on that alignment: the graphs launch the same binaries
-as eager steps).
+its own (the attention kernel then runs the binary an eager decode step runs; Triton
+specializes pointers on that alignment only, which never changes a value).
 
 Padding invariant (what makes padding rows harmless): rows past a step's requests are token 0
 at position 0 of a request whose block table is `[sink, sink, ...]`, so their only KV write is
