@@ -363,6 +363,8 @@ def sample(
     """
     _check_int("seed", seed, 0, SEED_LIMIT - 1)
     _check_nonnegative("position", position)
+    if params.temperature == 0.0 and _row_unchanged(params, position, allowed):
+        return _greedy(logits, prompt_token_ids, output_token_ids)
     x = processed_logits(
         logits, params, position, prompt_token_ids, output_token_ids, eos_token_ids, allowed
     )
@@ -372,6 +374,43 @@ def sample(
     keep = truncation_mask(scaled, params)
     gumbel = -np.log(-np.log(uniform_noise(seed, position, x.size)))
     return int(np.argmax(np.where(keep, scaled + gumbel, -np.inf)))
+
+
+def _row_unchanged(params: SamplingParams, position: int, allowed: np.ndarray | None) -> bool:
+    """Whether `processed_logits` returns the row's own values (widened to float64): no bias,
+    no min_tokens mask at this position, no grammar mask, no penalty."""
+    return (
+        not params.logit_bias
+        and position >= params.min_tokens
+        and allowed is None
+        and params.repetition_penalty == 1.0
+        and params.frequency_penalty == 0.0
+        and params.presence_penalty == 0.0
+    )
+
+
+def _greedy(
+    logits: np.ndarray, prompt_token_ids: Sequence[int], output_token_ids: Sequence[int]
+) -> int:
+    """`argmax(processed_logits(...))` for a row `processed_logits` leaves unchanged, without
+    its float64 copy: widening is exact and monotone, so the argmax (first index of the
+    maximum) and the checks are those of the float64 row. The same errors are raised: bad
+    rows and histories as in `processed_logits`, and `_check_row_values`' two cases, read
+    off the argmax (it is the first NaN if any, else the first +inf if any, else -inf only
+    when no entry is finite)."""
+    if not isinstance(logits, np.ndarray) or logits.ndim != 1 or logits.size == 0:
+        raise ValueError(f"logits must be a non-empty 1-D numpy array, got {_describe(logits)}")
+    if not np.issubdtype(logits.dtype, np.floating):
+        raise ValueError(f"logits must have a floating dtype, got {logits.dtype}")
+    _token_array("prompt_token_ids", prompt_token_ids, logits.size)
+    _token_array("output_token_ids", output_token_ids, logits.size)
+    top = int(np.argmax(logits))
+    value = float(logits[top])
+    if math.isnan(value) or value == math.inf:
+        raise ValueError("logits after penalties contain NaN or +inf")
+    if value == -math.inf:
+        raise ValueError("logits after penalties have no finite entry (every token is masked)")
+    return top
 
 
 def processed_logits(

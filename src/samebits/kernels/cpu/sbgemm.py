@@ -52,21 +52,21 @@ class SbLinear:
             self.packed, self.format = quantized, source.qtype
         self.bias = bias
         self.threads = max(1, num_threads)
+        self._gemm = native.library().sb_gemm  # per-call constants, looked up once
+        self._args = (self.k, self.packed.data_ptr(), FORMATS[self.format], self.np)
 
     @property
     def shape(self) -> tuple[int, int]:
         return (self.n, self.k)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.contiguous()
+        if not x.is_contiguous():
+            x = x.contiguous()
         rows = x.shape[0]
         y = torch.empty((rows, self.np), dtype=torch.float32)
         if rows:
             threads = self.threads if rows * self.k * self.np >= PARALLEL_MIN_MACS else 1
-            native.library().sb_gemm(
-                x.data_ptr(), rows, self.k, self.packed.data_ptr(), FORMATS[self.format],
-                self.np, y.data_ptr(), threads,
-            )  # fmt: skip
+            self._gemm(x.data_ptr(), rows, *self._args, y.data_ptr(), threads)
         out = y[:, : self.n] if self.np != self.n else y
         return out + self.bias if self.bias is not None else out
 

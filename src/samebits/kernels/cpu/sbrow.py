@@ -17,7 +17,7 @@ PARALLEL_MIN_ELEMENTS = 1 << 13
 
 
 def _check(name: str, t: torch.Tensor, shape: tuple[int, ...]) -> None:
-    if t.dtype != torch.float32 or not t.is_contiguous() or tuple(t.shape) != shape:
+    if t.dtype is not torch.float32 or not t.is_contiguous() or t.shape != shape:
         raise ValueError(
             f"{name}: expected a contiguous float32 tensor of shape {shape}, got "
             f"{t.dtype} {tuple(t.shape)} (contiguous={t.is_contiguous()})"
@@ -40,8 +40,9 @@ def silu_mul(gate_up: torch.Tensor, out: torch.Tensor, threads: int) -> None:
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, out: torch.Tensor, threads: int) -> None:
     """out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w (float64 sum of squares); x, out [R, D]."""
     rows, dim = x.shape
-    for name, t, shape in (("x", x, (rows, dim)), ("w", w, (dim,)), ("out", out, (rows, dim))):
-        _check(name, t, shape)
+    _check("x", x, (rows, dim))
+    _check("w", w, (dim,))
+    _check("out", out, (rows, dim))
     use = _threads(rows * dim, threads)
     lib = native.library()
     lib.sb_rms_norm(x.data_ptr(), rows, dim, w.data_ptr(), eps, out.data_ptr(), use)
@@ -53,11 +54,10 @@ def add_rms_norm(
 ) -> None:  # fmt: skip
     """residual[r] += x[r] IN PLACE (float32), then out[r] = rms_norm(residual[r])."""
     rows, dim = x.shape
-    for name, t, shape in (
-        ("x", x, (rows, dim)), ("residual", residual, (rows, dim)), ("w", w, (dim,)),
-        ("out", out, (rows, dim)),
-    ):  # fmt: skip
-        _check(name, t, shape)
+    _check("x", x, (rows, dim))
+    _check("residual", residual, (rows, dim))
+    _check("w", w, (dim,))
+    _check("out", out, (rows, dim))
     use = _threads(rows * dim, threads)
     native.library().sb_add_rms_norm(
         x.data_ptr(), residual.data_ptr(), rows, dim, w.data_ptr(), eps, out.data_ptr(), use

@@ -1,0 +1,148 @@
+"""Where a samebits decode step's time goes (issue 12): the native kernels (their C entry
+points timed directly), the Python around them, the runner, and the engine's host work
+(sampler, SHA-256 logits digests, the row-worker hand-off, scheduler, detokenizer, outputs).
+
+Invariant: instrumentation wraps callables of this process's engine and native library only
+(never in a timing run); it changes no value. Times are wall clock, summed over the threads
+that ran the wrapped calls (the sampler may run on row-worker threads).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+C_KERNELS = ("sb_gemm", "sb_attention", "sb_rms_norm", "sb_add_rms_norm", "sb_silu_mul")
+PY_OPS = ("rms_norm", "add_rms_norm", "head_rms_norm", "rope", "silu_mul", "attention")
+LINEARS = ("qkv", "o", "gate_up", "down")
+
+
+class Clock:
+    """Thread-safe wall-time totals per label."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def wrap(self, label: str, fn: Callable) -> Callable:
+        def timed_call(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent = time.perf_counter() - start
+                with self._lock:
+                    self.totals[label] = self.totals.get(label, 0.0) + spent
+
+        return timed_call
+
+    def reset(self) -> None:
+        with self._lock:
+            self.totals.clear()
+
+
+def instrument(llm, clock: Clock) -> list:
+    """Wrap the engine's step parts, the model's ops and linears, and the C kernels. Returns a
+    one-item list that holds the latest scheduler output."""
+    import samebits.engine.engine as engine_module
+    from samebits.kernels.cpu import native
+
+    lib = native.library()
+    for name in C_KERNELS:
+        setattr(lib, name, clock.wrap(f"C {name}", getattr(lib, name)))
+    engine = llm.engine
+    model = engine.runner.model
+    linears = [getattr(layer, name) for layer in model.layers for name in LINEARS]
+    for linear in [*linears, model.lm_head]:
+        if hasattr(linear, "_gemm"):  # SbLinear keeps the entry point it was built with
+            linear._gemm = lib.sb_gemm
+    for layer in model.layers:
+        for name in LINEARS:
+            setattr(layer, name, clock.wrap(f"py linear {name}", getattr(layer, name)))
+    model.lm_head = clock.wrap("py linear lm_head", model.lm_head)
+    for name in PY_OPS:
+        setattr(model.ops, name, clock.wrap(f"py {name}", getattr(model.ops, name)))
+    model.forward = clock.wrap("forward", model.forward)
+    engine.runner.execute = clock.wrap("execute", engine.runner.execute)
+    for name in ("sample", "logits_digest", "map_rows"):
+        setattr(engine_module, name, clock.wrap(f"host {name}", getattr(engine_module, name)))
+    engine._sample = clock.wrap("host row work", engine._sample)
+    engine._advance = clock.wrap("host advance", engine._advance)
+    sched = engine.scheduler
+    last: list = [None]
+    schedule = clock.wrap("host schedule", sched.schedule)
+
+    def recording_schedule():
+        last[0] = schedule()
+        return last[0]
+
+    sched.schedule = recording_schedule
+    sched.update_from_output = clock.wrap("host update", sched.update_from_output)
+    engine.step = clock.wrap("step", engine.step)
+    return last
+
+
+def breakdown(ms: dict[str, float]) -> list[tuple[str, float]]:
+    """Per-step rows (label, ms) from per-step label totals. lm_head's kernel time is taken as
+    its wrapper's (one call per step); the layer linears get the rest of the C GEMM time."""
+    g = lambda k: ms.get(k, 0.0)  # noqa: E731
+    head = g("py linear lm_head")
+    py_ops = head + sum(g(f"py linear {n}") for n in LINEARS) + sum(g(f"py {n}") for n in PY_OPS)
+    c_all = sum(g(f"C {n}") for n in C_KERNELS)
+    rope = g("py rope") + g("py head_rms_norm")
+    row_work = g("host row work")
+    sampler, digest = g("host sample"), g("host logits_digest")
+    rows = [
+        ("kernel: linears of the layers (sbgemm, Q4_1 expanded in-kernel)", g("C sb_gemm") - head),
+        ("kernel: lm_head (sbgemm, Q8_0 expanded in-kernel)", head),
+        ("kernel: attention over the float32 KV cache (sbattn)", g("C sb_attention")),
+        ("kernel: RMSNorm + residual add (sbrow)", g("C sb_rms_norm") + g("C sb_add_rms_norm")),
+        ("kernel: SiLU-mul (sbrow)", g("C sb_silu_mul")),
+        ("kernel: RoPE (numba, with its wrapper)", rope),
+        (
+            "python: wrappers around the C kernels (allocation, checks, ctypes)",
+            py_ops - c_all - rope,
+        ),
+        (
+            "python: rest of forward (embedding, reshapes, KV index_copy, loop)",
+            g("forward") - py_ops,
+        ),
+        ("runner: batch building, logits to numpy", g("execute") - g("forward")),
+        ("host: sampler (float64 pass, argmax)", sampler),
+        ("host: SHA-256 logits digests", digest),
+        ("host: other row work (logprobs, bookkeeping)", row_work - sampler - digest),
+        ("host: row-worker hand-off (map_rows wall - row work)", g("host map_rows") - row_work),
+        ("host: scheduler (schedule + update)", g("host schedule") + g("host update")),
+        ("host: detokenizer + outputs", g("host advance")),
+    ]
+    seen = g("execute") + g("host map_rows") + g("host schedule") + g("host update")
+    rows.append(("host: rest of step", g("step") - seen - g("host advance")))
+    rows.append(("TOTAL per decode step", g("step")))
+    return rows
+
+
+def profile_decode(llm, prompts: list[list[int]], max_tokens: int) -> tuple[list, int]:
+    """Run `prompts` to completion (greedy, ignore_eos) step by step, instrumented. Returns the
+    mean per-step breakdown of the pure decode steps (every request one token) and their count.
+    """
+    from samebits import SamplingParams
+
+    clock = Clock()
+    last = instrument(llm, clock)
+    engine = llm.engine
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    for i, prompt in enumerate(prompts):
+        engine.add_request(f"profile-{i}", prompt, params)
+    sums: dict[str, float] = {}
+    steps = 0
+    while engine.has_unfinished_requests():
+        clock.reset()
+        engine.step()
+        scheduled = last[0].scheduled
+        if len(scheduled) == len(prompts) and all(len(s.token_ids) == 1 for s in scheduled):
+            steps += 1
+            for k, v in clock.totals.items():
+                sums[k] = sums.get(k, 0.0) + v
+    ms = {k: v * 1e3 / max(steps, 1) for k, v in sums.items()}
+    return breakdown(ms), steps
