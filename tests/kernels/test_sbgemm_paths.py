@@ -17,7 +17,7 @@ from samebits.kernels.cpu import native, sbgemm
 from samebits.testing.bits import same_bits
 
 MAKERS = {"Q4_1": random_q4_1, "Q8_0": random_q8_0, "BF16": random_bf16, "F16": random_f16}
-DEFAULT_FUSED_MAX_ROWS = 8  # sbgemm.c fused_max_rows
+DEFAULT_FUSED_MAX_ROWS = 16  # sbgemm.c fused_max_rows
 
 
 @pytest.fixture(autouse=True)

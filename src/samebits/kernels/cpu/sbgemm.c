@@ -348,7 +348,7 @@ static const fused_fn FUSED[5][3][FUSED_S] = {
 static const int FUSED_STRIPS[3] = {4, 4, 2}; /* strips per tile, by log2(rows) */
 
 /* Rows at or below this many take the fused path; more take the scratch path. */
-static long fused_max_rows = 8;
+static long fused_max_rows = 16;
 
 /* Columns [n_begin, n_end) of a call on the fused path; 0 if it does not take it. Rows go in
  * tiles of 4, then 2, 1; each tile covers up to FUSED_STRIPS strips at a time. */
