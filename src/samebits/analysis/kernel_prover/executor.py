@@ -116,6 +116,7 @@ class KernelCall:
     grid: tuple
     args: dict
     num_warps: int = 4
+    symbolic_axes: tuple = ()  # grid axes run as one symbolic program even when small
 
 
 @dataclass
@@ -308,8 +309,10 @@ class Execution:
                 raise Unsupported(self.src.filename, f"no @triton.jit function {call.kernel!r}")
             grid = [self.grid_size(g) for g in call.grid]
             pid_vars = [
-                None if (g.is_const() and g.const <= SMALL_GRID) else self.fresh("pid", 0, g)
-                for g in grid
+                None
+                if (g.is_const() and g.const <= SMALL_GRID and ax not in call.symbolic_axes)
+                else self.fresh("pid", 0, g)
+                for ax, g in enumerate(grid)
             ]
             decisions: list[int] = []
             while True:

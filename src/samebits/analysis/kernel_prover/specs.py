@@ -110,7 +110,10 @@ def _tma_call(plan, launch, mm: Lin, b, y, has_bias: bool, tiles: dict) -> Kerne
                 RANGE_K=plan.range_k, SPLITS=plan.splits, HAS_BIAS=has_bias, GROUP_N=group,
                 **tiles)  # fmt: skip
     grid = (g0, CDiv(mm, launch.block_m), g2)
-    return KernelCall("linear_tma_kernel", grid, args, launch.num_warps)
+    # the group axes (of more than one program) are symbolic even when small: one path covers
+    # every weight tile instead of one path per group
+    wide = tuple(ax for ax, size in ((0, g0), (2, g2)) if size > 1)
+    return KernelCall("linear_tma_kernel", grid, args, launch.num_warps, symbolic_axes=wide)
 
 
 plan_launches = _units.plan_launches
