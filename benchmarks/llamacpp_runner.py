@@ -4,16 +4,19 @@ Greedy generation of exactly `max_tokens` tokens per sequence (EOS ignored), any
 sequences at once: all prompts go through `llama_decode` in batches of `n_batch` tokens (each
 sequence's last prompt token asks for logits), then every step decodes one token per sequence
 in one batch (llama.cpp's multi-sequence batch API, as its server's parallel slots use it).
-The next token is the argmax of the sequence's logits row (numpy over llama.cpp's own buffer:
+Weights are read into process memory (no mmap). The next token is the argmax of the sequence's logits row (numpy over llama.cpp's own buffer:
 the cheapest greedy pick). The KV memory is cleared before each generation (no prefix reuse).
 
-Install (not a test dependency; built from source, ~40 min on 2 busy cores):
+Install (not a test dependency; built from source, 40+ min at nice 19 on 2 busy cores):
     CMAKE_ARGS="-DGGML_NATIVE=ON" nice -n 19 pip install --no-binary llama-cpp-python \
         llama-cpp-python==0.3.36
+The package's low-level module loads libllama from $LLAMA_CPP_LIB_PATH when set (e.g. the
+build directory's bin/ of an unfinished wheel build: libllama and libggml are built first).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,9 +46,11 @@ class LlamaCpp:
 
         self.lc = lc
         lc.llama_backend_init()
-        self.model = lc.llama_model_load_from_file(
-            str(path).encode(), lc.llama_model_default_params()
-        )
+        model_params = lc.llama_model_default_params()
+        # Weights in process memory: a mapped file's pages can be evicted under memory
+        # pressure and re-read every token (seen on the shared machine: 0.7 tok/s).
+        model_params.use_mmap = False
+        self.model = lc.llama_model_load_from_file(str(path).encode(), model_params)
         if not self.model:
             raise RuntimeError(f"llama.cpp could not load {path}")
         params = lc.llama_context_default_params()
@@ -59,7 +64,8 @@ class LlamaCpp:
         self.batch = lc.llama_batch_init(max(n_batch, n_seq_max), 0, n_seq_max)
         self.vocab = lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(self.model))
         self.describe = (
-            f"llama.cpp (llama-cpp-python {lc.__version__}), n_threads={threads}, "
+            f"llama.cpp (llama-cpp-python {lc.__version__}, libraries from "
+            f"{os.environ.get('LLAMA_CPP_LIB_PATH') or 'its wheel'}), n_threads={threads}, "
             f"n_seq_max={n_seq_max}, n_ctx={n_ctx}, kv_unified={kv_unified}, "
             f"n_batch={n_batch}, n_ubatch={n_ubatch}, flash_attn_type={params.flash_attn_type}"
         )
