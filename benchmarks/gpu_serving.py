@@ -183,8 +183,39 @@ def run_plan(loaded, plan: str, args: argparse.Namespace, jobs_a, jobs_b, eager:
         out["a_tok_s_without_digests"] = without_digests(llm, jobs_a)["tok_s"]
         out["b_tok_s_without_digests"] = without_digests(llm, jobs_b)["tok_s"]
         out["alone_check"] = alone_check(llm, jobs_a, a["outputs"], args.sample)
+        out["decode_step_profile_b64"] = step_profile(llm, 64)
     out["graphs"] = graph_facts(llm)
     return out
+
+
+def step_profile(llm, batch: int, steps: int = 8, top: int = 30) -> list[str]:
+    """cProfile of `steps` engine steps with `batch` requests decoding: the top functions by
+    own time (where the host time of a step goes; GPU work shows as the waits)."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    decode_step_ms(llm, batch, steps)
+    prof.disable()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(top)
+    return buf.getvalue().splitlines()
+
+
+def release() -> None:
+    """Free the last engine's GPU memory (KV cache, graph pool; its objects hold cycles, so a
+    collection is needed) before the next plan is built."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+        free, total = torch.cuda.mem_get_info()
+        print(f"after release: {(total - free) / 2**30:.1f} GiB in use", flush=True)
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -203,6 +234,7 @@ def run(args: argparse.Namespace) -> dict:
         for eager in modes:
             key = plan if eager == modes[0] else f"{plan}_eager"
             result[key] = run_plan(loaded, plan, args, jobs_a, jobs_b, eager)
+            release()
             print(key, json.dumps(result[key]), flush=True)
     if not args.no_hf:
         result["hf"] = hf_throughput(loaded, jobs_b, args.device)

@@ -6,6 +6,7 @@
 #   tests      python -m pytest -m gpu tests/gpu (results JSON in $OUT)
 #   ktests     the kernel GPU tests only (tests/gpu/test_gpu_kernels.py)
 #   matrix     the determinism matrix GPU tests only (tests/gpu/test_gpu_matrix.py)
+#   llm        LLM(device='cuda') tests, incl. the certificate gate (tests/gpu/test_gpu_llm.py)
 #   graphs     the decode CUDA graph tests only (tests/gpu/test_gpu_graphs.py)
 #   info       samebits info / generate --device cuda on a tiny Qwen3 checkpoint
 #   serving    benchmarks/gpu_serving.py (issue 13 workloads; not run yet on the H200)
@@ -29,6 +30,7 @@ for job in "$@"; do
              --model /tmp/smollm2.gguf --device cuda --max-tokens 24 2>&1 | tee "$OUT/smollm2_cuda.txt" ;;
     tests) SAMEBITS_GPU_RESULTS="$OUT" timeout 540 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider 2>&1 | tail -40 ;;
     ktests) SAMEBITS_GPU_RESULTS="$OUT" timeout 400 python3 -m pytest -q -m gpu tests/gpu/test_gpu_kernels.py -p no:cacheprovider --durations=5 2>&1 | tail -30 ;;
+    llm) SAMEBITS_GPU_RESULTS="$OUT" timeout 300 python3 -m pytest -q -m gpu tests/gpu/test_gpu_llm.py -p no:cacheprovider --durations=5 2>&1 | tail -15 ;;
     matrix) SAMEBITS_GPU_RESULTS="$OUT" timeout 480 python3 -m pytest -q -m gpu tests/gpu/test_gpu_matrix.py -p no:cacheprovider --durations=8 2>&1 | tail -30 ;;
     graphs) SAMEBITS_GPU_RESULTS="$OUT" timeout 540 python3 -m pytest -q -m gpu tests/gpu/test_gpu_graphs.py -p no:cacheprovider --durations=8 -o log_cli=true --log-cli-level=INFO 2>&1 | tail -40 ;;
     info) python3 -c "import sys; sys.path.insert(0, 'tests'); from tiny_models import make_tiny_checkpoint as m; m('/tmp/tiny_qwen3', 'qwen3')" &&

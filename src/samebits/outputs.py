@@ -41,16 +41,22 @@ def logits_row_bytes(row: np.ndarray) -> bytes:
 
     Raises ValueError unless `row` is a 1-D float32 numpy array (either byte order).
     """
+    return _canonical(row).tobytes()
+
+
+def _canonical(row: np.ndarray) -> np.ndarray:
+    """`row` as a C-contiguous little-endian float32 array (no copy when it already is)."""
     if not isinstance(row, np.ndarray) or row.ndim != 1:
         raise ValueError(f"logits row must be a 1-D numpy array, got {_describe(row)}")
     if row.dtype.kind != "f" or row.dtype.itemsize != 4:
         raise ValueError(f"logits row must have dtype float32, got {row.dtype}")
-    return np.ascontiguousarray(row, dtype="<f4").tobytes()
+    return np.ascontiguousarray(row, dtype="<f4")
 
 
 def logits_digest(row: np.ndarray) -> str:
-    """Hex SHA-256 of `logits_row_bytes(row)`."""
-    return hashlib.sha256(logits_row_bytes(row)).hexdigest()
+    """Hex SHA-256 of `logits_row_bytes(row)`, hashed from the canonical array's buffer (the
+    same bytes, without a 512 KB copy per 128k-vocab row)."""
+    return hashlib.sha256(_canonical(row)).hexdigest()
 
 
 def logits_digests(rows: np.ndarray) -> list[str]:

@@ -24,7 +24,8 @@ _pool: ThreadPoolExecutor | None = None
 def _workers() -> ThreadPoolExecutor:
     global _pool
     if _pool is None:
-        _pool = ThreadPoolExecutor(min(8, os.cpu_count() or 1), thread_name_prefix="samebits-row")
+        # up to 32 threads: a GPU step hands out up to max_num_seqs rows of 512 KB to hash
+        _pool = ThreadPoolExecutor(min(32, os.cpu_count() or 1), thread_name_prefix="samebits-row")
     return _pool
 
 
