@@ -15,6 +15,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -282,10 +283,11 @@ ANALYSIS = "### Analysis"
 
 # ---------------------------------------------------------------------------- profiling
 class OpClock:
-    """Accumulates wall time per label for wrapped callables (single-threaded caller)."""
+    """Accumulates wall time per label for wrapped callables (callers on any thread)."""
 
     def __init__(self) -> None:
         self.totals: dict[str, float] = {}
+        self._lock = threading.Lock()
 
     def wrap(self, label: str, fn: Callable) -> Callable:
         def timed_call(*args, **kwargs):
@@ -293,12 +295,15 @@ class OpClock:
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.totals[label] = self.totals.get(label, 0.0) + time.perf_counter() - start
+                spent = time.perf_counter() - start
+                with self._lock:
+                    self.totals[label] = self.totals.get(label, 0.0) + spent
 
         return timed_call
 
     def reset(self) -> None:
-        self.totals.clear()
+        with self._lock:
+            self.totals.clear()
 
 
 OP_NAMES = ("rms_norm", "add_rms_norm", "head_rms_norm", "rope", "silu_mul", "attention")

@@ -9,40 +9,14 @@ that ran the wrapped calls (the sampler may run on row-worker threads).
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable
+from common import OpClock
 
 C_KERNELS = ("sb_gemm", "sb_attention", "sb_rms_norm", "sb_add_rms_norm", "sb_silu_mul")
 PY_OPS = ("rms_norm", "add_rms_norm", "head_rms_norm", "rope", "silu_mul", "attention")
 LINEARS = ("qkv", "o", "gate_up", "down")
 
 
-class Clock:
-    """Thread-safe wall-time totals per label."""
-
-    def __init__(self) -> None:
-        self.totals: dict[str, float] = {}
-        self._lock = threading.Lock()
-
-    def wrap(self, label: str, fn: Callable) -> Callable:
-        def timed_call(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                spent = time.perf_counter() - start
-                with self._lock:
-                    self.totals[label] = self.totals.get(label, 0.0) + spent
-
-        return timed_call
-
-    def reset(self) -> None:
-        with self._lock:
-            self.totals.clear()
-
-
-def instrument(llm, clock: Clock) -> list:
+def instrument(llm, clock: OpClock) -> list:
     """Wrap the engine's step parts, the model's ops and linears, and the C kernels. Returns a
     one-item list that holds the latest scheduler output."""
     import samebits.engine.engine as engine_module
@@ -128,7 +102,7 @@ def profile_decode(llm, prompts: list[list[int]], max_tokens: int) -> tuple[list
     """
     from samebits import SamplingParams
 
-    clock = Clock()
+    clock = OpClock()
     last = instrument(llm, clock)
     engine = llm.engine
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
