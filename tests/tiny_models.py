@@ -72,6 +72,40 @@ def train_tiny_tokenizer():
     return tokenizer
 
 
+DETOK_CORPUS = ["Hello world, the quick brown fox jumps over the lazy dog."] * 50 + [
+    "héllo wörld"
+] * 10
+
+
+def byte_bpe_tokenizer():
+    """A 400-id byte-level BPE trained on `DETOK_CORPUS` (special `<|eos|>`): detokenizer tests."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=["<|eos|>"], show_progress=False,
+    )  # fmt: skip
+    tokenizer.train_from_iterator(DETOK_CORPUS, trainer)
+    return tokenizer
+
+
+def metaspace_bpe_tokenizer():
+    """A 300-id Metaspace BPE with `<unk>` trained on `DETOK_CORPUS`: detokenizer tests."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<unk>", "<|eos|>"], show_progress=False
+    )
+    tokenizer.train_from_iterator(DETOK_CORPUS, trainer)
+    return tokenizer
+
+
 def tiny_hf_config(arch: str):
     """The transformers config of the tiny model of `arch`."""
     import transformers

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer
 
 from samebits.detokenizer import (
     REPLACEMENT_CHAR,
@@ -11,37 +11,19 @@ from samebits.detokenizer import (
     find_stop_string,
     truncate_at_stop,
 )
+from tiny_models import byte_bpe_tokenizer, metaspace_bpe_tokenizer
 
-CORPUS = ["Hello world, the quick brown fox jumps over the lazy dog."] * 50 + ["héllo wörld"] * 10
 TEXT = "Hello wörld 😀 日本語 the end"
-
-
-def _train(tokenizer: Tokenizer, alphabet: list[str]) -> Tokenizer:
-    trainer = trainers.BpeTrainer(
-        vocab_size=400, initial_alphabet=alphabet, special_tokens=["<|eos|>"], show_progress=False
-    )
-    tokenizer.train_from_iterator(CORPUS, trainer)
-    return tokenizer
 
 
 @pytest.fixture(scope="module")
 def byte_bpe() -> Tokenizer:
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    return _train(tokenizer, pre_tokenizers.ByteLevel.alphabet())
+    return byte_bpe_tokenizer()
 
 
 @pytest.fixture(scope="module")
 def metaspace_bpe() -> Tokenizer:
-    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
-    tokenizer.decoder = decoders.Metaspace()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<unk>", "<|eos|>"], show_progress=False
-    )
-    tokenizer.train_from_iterator(CORPUS, trainer)
-    return tokenizer
+    return metaspace_bpe_tokenizer()
 
 
 def _stream(detok: IncrementalDetokenizer, ids: list[int]) -> list[str]:

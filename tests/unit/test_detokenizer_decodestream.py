@@ -13,13 +13,12 @@ from __future__ import annotations
 import random
 
 import pytest
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
 from samebits.detokenizer import REPLACEMENT_CHAR, IncrementalDetokenizer
-from tiny_models import train_tiny_tokenizer
+from tiny_models import byte_bpe_tokenizer, metaspace_bpe_tokenizer, train_tiny_tokenizer
 
-CORPUS = ["Hello world, the quick brown fox jumps over the lazy dog."] * 50 + ["héllo wörld"] * 10
 TEXTS = [
     "Hello wörld 😀 日本語 the end",
     "the quick brown fox jumps over the lazy dog",
@@ -29,29 +28,6 @@ TEXTS = [
     "ﬁ ligature, Ω, 𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
     "<|im_start|>user\nhi<|im_end|>",
 ]
-
-
-def _byte_bpe() -> Tokenizer:
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400, initial_alphabet=alphabet, special_tokens=["<|eos|>"], show_progress=False
-    )
-    tokenizer.train_from_iterator(CORPUS, trainer)
-    return tokenizer
-
-
-def _metaspace_bpe() -> Tokenizer:
-    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
-    tokenizer.decoder = decoders.Metaspace()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<unk>", "<|eos|>"], show_progress=False
-    )
-    tokenizer.train_from_iterator(CORPUS, trainer)
-    return tokenizer
 
 
 def _cases(tokenizer: Tokenizer, seed: int = 0) -> list[list[int]]:
@@ -76,8 +52,8 @@ def _both(tokenizer: Tokenizer, ids: list[int], skip: bool) -> tuple[list[str], 
 @pytest.fixture(scope="module")
 def tokenizers_under_test(smollm2_model) -> dict[str, Tokenizer]:
     return {
-        "byte_bpe": _byte_bpe(),
-        "metaspace": _metaspace_bpe(),
+        "byte_bpe": byte_bpe_tokenizer(),
+        "metaspace": metaspace_bpe_tokenizer(),
         "tiny": train_tiny_tokenizer(),
         "smollm2": smollm2_model.tokenizer.backend,
     }
@@ -96,7 +72,7 @@ def test_each_step_releases_what_decode_stream_releases(tokenizers_under_test, n
 def test_decode_stream_never_releases_an_incomplete_tail():
     """The counterexample: "ok 😀" without the emoji's last byte. decode() and our flush give
     the trailing U+FFFD; DecodeStream's steps stop before it, and it has no flush."""
-    tokenizer = _byte_bpe()
+    tokenizer = byte_bpe_tokenizer()
     ids = tokenizer.encode("ok 😀").ids[:-1]  # the emoji without its last byte
     mine, library, tail = _both(tokenizer, ids, skip=True)
     full = tokenizer.decode(ids)
@@ -109,7 +85,7 @@ def test_a_skipped_special_token_does_not_eat_the_next_space():
     """Metaspace strips the space of a window's first token: a window must not restart at a
     token that decodes to nothing (the rule DecodeStream follows; this detokenizer once did
     not, and lost the space after a skipped `<unk>`)."""
-    tokenizer = _metaspace_bpe()
+    tokenizer = metaspace_bpe_tokenizer()
     unk = tokenizer.token_to_id("<unk>")
     ids = tokenizer.encode("the fox").ids
     ids = ids[:1] + [unk] + ids[1:]
