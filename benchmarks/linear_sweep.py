@@ -22,6 +22,7 @@ import json
 import os
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
@@ -224,6 +225,36 @@ def _cell(role: str, m: int, deadline: float) -> dict:
     return rec
 
 
+def fixed_vs_by_m(out: Path, ms: list[int], roles: list[str]) -> None:
+    """What picking tiles by M buys (issue 9): per (role, M) the launch the plan picks for M
+    against the two M-independent choices, the plan's smallest-M launch and its largest-M
+    launch used at every M (all three certified equal, compared bit for bit here too)."""
+    from gpu_ops import bench_graph
+
+    from samebits.kernels.triton.linear import choose_launch
+
+    rows = []
+    for role in roles:
+        n, k = SHAPES[role]
+        plan = split_plan(n, k, role)
+        w = (torch.randn((n, k), device="cuda") * k**-0.5).bfloat16()
+        fixed = {"small": choose_launch(plan, 1), "large": choose_launch(plan, 1 << 40)}
+        for m in ms:
+            x = torch.randn((m, k), device="cuda").bfloat16()
+            launches = {"by_m": choose_launch(plan, m), **fixed}
+            outs = {
+                key: linear(x, w, None, plan, torch.bfloat16, la) for key, la in launches.items()
+            }
+            same = all(torch.equal(_bits(o), _bits(outs["by_m"])) for o in outs.values())
+            row = {"role": role, "m": m, "same_bits": same}
+            for key, la in launches.items():
+                call = partial(linear, x, w, None, plan, torch.bfloat16, la)
+                row[f"{key}_us"] = 1e3 * bench_graph(call, 30)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+            out.write_text(json.dumps(rows, indent=1))
+
+
 def _one(kind, cfg, x, w, plan, base, bench_graph) -> dict:
     y = torch.empty_like(base)
     try:
@@ -263,9 +294,13 @@ def main() -> None:
     ap.add_argument("--roles", nargs="+", default=list(SHAPES))
     ap.add_argument("--budget-s", type=float, default=480)
     ap.add_argument("--selftest", action="store_true")
+    ap.add_argument("--fixed", action="store_true", help="by-M launches vs M-independent ones")
     args = ap.parse_args()
     if args.selftest:
         selftest()
+        return
+    if args.fixed:
+        fixed_vs_by_m(args.out, args.ms, args.roles)
         return
     sweep(args.out, args.ms, args.roles, time.time() + args.budget_s)
 
