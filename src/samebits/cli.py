@@ -1,8 +1,9 @@
 """The `samebits` command: generate, info, serve, verify.
 
-The four commands name the same things the same way (`add_deployment_arguments`):
+The four commands name the same things the same way (`samebits.engine_args`):
 `--model`, `--kernel-plan`, `--device`, `--dtype`, `--num-threads` (`--threads` is a
-deprecated alias), `--max-model-len`.
+deprecated alias), `--max-model-len`; generate and serve also take the KV-cache, scheduler
+and runtime options. Each command builds one `EngineConfig` from them (`config_from_args`).
 """
 
 from __future__ import annotations
@@ -11,52 +12,14 @@ import argparse
 import json
 import sys
 
-DEPLOYMENT_OPTIONS = (
-    "--model", "--kernel-plan", "--device", "--dtype", "--num-threads", "--max-model-len",
-)  # fmt: skip
-DEPRECATED_ALIASES = {"--threads": "--num-threads"}
-
-
-class _DeprecatedAlias(argparse.Action):
-    """Stores like the option it is an alias of, and says so on stderr when the old
-    spelling is used."""
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        new = DEPRECATED_ALIASES.get(option_string or "")
-        if new is not None:
-            print(
-                f"{parser.prog}: warning: {option_string} is deprecated, use {new}",
-                file=sys.stderr,
-            )
-        setattr(namespace, self.dest, values)
-
-
-def add_deployment_arguments(p: argparse.ArgumentParser, inherit: bool = False) -> None:
-    """The options that choose the deployment, with one name per option for every command.
-
-    `inherit=True` (verify): every default is None, so the values recorded in the audit log
-    are used unless the command line overrides them.
-    """
-    model_help = (
-        "model to replay with (default: the one in the log)"
-        if inherit
-        else "HF folder or .gguf file (default: embedded SmolLM2)"
-    )
-    p.add_argument("--model", default=None, help=model_help)
-    p.add_argument(
-        "--kernel-plan", default=None if inherit else "invariant", choices=("invariant", "fast")
-    )
-    p.add_argument("--device", default=None if inherit else "cpu", choices=("cpu", "cuda"))
-    p.add_argument("--dtype", default=None, help="float32 on cpu, bfloat16 on cuda (the default)")
-    p.add_argument(
-        "--num-threads", "--threads", dest="num_threads", type=int, default=None,
-        action=_DeprecatedAlias, metavar="N",
-        help="threads of the native kernels (--threads: deprecated alias)",
-    )  # fmt: skip
-    p.add_argument(
-        "--max-model-len", type=int, default=None, metavar="N",
-        help="context length (default: the model's)",
-    )  # fmt: skip
+from samebits.engine_args import (  # noqa: F401 - re-exported names of the options
+    DEPLOYMENT_OPTIONS,
+    DEPRECATED_ALIASES,
+    add_deployment_arguments,
+    add_enforce_eager_argument,
+    add_engine_arguments,
+    config_from_args,
+)
 
 
 def _add_generate(sub) -> None:
@@ -69,21 +32,13 @@ def _add_generate(sub) -> None:
     p.add_argument(
         "--no-chat", action="store_true", help="send PROMPT raw, without the chat template"
     )
-    add_deployment_arguments(p)
-    _add_enforce_eager(p)
-
-
-def _add_enforce_eager(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--enforce-eager", action="store_true",
-        help="cuda: run every step eagerly (default: decode steps replay CUDA graphs)",
-    )  # fmt: skip
+    add_engine_arguments(p)
 
 
 def _add_info(sub) -> None:
     p = sub.add_parser("info", help="print the kernel plan and the deployment fingerprint")
     add_deployment_arguments(p)
-    _add_enforce_eager(p)
+    add_enforce_eager_argument(p)
     p.add_argument("--json", action="store_true", help="print all fingerprint components as JSON")
 
 
@@ -95,11 +50,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     params = SamplingParams(
         max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed
     )
-    llm = LLM(
-        args.model, kernel_plan=args.kernel_plan, num_threads=args.num_threads, progress=True,
-        device=args.device, dtype=args.dtype, max_model_len=args.max_model_len,
-        enforce_eager=args.enforce_eager,
-    )  # fmt: skip
+    llm = LLM(config=config_from_args(args), progress=True)
     tok = llm.tokenizer
     if args.no_chat:
         ids = tok.encode(args.prompt, add_special_tokens=True)
@@ -123,18 +74,20 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from samebits.config import PlanConfig
     from samebits.deployment import build_deployment
     from samebits.model import load_model, weights_target
 
-    plan = PlanConfig(args.kernel_plan, args.dtype, args.device, args.num_threads)
-    loaded = load_model(args.model, True, weights_target(plan.device, plan.dtype))
+    config = config_from_args(args)
+    mc, rc = config.model_config, config.runtime_config
+    mc.check_device()
+    loaded = load_model(mc.model, True, weights_target(mc.device, mc.dtype))
     dep = build_deployment(
-        loaded, plan.kernel_plan, plan.num_threads, args.max_model_len, device=plan.device,
-        dtype=plan.dtype,
+        loaded, mc.kernel_plan, rc.num_threads, mc.max_model_len, device=mc.device,
+        dtype=mc.dtype,
     )  # fmt: skip
+    max_num_seqs = config.scheduler_config.max_num_seqs
     if args.json:
-        graphs = _graphs_line(dep.plan, args.enforce_eager)
+        graphs = _graphs_line(dep.plan, rc.enforce_eager, max_num_seqs)
         print(json.dumps({"fingerprint": dep.fingerprint, **dep.components, "graphs": graphs},
                          indent=2))  # fmt: skip
         return 0
@@ -156,18 +109,18 @@ def cmd_info(args: argparse.Namespace) -> int:
             print(line)
     print(f"weights sha256: {dep.components['weights_sha256']}")
     print(f"fingerprint: {dep.fingerprint}")
-    print(_graphs_line(dep.plan, args.enforce_eager))
+    print(_graphs_line(dep.plan, rc.enforce_eager, max_num_seqs))
     return 0
 
 
-def _graphs_line(plan, enforce_eager: bool) -> str:
+def _graphs_line(plan, enforce_eager: bool, max_num_seqs: int) -> str:
     """How steps run (not in the fingerprint: on the invariant plan a graph replay and an
     eager step give the same bits; tests/gpu/test_gpu_graphs.py checks it on the GPU)."""
     from samebits.engine.graph_policy import graph_config
 
-    line = graph_config(plan.device, enforce_eager, 32).describe()
+    line = graph_config(plan.device, enforce_eager, max_num_seqs).describe()
     return (
-        line + " [for max_num_seqs=32; not part of the fingerprint]"
+        line + f" [for max_num_seqs={max_num_seqs}; not part of the fingerprint]"
         if plan.device == "cuda"
         else line
     )

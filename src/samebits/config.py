@@ -1,52 +1,50 @@
-"""Frozen configuration of an engine deployment (cache, scheduler, kernel plan)."""
+"""`EngineConfig`: the one frozen description of an engine (vLLM's EngineArgs -> VllmConfig).
+
+Four frozen parts, each validated in `__post_init__` (ValueError naming the field):
+
+* `ModelConfig`    what fixes the logits bits: model, device, dtype, kernel plan, context
+                   length (the deployment fingerprint records these);
+* `CacheConfig`    the paged KV cache: block size, number of blocks (or the GPU memory share
+                   that sizes it), prefix caching;
+* `SchedulerConfig` per-step budgets: max_num_seqs, max_num_batched_tokens, max_model_len;
+* `RuntimeConfig`  how steps run: native-kernel threads, CUDA graphs or eager.
+
+Every default is defined once, here: the dataclass field defaults. `LLM`, `LLMEngine`, the
+CLI and the server build one `EngineConfig` (from keyword arguments with `from_kwargs`, from
+flags with `samebits.engine_args.config_from_args`) and pass it down; the engine keeps the
+resolved config (`None` fields filled in from the built deployment) as `engine.config`.
+
+No torch import at module level: the engine core (`engine/scheduler.py`) imports this module.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
 
 KERNEL_PLANS = ("invariant", "fast")
+DEVICE_DTYPES = {"cpu": ("float32",), "cuda": ("bfloat16",)}  # first: the device's default
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's name and default
 DEFAULT_NUM_KV_BLOCKS = 512  # the CPU default (a GPU sizes its cache from free memory)
-DEVICE_DTYPES = {"cpu": ("float32",), "cuda": ("bfloat16",)}  # first: the device's default
 
 
 @dataclass(frozen=True)
-class CacheConfig:
-    """Paged KV cache shape. Invariant: `block_size >= 1`, `num_kv_blocks >= 1`."""
+class ModelConfig:
+    """What fixes the bits. `model` None: the embedded default model; `dtype` None: the
+    device's default (float32 on cpu, bfloat16 on cuda, filled in here); `max_model_len`
+    None: the model's context length. Values only: whether the device exists on this
+    machine is `check_device`'s job (the engine calls it before loading anything)."""
 
-    block_size: int = 16
-    num_kv_blocks: int = DEFAULT_NUM_KV_BLOCKS
-    enable_prefix_caching: bool = True
-
-    def __post_init__(self) -> None:
-        _require_positive("block_size", self.block_size)
-        _require_positive("num_kv_blocks", self.num_kv_blocks)
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    """Per-step budgets. Invariant: both budgets are at least 1."""
-
-    max_num_seqs: int = 32
-    max_num_batched_tokens: int = 512
-    max_model_len: int = 2048
-
-    def __post_init__(self) -> None:
-        _require_positive("max_num_seqs", self.max_num_seqs)
-        _require_positive("max_num_batched_tokens", self.max_num_batched_tokens)
-        _require_positive("max_model_len", self.max_model_len)
-
-
-@dataclass(frozen=True)
-class PlanConfig:
-    """Static facts the kernel plan is chosen from (never runtime state)."""
-
-    kernel_plan: str = "invariant"
-    dtype: str | None = None  # None: the device's default (float32 on cpu, bfloat16 on cuda)
+    model: str | None = None
     device: str = "cpu"
-    num_threads: int | None = None
+    dtype: str | None = None
+    kernel_plan: str = "invariant"
+    max_model_len: int | None = None
 
     def __post_init__(self) -> None:
+        if self.model is not None and not isinstance(self.model, str):
+            object.__setattr__(self, "model", str(self.model))  # a Path is fine
         if self.kernel_plan not in KERNEL_PLANS:
             raise ValueError(f"kernel_plan must be one of {KERNEL_PLANS}, got {self.kernel_plan!r}")
         if self.device not in DEVICE_DTYPES:
@@ -56,10 +54,171 @@ class PlanConfig:
             object.__setattr__(self, "dtype", dtypes[0])
         if self.dtype not in dtypes:
             raise ValueError(f"dtype on {self.device} must be one of {dtypes}, got {self.dtype!r}")
+        if self.max_model_len is not None:
+            _require_positive("max_model_len", self.max_model_len)
+
+    def check_device(self) -> None:
+        """ValueError unless this machine has the device (a `cuda` config needs a GPU torch
+        can see; torch is imported only then)."""
         if self.device == "cuda":
             _require_cuda()
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """Paged KV cache. `num_kv_blocks` None: DEFAULT_NUM_KV_BLOCKS on the CPU; on a GPU as
+    many blocks as fit in `gpu_memory_utilization` of its memory after the weights (vLLM's
+    meaning). Invariant: `block_size >= 1`; `num_kv_blocks` None or >= 1;
+    `0 < gpu_memory_utilization <= 1`."""
+
+    block_size: int = 16
+    num_kv_blocks: int | None = None
+    enable_prefix_caching: bool = True
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+
+    def __post_init__(self) -> None:
+        _require_positive("block_size", self.block_size)
+        if self.num_kv_blocks is not None:
+            _require_positive("num_kv_blocks", self.num_kv_blocks)
+        _require_bool("enable_prefix_caching", self.enable_prefix_caching)
+        _require_utilization(self.gpu_memory_utilization)
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Per-step budgets. `max_model_len` None: filled in by the engine from the deployment
+    (set the context length on `ModelConfig`). Invariant: every set value is >= 1."""
+
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 512
+    max_model_len: int | None = None
+
+    def __post_init__(self) -> None:
+        _require_positive("max_num_seqs", self.max_num_seqs)
+        _require_positive("max_num_batched_tokens", self.max_num_batched_tokens)
+        if self.max_model_len is not None:
+            _require_positive("max_model_len", self.max_model_len)
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """How steps run. `num_threads` None: the plan's default thread count. `enforce_eager`
+    (vLLM's name): on a GPU, run decode steps eagerly instead of replaying CUDA graphs (the
+    same bits either way on the invariant plan; not part of the fingerprint)."""
+
+    num_threads: int | None = None
+    enforce_eager: bool = False
+
+    def __post_init__(self) -> None:
         if self.num_threads is not None:
             _require_positive("num_threads", self.num_threads)
+        _require_bool("enforce_eager", self.enforce_eager)
+
+
+# The flat keyword names `LLM(**kwargs)`, `LLMEngine.from_args(**kwargs)` and the CLI use,
+# and the part each belongs to.
+_PARTS: dict[str, type] = {
+    "model_config": ModelConfig,
+    "cache_config": CacheConfig,
+    "scheduler_config": SchedulerConfig,
+    "runtime_config": RuntimeConfig,
+}
+KWARG_PARTS: dict[str, str] = {
+    "model": "model_config",
+    "device": "model_config",
+    "dtype": "model_config",
+    "kernel_plan": "model_config",
+    "max_model_len": "model_config",
+    "block_size": "cache_config",
+    "num_kv_blocks": "cache_config",
+    "enable_prefix_caching": "cache_config",
+    "gpu_memory_utilization": "cache_config",
+    "max_num_seqs": "scheduler_config",
+    "max_num_batched_tokens": "scheduler_config",
+    "num_threads": "runtime_config",
+    "enforce_eager": "runtime_config",
+}
+ENGINE_KWARGS = tuple(KWARG_PARTS)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The whole engine's settings, built once and passed down (`LLM` -> `LLMEngine` ->
+    `Scheduler`, runner). Invariant: each part has its type and is valid; a scheduler
+    `max_model_len`, when set, is at most the model's (when that is set)."""
+
+    model_config: ModelConfig = field(default_factory=ModelConfig)
+    cache_config: CacheConfig = field(default_factory=CacheConfig)
+    scheduler_config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    runtime_config: RuntimeConfig = field(default_factory=RuntimeConfig)
+
+    def __post_init__(self) -> None:
+        for name, part in _PARTS.items():
+            value = getattr(self, name)
+            if not isinstance(value, part):
+                raise TypeError(f"{name} must be a {part.__name__}, got {type(value).__name__}")
+        cap, sched = self.model_config.max_model_len, self.scheduler_config.max_model_len
+        if cap is not None and sched is not None and sched > cap:
+            raise ValueError(
+                f"scheduler_config.max_model_len ({sched}) exceeds model_config.max_model_len "
+                f"({cap})"
+            )
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> EngineConfig:
+        """A config from today's flat keyword names (`ENGINE_KWARGS`); a name left out takes
+        its default. TypeError naming any unknown keyword."""
+        unknown = sorted(set(kwargs) - set(KWARG_PARTS))
+        if unknown:
+            raise TypeError(
+                f"unexpected engine keyword argument(s) {', '.join(map(repr, unknown))}; "
+                f"known: {', '.join(ENGINE_KWARGS)}"
+            )
+        parts: dict[str, dict[str, Any]] = {name: {} for name in _PARTS}
+        for key, value in kwargs.items():
+            if key == "gpu_memory_utilization" and value is None:
+                continue  # None: the default (an older spelling)
+            parts[KWARG_PARTS[key]][key] = value
+        return cls(
+            ModelConfig(**parts["model_config"]),
+            CacheConfig(**parts["cache_config"]),
+            SchedulerConfig(**parts["scheduler_config"]),
+            RuntimeConfig(**parts["runtime_config"]),
+        )
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """The flat keyword arguments this config is built from (`from_kwargs` inverts it)."""
+        return {key: getattr(getattr(self, part), key) for key, part in KWARG_PARTS.items()}
+
+    def replace(self, **kwargs: Any) -> EngineConfig:
+        """A copy with some flat keyword arguments changed (TypeError for unknown names).
+        A new `device` without a `dtype` takes the new device's default dtype when the old
+        dtype was the old device's default."""
+        current = self.to_kwargs()
+        mc = self.model_config
+        if "device" in kwargs and "dtype" not in kwargs and mc.dtype == DEVICE_DTYPES[mc.device][0]:
+            current["dtype"] = None
+        return EngineConfig.from_kwargs(**{**current, **kwargs})
+
+
+def build_config(config: EngineConfig | None = None, **kwargs: Any) -> EngineConfig:
+    """`config` (default: all defaults) with the given flat keyword arguments applied."""
+    if config is not None and not isinstance(config, EngineConfig):
+        raise TypeError(f"config must be an EngineConfig, got {type(config).__name__}")
+    base = config or EngineConfig()
+    return base.replace(**kwargs) if kwargs else base
+
+
+def resolved_parts(config: EngineConfig, **changes: Any) -> EngineConfig:
+    """`dataclasses.replace` on the nested parts: `changes` maps a flat keyword name to its
+    resolved value (validation runs again)."""
+    parts: dict[str, dict[str, Any]] = {name: {} for name in _PARTS}
+    for key, value in changes.items():
+        parts[KWARG_PARTS[key]][key] = value
+    return dataclasses.replace(
+        config,
+        **{name: dataclasses.replace(getattr(config, name), **kw) for name, kw in parts.items()},
+    )
 
 
 def _require_cuda() -> None:
@@ -75,8 +234,7 @@ def kv_blocks_for_memory(
     """KV-cache blocks that fit when this process may use `utilization` of the device's
     memory in all (vLLM's `gpu_memory_utilization`): what is already in use (weights, other
     processes) comes off that share first. ValueError when not one block fits."""
-    if not 0.0 < utilization <= 1.0:
-        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {utilization!r}")
+    _require_utilization(utilization)
     budget = total_bytes * utilization - (total_bytes - free_bytes)
     blocks = int(budget // bytes_per_block)
     if blocks < 1:
@@ -91,3 +249,14 @@ def kv_blocks_for_memory(
 def _require_positive(name: str, value: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _require_bool(name: str, value: bool) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+def _require_utilization(value: float) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not 0.0 < value <= 1.0:
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {value!r}")

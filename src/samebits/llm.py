@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Iterator, Sequence
+from typing import Any
 
-from samebits.config import DEFAULT_GPU_MEMORY_UTILIZATION
+from samebits.config import EngineConfig
 from samebits.engine.engine import LLMEngine
 from samebits.outputs import RequestOutput, RequestOutputKind
 from samebits.sampling import SamplingParams, derive_seed, new_seed
@@ -19,27 +20,22 @@ class LLM:
     state produce alone (a prefix of the spec's Ref), whatever else is in the batch."""
 
     def __init__(
-        self, model: str | None = None, dtype: str | None = None, kernel_plan: str = "invariant",
-        max_num_seqs: int = 32, max_num_batched_tokens: int = 512, block_size: int = 16,
-        num_kv_blocks: int | None = None, enable_prefix_caching: bool = True,
-        num_threads: int | None = None, max_model_len: int | None = None, progress: bool = False,
-        engine: LLMEngine | None = None, device: str = "cpu",
-        gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
-        enforce_eager: bool = False,
+        self, model: str | None = None, *, config: EngineConfig | None = None,
+        engine: LLMEngine | None = None, progress: bool = False, **kwargs: Any,
     ) -> None:  # fmt: skip
-        """`device` "cpu" (float32) or "cuda" (bfloat16, Triton invariant kernels); `dtype`
-        None takes the device's default. `num_kv_blocks` None: 512 on the CPU, on a GPU what
-        fits in `gpu_memory_utilization` of its memory after the weights. On a GPU, decode
-        steps replay CUDA graphs unless `enforce_eager` (vLLM's name; same bits either way
-        on the invariant plan)."""
-        self.engine = engine or LLMEngine.from_args(
-            model, progress=progress, kernel_plan=kernel_plan, dtype=dtype, device=device,
-            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-            block_size=block_size, num_kv_blocks=num_kv_blocks,
-            enable_prefix_caching=enable_prefix_caching, num_threads=num_threads,
-            max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
-            enforce_eager=enforce_eager,
-        )  # fmt: skip
+        """`LLM(model, **kwargs)` as in vLLM: `kwargs` are the flat engine options
+        (`samebits.config.ENGINE_KWARGS`: device, dtype, kernel_plan, max_model_len,
+        block_size, num_kv_blocks, enable_prefix_caching, gpu_memory_utilization,
+        max_num_seqs, max_num_batched_tokens, num_threads, enforce_eager), applied on top of
+        `config` (an `EngineConfig`; default: all defaults, see docs/architecture.md). An
+        unknown keyword is a TypeError naming it. `engine`: use an already built engine (no
+        other option may be given then). The resolved config is `llm.engine.config`."""
+        if engine is not None:
+            if model is not None or config is not None or kwargs:
+                raise TypeError("LLM(engine=...) takes no model, config or engine options")
+            self.engine = engine
+        else:
+            self.engine = LLMEngine.from_args(model, progress=progress, config=config, **kwargs)
         self._ids = itertools.count()
 
     @property

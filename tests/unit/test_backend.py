@@ -8,24 +8,24 @@ import dataclasses
 import pytest
 import torch
 
-from samebits.config import PlanConfig
+from samebits.config import ModelConfig
 from samebits.kernels.backend import make_ops
 from samebits.kernels.ops import FastOps, InvariantOps
 from samebits.kernels.plan import build_plan
 
 
 def test_device_defaults_and_bad_values():
-    assert PlanConfig().dtype == "float32"
+    assert ModelConfig().dtype == "float32"
     with pytest.raises(ValueError, match="device must be one of"):
-        PlanConfig(device="tpu")
+        ModelConfig(device="tpu")
     with pytest.raises(ValueError, match="dtype on cpu"):
-        PlanConfig(dtype="bfloat16")
+        ModelConfig(dtype="bfloat16")
 
 
 def test_cuda_without_gpu_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match="no CUDA GPU"):
-        PlanConfig(device="cuda")
+        ModelConfig(device="cuda").check_device()
     from samebits.llm import LLM
 
     with pytest.raises(ValueError, match="no CUDA GPU"):
@@ -68,15 +68,18 @@ def test_kv_bytes_per_block_counts_layers_heads_and_dtype(tiny_llama_dir):
 
 
 def test_memory_sized_kv_cache_is_capped(tiny_llama_dir, monkeypatch):
-    """On a GPU plan, `gpu_memory_utilization` sizes the cache from free memory, capped at
-    KV_BLOCKS_PER_SEQUENCE_SLOT x what max_num_seqs full sequences need; without it, 512."""
+    """On a GPU plan, `gpu_memory_utilization` (default 0.9) sizes the cache from free memory,
+    capped at KV_BLOCKS_PER_SEQUENCE_SLOT x what max_num_seqs full sequences need;
+    `num_kv_blocks` given wins."""
     from samebits.deployment import build_deployment
     from samebits.engine import runner
     from samebits.engine.engine import KV_BLOCKS_PER_SEQUENCE_SLOT, LLMEngine
     from samebits.model import load_model
 
     dep = build_deployment(load_model(tiny_llama_dir), "invariant", 1)
-    gpu_like = dataclasses.replace(dep, plan=dataclasses.replace(dep.plan, device="cuda"))
+    gpu_like = dataclasses.replace(
+        dep, plan=dataclasses.replace(dep.plan, device="cuda", dtype="bfloat16")
+    )
     monkeypatch.setattr(runner, "kv_blocks_for_device", lambda *a: 10**7)
     engine = LLMEngine.from_deployment(gpu_like, max_num_seqs=4, gpu_memory_utilization=0.9)
     cap = KV_BLOCKS_PER_SEQUENCE_SLOT * 4 * -(-dep.max_model_len // 16)
@@ -86,4 +89,6 @@ def test_memory_sized_kv_cache_is_capped(tiny_llama_dir, monkeypatch):
         LLMEngine.from_deployment(gpu_like, gpu_memory_utilization=0.9).scheduler.num_kv_blocks
         == 100
     )
-    assert LLMEngine.from_deployment(gpu_like).scheduler.num_kv_blocks == 512
+    assert LLMEngine.from_deployment(gpu_like).scheduler.num_kv_blocks == 100
+    engine = LLMEngine.from_deployment(gpu_like, num_kv_blocks=7)
+    assert engine.scheduler.num_kv_blocks == engine.config.cache_config.num_kv_blocks == 7

@@ -29,7 +29,7 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--sample", type=int, metavar="K", help="replay K random entries")
     parser.add_argument("--seed", type=int, help="seed of the random sample (default: random)")
     parser.add_argument("--head", help="published head hash the log must end with")
-    from samebits.cli import add_deployment_arguments
+    from samebits.engine_args import add_deployment_arguments
 
     add_deployment_arguments(parser, inherit=True)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")

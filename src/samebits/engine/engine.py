@@ -10,10 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from samebits.config import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_NUM_KV_BLOCKS
+from samebits.config import (
+    DEFAULT_NUM_KV_BLOCKS,
+    KWARG_PARTS,
+    EngineConfig,
+    build_config,
+    resolved_parts,
+)
 from samebits.detokenizer import IncrementalDetokenizer, find_stop_string, truncate_at_stop
 from samebits.engine.request import Request, RequestStatus
 from samebits.engine.row_workers import map_rows
@@ -61,13 +68,21 @@ class _RequestState:
 
 
 class LLMEngine:
-    """See docs/architecture.md, "Contract: LLMEngine"."""
+    """See docs/architecture.md, "Contract: LLMEngine".
 
-    def __init__(self, deployment, runner, scheduler: Scheduler, block_size: int):
+    `config` is the resolved `EngineConfig` the engine was built from: every None of the
+    requested config (dtype, max_model_len, num_kv_blocks, num_threads) filled in with what
+    the deployment and the cache actually use."""
+
+    def __init__(
+        self, deployment, runner, scheduler: Scheduler, block_size: int,
+        config: EngineConfig | None = None,
+    ) -> None:  # fmt: skip
         self.deployment = deployment
         self.runner = runner
         self.scheduler = scheduler
         self.block_size = block_size
+        self.config = config
         self.tokenizer = deployment.tokenizer
         self.model_name = deployment.loaded.name
         self.fingerprint = deployment.fingerprint
@@ -81,76 +96,83 @@ class LLMEngine:
         self._grammar_tokenizer: GrammarTokenizer | None = None
 
     @classmethod
-    def from_args(cls, model=None, progress: bool = False, **kwargs) -> LLMEngine:
-        """Load `model` (None: the embedded default) and build the engine (see from_loaded);
-        on a GPU the KV cache takes DEFAULT_GPU_MEMORY_UTILIZATION of its memory unless
-        `num_kv_blocks` or `gpu_memory_utilization` say otherwise."""
-        kwargs.setdefault("gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION)
-        from samebits.config import PlanConfig
+    def from_args(
+        cls, model=None, progress: bool = False, config: EngineConfig | None = None,
+        **kwargs: Any,
+    ) -> LLMEngine:  # fmt: skip
+        """Load the model and build the engine from `config` (default: all defaults) with
+        the flat keyword arguments `kwargs` (`samebits.config.ENGINE_KWARGS`) and `model`
+        (None: the config's, else the embedded default) applied on top. TypeError naming
+        an unknown keyword; ValueError for a bad value (before anything is loaded)."""
+        if model is not None:
+            kwargs["model"] = model
+        cfg = build_config(config, **kwargs)
         from samebits.model import load_model, weights_target
 
-        plan = PlanConfig(device=kwargs.get("device", "cpu"), dtype=kwargs.get("dtype"))
-        target = weights_target(plan.device, plan.dtype)
-        loaded = load_model(model, progress=progress, weights_to=target)
-        return cls.from_loaded(loaded, release_sources=True, **kwargs)
+        mc = cfg.model_config
+        mc.check_device()
+        target = weights_target(mc.device, mc.dtype)
+        loaded = load_model(mc.model, progress=progress, weights_to=target)
+        return cls.from_loaded(loaded, release_sources=True, config=cfg)
 
     @classmethod
     def from_loaded(
-        cls, loaded, kernel_plan: str = "invariant", dtype: str | None = None,
-        num_threads: int | None = None, max_model_len: int | None = None,
-        release_sources: bool = False, device: str = "cpu", **cache_and_sched,
+        cls, loaded, release_sources: bool = False, config: EngineConfig | None = None,
+        **kwargs: Any,
     ) -> LLMEngine:  # fmt: skip
-        """Build the deployment (plan, decoder, fingerprint) for an already loaded model.
-        `release_sources`: the engine owns `loaded` and may drop weights the kernels copied.
-        `device` "cpu" or "cuda"; `dtype` None takes the device's default."""
-        from samebits.config import PlanConfig
+        """Build the deployment (plan, decoder, fingerprint) for an already loaded model
+        (`config.model_config.model` is not used: `loaded` is the model).
+        `release_sources`: the engine owns `loaded` and may drop weights the kernels copied."""
         from samebits.deployment import build_deployment
 
-        plan = PlanConfig(kernel_plan, dtype, device, num_threads)
+        cfg = build_config(config, **kwargs)
+        mc, rc = cfg.model_config, cfg.runtime_config
+        mc.check_device()
         deployment = build_deployment(
-            loaded, kernel_plan, num_threads, max_model_len, release_sources, plan.device,
-            plan.dtype,
+            loaded, mc.kernel_plan, rc.num_threads, mc.max_model_len, release_sources,
+            mc.device, mc.dtype,
         )  # fmt: skip
-        return cls.from_deployment(deployment, **cache_and_sched)
+        return cls.from_deployment(deployment, config=cfg)
 
     @classmethod
     def from_deployment(
-        cls, deployment, max_num_seqs: int = 32, max_num_batched_tokens: int = 512,
-        block_size: int = 16, num_kv_blocks: int | None = None,
-        enable_prefix_caching: bool = True, gpu_memory_utilization: float | None = None,
-        enforce_eager: bool = False,
-    ) -> LLMEngine:  # fmt: skip
+        cls, deployment, config: EngineConfig | None = None, **kwargs: Any
+    ) -> LLMEngine:
         """A fresh scheduler, KV cache and runner over a built deployment (cheap on the CPU;
         on a GPU the decode graphs are captured here unless `enforce_eager`, vLLM's name).
-        `num_kv_blocks` None: on a GPU with `gpu_memory_utilization` given (`LLM`, `from_args`
-        and `serve` give DEFAULT_GPU_MEMORY_UTILIZATION), as many blocks as fit in that share
-        of the device's memory (vLLM's meaning); otherwise DEFAULT_NUM_KV_BLOCKS."""
-        from samebits.config import CacheConfig, SchedulerConfig
+        `kwargs`: cache, scheduler and runtime keywords (`block_size`, `num_kv_blocks`,
+        `enable_prefix_caching`, `gpu_memory_utilization`, `max_num_seqs`,
+        `max_num_batched_tokens`, `enforce_eager`); the deployment's model settings (plan,
+        device, dtype, context length, threads) are what it was built with, whatever the
+        config says. The KV cache size is resolved by `_num_kv_blocks`."""
+        misplaced = sorted(k for k in kwargs if KWARG_PARTS.get(k) == "model_config")
+        misplaced += ["num_threads"] if "num_threads" in kwargs else []
+        if misplaced:
+            raise TypeError(
+                f"from_deployment got {', '.join(map(repr, misplaced))}: the deployment "
+                "already fixes them (use from_loaded / from_args)"
+            )
+        cfg = build_config(config, **kwargs)
         from samebits.engine.graph_policy import graph_config
-        from samebits.engine.runner import ModelRunner, kv_blocks_for_device
+        from samebits.engine.runner import ModelRunner
 
-        sized = gpu_memory_utilization is not None and deployment.plan.device != "cpu"
-        if num_kv_blocks is None and sized:
-            useful = (
-                KV_BLOCKS_PER_SEQUENCE_SLOT
-                * max_num_seqs
-                * -(-deployment.max_model_len // block_size)
-            )
-            num_kv_blocks = min(
-                useful, kv_blocks_for_device(deployment.model, block_size, gpu_memory_utilization)
-            )
-        cache = CacheConfig(
-            block_size, num_kv_blocks or DEFAULT_NUM_KV_BLOCKS, enable_prefix_caching
-        )
-        sched = SchedulerConfig(max_num_seqs, max_num_batched_tokens, deployment.max_model_len)
+        plan = deployment.plan
+        cfg = resolved_parts(
+            cfg, device=plan.device, dtype=plan.dtype, kernel_plan=plan.name,
+            max_model_len=deployment.max_model_len, num_threads=plan.num_threads,
+            num_kv_blocks=_num_kv_blocks(deployment, cfg),
+        )  # fmt: skip
+        cache = cfg.cache_config
+        sched = dataclasses.replace(cfg.scheduler_config, max_model_len=deployment.max_model_len)
+        cfg = dataclasses.replace(cfg, scheduler_config=sched)
         salt = bytes.fromhex(deployment.fingerprint)
         scheduler = Scheduler.from_configs(cache, sched, salt)
-        graphs = graph_config(deployment.plan.device, enforce_eager, max_num_seqs)
+        graphs = graph_config(plan.device, cfg.runtime_config.enforce_eager, sched.max_num_seqs)
         runner = ModelRunner(
             deployment.model, cache.block_size, cache.num_kv_blocks, graphs,
             deployment.max_model_len,
         )  # fmt: skip
-        return cls(deployment, runner, scheduler, cache.block_size)
+        return cls(deployment, runner, scheduler, cache.block_size, cfg)
 
     # ------------------------------------------------------------------ requests
     def add_request(
@@ -516,6 +538,23 @@ class LLMEngine:
         )
         out.update(getattr(self.runner, "stats", dict)())  # graph / eager steps on a GPU
         return out
+
+
+def _num_kv_blocks(deployment, cfg: EngineConfig) -> int:
+    """The KV cache's block count: `num_kv_blocks` when set; else on a GPU what fits in
+    `gpu_memory_utilization` of its memory, capped at KV_BLOCKS_PER_SEQUENCE_SLOT times what
+    `max_num_seqs` full-length sequences need; else (CPU) DEFAULT_NUM_KV_BLOCKS."""
+    cache = cfg.cache_config
+    if cache.num_kv_blocks is not None:
+        return cache.num_kv_blocks
+    if deployment.plan.device == "cpu":
+        return DEFAULT_NUM_KV_BLOCKS
+    from samebits.engine.runner import kv_blocks_for_device
+
+    per_sequence = -(-deployment.max_model_len // cache.block_size)
+    useful = KV_BLOCKS_PER_SEQUENCE_SLOT * cfg.scheduler_config.max_num_seqs * per_sequence
+    fits = kv_blocks_for_device(deployment.model, cache.block_size, cache.gpu_memory_utilization)
+    return min(useful, fits)
 
 
 def step_logits_chunks(step_logits) -> list[tuple[str, tuple[int, np.ndarray]]]:

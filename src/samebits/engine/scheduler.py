@@ -78,8 +78,14 @@ class Scheduler:
         enable_prefix_caching: bool = True,
         cache_salt: bytes = b"",
     ) -> None:
-        SchedulerConfig(max_num_seqs, max_num_batched_tokens, max_model_len)  # validates
-        CacheConfig(block_size, num_kv_blocks, enable_prefix_caching)  # validates
+        if max_model_len is None or num_kv_blocks is None:
+            raise ValueError(
+                "the Scheduler needs resolved sizes: max_model_len and num_kv_blocks must be "
+                f"set, got {max_model_len!r} and {num_kv_blocks!r}"
+            )
+        # the frozen, validated parts of the EngineConfig this scheduler runs on
+        self.scheduler_config = SchedulerConfig(max_num_seqs, max_num_batched_tokens, max_model_len)
+        self.cache_config = CacheConfig(block_size, num_kv_blocks, enable_prefix_caching)
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
@@ -99,6 +105,8 @@ class Scheduler:
     def from_configs(
         cls, cache: CacheConfig, scheduler: SchedulerConfig, cache_salt: bytes = b""
     ) -> Scheduler:
+        """A scheduler on its parts of an EngineConfig (sizes resolved: `num_kv_blocks` and
+        `max_model_len` set; `gpu_memory_utilization` is the engine's business)."""
         return cls(
             max_num_seqs=scheduler.max_num_seqs,
             max_num_batched_tokens=scheduler.max_num_batched_tokens,

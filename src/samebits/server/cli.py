@@ -22,10 +22,10 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `samebits serve`."""
-    from samebits.cli import add_deployment_arguments
+    from samebits.engine_args import add_engine_arguments
 
     add = parser.add_argument
-    add_deployment_arguments(parser)
+    add_engine_arguments(parser)
     add("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     add("--port", type=int, default=8000)
     add("--api-key", default=None,
@@ -40,20 +40,6 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_BYTES,
         help="rotate segments at this size",
     )
-    add("--max-num-seqs", type=int, default=32)
-    add("--max-num-batched-tokens", type=int, default=512)
-    add("--block-size", type=int, default=16)
-    add(
-        "--num-kv-blocks",
-        type=int,
-        default=None,
-        help="KV-cache blocks (default: 512 on cpu; on cuda what --gpu-memory-utilization fits)",
-    )
-    add("--gpu-memory-utilization", type=float, default=0.9,
-        help="share of the GPU's memory the engine may use in all (cuda only)")  # fmt: skip
-    add("--no-prefix-caching", action="store_true")
-    add("--enforce-eager", action="store_true",
-        help="cuda: run every step eagerly (default: decode steps replay CUDA graphs)")  # fmt: skip
     add("--max-n", type=int, default=16, help="largest n accepted")
     add("--max-tokens-limit", type=int, default=None, help="largest max_tokens accepted")
     add("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
@@ -61,23 +47,11 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """`LLMEngine.from_args` keyword arguments from the command line."""
-    kwargs: dict[str, Any] = {
-        "kernel_plan": args.kernel_plan,
-        "device": args.device,
-        "dtype": args.dtype,
-        "num_threads": args.num_threads,
-        "max_model_len": args.max_model_len,
-        "max_num_seqs": args.max_num_seqs,
-        "max_num_batched_tokens": args.max_num_batched_tokens,
-        "block_size": args.block_size,
-        "enable_prefix_caching": not args.no_prefix_caching,
-        "gpu_memory_utilization": args.gpu_memory_utilization,
-        "enforce_eager": args.enforce_eager,
-    }
-    if args.num_kv_blocks is not None:
-        kwargs["num_kv_blocks"] = args.num_kv_blocks
-    return kwargs
+    """`LLMEngine.from_args` keyword arguments from the command line (see
+    `samebits.engine_args.config_from_args` for the config built from them)."""
+    from samebits.engine_args import engine_kwargs as flat
+
+    return flat(args)
 
 
 def session_engine_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -98,9 +72,10 @@ def serve_main(args: argparse.Namespace) -> int:
     import uvicorn
 
     from samebits.engine.engine import LLMEngine
+    from samebits.engine_args import config_from_args
     from samebits.server.app import build_app
 
-    engine = LLMEngine.from_args(args.model, progress=True, **engine_kwargs(args))
+    engine = LLMEngine.from_args(config=config_from_args(args), progress=True)
     config = server_config(args, engine)
     writer = open_audit_log(args, engine)
     _announce(args, engine, config, writer)

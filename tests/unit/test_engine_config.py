@@ -1,0 +1,184 @@
+"""`EngineConfig` (issue 10.4): one frozen config, defaults defined once, clear errors, the
+same config from `LLM(**kwargs)`, `EngineConfig(...)` and the command line."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import pytest
+
+from samebits.cli import build_parser
+from samebits.config import (
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    DEFAULT_NUM_KV_BLOCKS,
+    ENGINE_KWARGS,
+    CacheConfig,
+    EngineConfig,
+    ModelConfig,
+    RuntimeConfig,
+    SchedulerConfig,
+)
+from samebits.engine_args import config_from_args
+
+CUSTOM = dict(
+    model="m.gguf", kernel_plan="fast", device="cpu", dtype="float32", max_model_len=77,
+    block_size=4, num_kv_blocks=64, enable_prefix_caching=False, gpu_memory_utilization=0.5,
+    max_num_seqs=3, max_num_batched_tokens=40, num_threads=2, enforce_eager=True,
+)  # fmt: skip
+FLAGS = [
+    "--model", "m.gguf", "--kernel-plan", "fast", "--device", "cpu", "--dtype", "float32",
+    "--max-model-len", "77", "--block-size", "4", "--num-kv-blocks", "64",
+    "--no-prefix-caching", "--gpu-memory-utilization", "0.5", "--max-num-seqs", "3",
+    "--max-num-batched-tokens", "40", "--num-threads", "2", "--enforce-eager",
+]  # fmt: skip
+
+
+def test_defaults():
+    cfg = EngineConfig()
+    assert cfg.model_config == ModelConfig(None, "cpu", "float32", "invariant", None)
+    assert cfg.cache_config == CacheConfig(16, None, True, DEFAULT_GPU_MEMORY_UTILIZATION)
+    assert cfg.scheduler_config == SchedulerConfig(32, 512, None)
+    assert cfg.runtime_config == RuntimeConfig(None, False)
+    assert DEFAULT_NUM_KV_BLOCKS == 512  # the CPU cache size when num_kv_blocks is None
+    assert EngineConfig.from_kwargs() == cfg
+    assert set(cfg.to_kwargs()) == set(ENGINE_KWARGS)
+
+
+def test_frozen():
+    cfg = EngineConfig()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.cache_config.block_size = 8  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.model_config = ModelConfig()  # type: ignore[misc]
+
+
+def test_defaults_are_defined_once():
+    """The API signatures carry no engine defaults of their own: they take **kwargs and
+    build the config, so a default lives only in the dataclass fields."""
+    from samebits.engine.engine import LLMEngine
+    from samebits.llm import LLM
+
+    for func in (
+        LLM.__init__,
+        LLMEngine.from_args,
+        LLMEngine.from_loaded,
+        LLMEngine.from_deployment,
+    ):
+        assert not set(inspect.signature(func).parameters) & (set(ENGINE_KWARGS) - {"model"})
+    parser = build_parser()
+    args = parser.parse_args(["serve"])
+    assert config_from_args(args) == EngineConfig()
+    args = parser.parse_args(["generate", "hi"])
+    assert config_from_args(args) == EngineConfig()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"block_size": 0}, "block_size must be a positive integer, got 0"),
+        ({"num_kv_blocks": -1}, "num_kv_blocks must be a positive integer"),
+        ({"max_num_seqs": 1.5}, "max_num_seqs must be a positive integer"),
+        ({"max_num_batched_tokens": True}, "max_num_batched_tokens must be a positive"),
+        ({"max_model_len": 0}, "max_model_len must be a positive integer"),
+        ({"num_threads": 0}, "num_threads must be a positive integer"),
+        ({"gpu_memory_utilization": 0.0}, r"gpu_memory_utilization must be in \(0, 1\]"),
+        ({"gpu_memory_utilization": 1.5}, r"gpu_memory_utilization must be in \(0, 1\]"),
+        ({"kernel_plan": "quick"}, "kernel_plan must be one of"),
+        ({"device": "tpu"}, "device must be one of"),
+        ({"dtype": "bfloat16"}, "dtype on cpu must be one of"),
+        ({"enable_prefix_caching": "yes"}, "enable_prefix_caching must be True or False"),
+        ({"enforce_eager": 1}, "enforce_eager must be True or False"),
+    ],
+)
+def test_validation_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        EngineConfig.from_kwargs(**kwargs)
+
+
+def test_parts_are_type_checked_and_consistent():
+    with pytest.raises(TypeError, match="cache_config must be a CacheConfig"):
+        EngineConfig(cache_config=SchedulerConfig())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="exceeds model_config.max_model_len"):
+        EngineConfig(ModelConfig(max_model_len=8), scheduler_config=SchedulerConfig(2, 8, 9))
+
+
+def test_unknown_keyword_is_a_type_error_naming_it():
+    with pytest.raises(TypeError, match="'max_num_seq'"):
+        EngineConfig.from_kwargs(max_num_seq=4)
+    from samebits.llm import LLM
+
+    with pytest.raises(TypeError, match="'num_gpu_blocks'"):
+        LLM(num_gpu_blocks=4)  # refused before anything is loaded
+    with pytest.raises(TypeError, match="config must be an EngineConfig"):
+        LLM(config={"block_size": 4})
+
+
+def test_kwargs_round_trip():
+    cfg = EngineConfig.from_kwargs(**CUSTOM)
+    assert cfg.to_kwargs() == CUSTOM
+    assert EngineConfig.from_kwargs(**cfg.to_kwargs()) == cfg
+    assert cfg.cache_config == CacheConfig(4, 64, False, 0.5)
+    assert cfg.scheduler_config == SchedulerConfig(3, 40, None)
+    assert cfg.runtime_config == RuntimeConfig(2, True)
+    assert cfg.replace(block_size=8).cache_config.block_size == 8
+    assert cfg.replace(block_size=8).replace(block_size=4) == cfg
+
+
+def test_cli_flags_round_trip():
+    for command in (["generate", "hi"], ["serve"]):
+        args = build_parser().parse_args(command + FLAGS)
+        assert config_from_args(args) == EngineConfig.from_kwargs(**CUSTOM), command
+
+
+def test_cli_bad_value_is_a_value_error():
+    args = build_parser().parse_args(["serve", "--block-size", "0"])
+    with pytest.raises(ValueError, match="block_size"):
+        config_from_args(args)
+
+
+def test_device_change_takes_its_default_dtype(monkeypatch):
+    cfg = EngineConfig.from_kwargs(device="cuda")  # values only: no GPU needed to describe one
+    assert cfg.model_config.dtype == "bfloat16"
+    assert EngineConfig().replace(device="cuda").model_config.dtype == "bfloat16"
+
+
+def test_llm_kwargs_and_config_give_the_same_engine_config(tiny_llama_dir):
+    from samebits.engine.engine import LLMEngine
+    from samebits.llm import LLM
+
+    kwargs = dict(block_size=4, num_kv_blocks=64, max_num_seqs=3, max_num_batched_tokens=24)
+    by_kwargs = LLM(str(tiny_llama_dir), **kwargs)
+    config = EngineConfig.from_kwargs(model=str(tiny_llama_dir), **kwargs)
+    by_config = LLM(config=config)
+    got = by_kwargs.engine.config
+    assert got == by_config.engine.config
+    # resolved: the deployment's context length and threads filled in, the rest as asked
+    assert got.scheduler_config.max_model_len == by_kwargs.engine.max_model_len
+    assert got.model_config.max_model_len == by_kwargs.engine.max_model_len
+    assert got.runtime_config.num_threads == by_kwargs.engine.deployment.plan.num_threads
+    assert got.cache_config == CacheConfig(4, 64, True, DEFAULT_GPU_MEMORY_UTILIZATION)
+    # the Scheduler got its parts
+    sched = by_kwargs.engine.scheduler
+    assert sched.cache_config.num_kv_blocks == 64 and sched.cache_config.block_size == 4
+    assert sched.scheduler_config == got.scheduler_config
+    # a config plus keyword overrides
+    over = LLMEngine.from_deployment(by_config.engine.deployment, config=config, block_size=8)
+    assert over.config.cache_config.block_size == 8
+    assert over.scheduler.block_size == 8
+    # the CPU default cache size is DEFAULT_NUM_KV_BLOCKS
+    plain = LLMEngine.from_deployment(by_config.engine.deployment)
+    assert plain.config.cache_config.num_kv_blocks == DEFAULT_NUM_KV_BLOCKS
+    assert plain.scheduler.num_kv_blocks == DEFAULT_NUM_KV_BLOCKS
+    with pytest.raises(TypeError, match="'kernel_plan'"):
+        LLMEngine.from_deployment(by_config.engine.deployment, kernel_plan="fast")
+
+
+def test_fingerprint_does_not_depend_on_scheduler_or_cache_sizes(tiny_llama_dir):
+    from samebits.engine.engine import LLMEngine
+    from samebits.model import load_model
+
+    loaded = load_model(str(tiny_llama_dir))
+    a = LLMEngine.from_loaded(loaded, max_num_seqs=2, num_kv_blocks=32, block_size=4)
+    b = LLMEngine.from_loaded(loaded, max_num_seqs=8, enable_prefix_caching=False)
+    assert a.fingerprint == b.fingerprint
