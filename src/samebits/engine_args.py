@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from samebits.config import (
+    DEFAULT_NUM_KV_BLOCKS,
     DEVICE_DTYPES,
     ENGINE_KWARGS,
     KERNEL_PLANS,
@@ -103,8 +104,8 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     add("--block-size", type=int, default=_default(CacheConfig, "block_size"), metavar="N",
         help="tokens per KV-cache block")  # fmt: skip
     add("--num-kv-blocks", type=int, default=None, metavar="N",
-        help="KV-cache blocks (default: 512 on cpu; on cuda what --gpu-memory-utilization "
-        "fits)")  # fmt: skip
+        help=f"KV-cache blocks (default: {DEFAULT_NUM_KV_BLOCKS} on cpu; on cuda what "
+        "--gpu-memory-utilization fits)")  # fmt: skip
     add("--gpu-memory-utilization", type=float, metavar="F",
         default=_default(CacheConfig, "gpu_memory_utilization"),
         help="share of the GPU's memory the engine may use in all (cuda only)")  # fmt: skip

@@ -182,3 +182,16 @@ def test_fingerprint_does_not_depend_on_scheduler_or_cache_sizes(tiny_llama_dir)
     a = LLMEngine.from_loaded(loaded, max_num_seqs=2, num_kv_blocks=32, block_size=4)
     b = LLMEngine.from_loaded(loaded, max_num_seqs=8, enable_prefix_caching=False)
     assert a.fingerprint == b.fingerprint
+
+
+def test_a_resolved_config_rebuilds_the_same_engine(tiny_llama_dir):
+    from samebits.engine.engine import LLMEngine
+    from samebits.llm import LLM
+
+    llm = LLM(str(tiny_llama_dir), block_size=4, num_kv_blocks=32, max_model_len=64)
+    dep, cfg = llm.engine.deployment, llm.engine.config
+    assert cfg.model_config.max_model_len == cfg.scheduler_config.max_model_len == 64
+    assert LLMEngine.from_deployment(dep, config=cfg).config == cfg
+    wrong = dataclasses.replace(cfg.scheduler_config, max_model_len=32)
+    with pytest.raises(ValueError, match="set model_config.max_model_len instead"):
+        LLMEngine.from_deployment(dep, config=dataclasses.replace(cfg, scheduler_config=wrong))

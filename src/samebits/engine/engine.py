@@ -16,6 +16,8 @@ import numpy as np
 
 from samebits.config import (
     DEFAULT_NUM_KV_BLOCKS,
+    DEVICE_DTYPES,
+    KERNEL_PLANS,
     KWARG_PARTS,
     EngineConfig,
     build_config,
@@ -153,14 +155,19 @@ class LLMEngine:
                 "already fixes them (use from_loaded / from_args)"
             )
         cfg = build_config(config, **kwargs)
+        asked = cfg.scheduler_config.max_model_len
+        if asked is not None and asked != deployment.max_model_len:
+            raise ValueError(
+                f"scheduler_config.max_model_len {asked} differs from the deployment's context "
+                f"length {deployment.max_model_len}: set model_config.max_model_len instead"
+            )
         from samebits.engine.graph_policy import graph_config
         from samebits.engine.runner import ModelRunner
 
         plan = deployment.plan
         cfg = resolved_parts(
-            cfg, device=plan.device, dtype=plan.dtype, kernel_plan=plan.name,
-            max_model_len=deployment.max_model_len, num_threads=plan.num_threads,
-            num_kv_blocks=_num_kv_blocks(deployment, cfg),
+            cfg, **_plan_settings(plan), max_model_len=deployment.max_model_len,
+            num_threads=plan.num_threads, num_kv_blocks=_num_kv_blocks(deployment, cfg),
         )  # fmt: skip
         cache = cfg.cache_config
         sched = dataclasses.replace(cfg.scheduler_config, max_model_len=deployment.max_model_len)
@@ -538,6 +545,14 @@ class LLMEngine:
         )
         out.update(getattr(self.runner, "stats", dict)())  # graph / eager steps on a GPU
         return out
+
+
+def _plan_settings(plan) -> dict[str, str]:
+    """The deployment's device, dtype and plan name as config values; nothing for a plan the
+    config cannot name (a test's interpreter plan): the config's values are kept then."""
+    if plan.name not in KERNEL_PLANS or plan.dtype not in DEVICE_DTYPES.get(plan.device, ()):
+        return {}
+    return {"device": plan.device, "dtype": plan.dtype, "kernel_plan": plan.name}
 
 
 def _num_kv_blocks(deployment, cfg: EngineConfig) -> int:

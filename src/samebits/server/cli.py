@@ -120,6 +120,15 @@ def _announce(args: argparse.Namespace, engine: Any, config: ServerConfig, write
         f"  audit log:   {writer.path if writer is not None else 'disabled (--no-audit-log)'}",
         f"  listening:   http://{args.host}:{args.port}/v1",
     ]
+    engine_config = getattr(engine, "config", None)
+    if engine_config is not None:
+        cache, sched = engine_config.cache_config, engine_config.scheduler_config
+        lines.append(
+            f"  engine:      max_num_seqs {sched.max_num_seqs}, max_num_batched_tokens "
+            f"{sched.max_num_batched_tokens}, max_model_len {sched.max_model_len}, "
+            f"{cache.num_kv_blocks} KV blocks of {cache.block_size}, prefix caching "
+            f"{'on' if cache.enable_prefix_caching else 'off'}"
+        )
     graphs = getattr(engine.runner, "graphs", None)
     if graphs is not None:
         lines.append(f"  {graphs.config.describe()}")
