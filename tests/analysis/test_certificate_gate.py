@@ -158,3 +158,23 @@ def test_shipped_certificates_cover_the_shipped_models():
     res = gate.check(units, gate.SHIPPED_DIR)
     bad = {k: p for k, p in res["units"].items() if p is not None}
     assert not bad, f"run `samebits certify --shipped`: {bad}"
+
+
+def test_block_size_outside_the_certified_pages_refuses(monkeypatch, capsys):
+    class Deployment:  # a certified GPU deployment as the engine sees it
+        components = {"certificates": {"status": "certified", "units": [], "digest": "0"}}
+
+    monkeypatch.delenv(gate.ENV_ALLOW, raising=False)
+    for size in U.ATTENTION_PAGES:
+        gate.check_block_size(Deployment(), size)
+    with pytest.raises(gate.UncertifiedKernelError, match="KV block size 64"):
+        gate.check_block_size(Deployment(), 64)
+    monkeypatch.setenv(gate.ENV_ALLOW, "1")
+    gate.check_block_size(Deployment(), 64)
+    assert "running uncertified" in capsys.readouterr().err
+
+    class CpuDeployment:
+        components: dict = {}
+
+    monkeypatch.delenv(gate.ENV_ALLOW)
+    gate.check_block_size(CpuDeployment(), 64)  # no certificate component: not gated

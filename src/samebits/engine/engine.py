@@ -170,6 +170,9 @@ class LLMEngine:
             num_threads=plan.num_threads, num_kv_blocks=_num_kv_blocks(deployment, cfg),
         )  # fmt: skip
         cache = cfg.cache_config
+        from samebits.analysis.kernel_prover.gate import check_block_size
+
+        check_block_size(deployment, cache.block_size)  # certified GPU plans: certified pages
         sched = dataclasses.replace(cfg.scheduler_config, max_model_len=deployment.max_model_len)
         cfg = dataclasses.replace(cfg, scheduler_config=sched)
         salt = bytes.fromhex(deployment.fingerprint)

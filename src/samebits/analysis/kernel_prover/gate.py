@@ -111,6 +111,25 @@ def gate(units: list[dict], model_hint: str = "<model>", stderr=None) -> dict:
     )
 
 
+def check_block_size(deployment, block_size: int, stderr=None) -> None:
+    """An engine over a certified GPU deployment must use a KV page size the attention
+    certificates cover (``units.ATTENTION_PAGES``): else :class:`UncertifiedKernelError`, or
+    with ``SAMEBITS_ALLOW_UNCERTIFIED=1`` a banner (the page size changes no bits, so the
+    fingerprint does not name it). Deployments without a certificate component pass."""
+    comp = getattr(deployment, "components", {}).get("certificates")
+    if not comp or block_size in U.ATTENTION_PAGES:
+        return
+    msg = (f"KV block size {block_size}: the attention kernel's certificates cover block sizes "
+           f"{list(U.ATTENTION_PAGES)} (page-layout invariance is proved per page size)")  # fmt: skip
+    if os.environ.get(ENV_ALLOW) == "1":
+        print(f"\n*** samebits: WARNING: {ENV_ALLOW}=1: {msg}; running uncertified.\n",
+              file=stderr or sys.stderr, flush=True)  # fmt: skip
+        return
+    raise UncertifiedKernelError(
+        f"{msg}. Use block_size 16 or 32 (--block-size), or {ENV_ALLOW}=1."
+    )
+
+
 def certificate_lines(deployment) -> list[str]:
     """Lines for `samebits info`: the certificate status of the deployment's GPU plan."""
     comp = getattr(deployment, "components", {}).get("certificates")
