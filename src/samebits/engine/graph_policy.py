@@ -8,7 +8,7 @@ Invariants:
   and none asks for all rows (prompt logprobs); the forward of such a step has the same
   shape for every step of the same bucket;
 - the bucket is the smallest one >= the number of requests; the rows past them are padding
-  (see `samebits.engine.decode_buffers`), whose logits are dropped;
+  (see `samebits.graphs.decode_buffers`), whose logits are dropped;
 - the bucket list is a function of `max_num_seqs` only (static), never of runtime state.
 """
 

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from samebits.engine.graph_policy import GraphConfig
-from samebits.engine.graph_runner import DecodeGraphRunner
 from samebits.engine.scheduler import ScheduledRequest
+from samebits.graphs.runner import DecodeGraphRunner
 from samebits.kernels.metadata import FlatBatch
 
 
@@ -104,7 +104,7 @@ class ModelRunner:
     """Owns the paged KV cache (num_blocks * block_size slots per layer) and runs the model.
 
     With `graphs` enabled, pure decode steps replay a captured graph per batch bucket
-    (`graph_runner`); the cache then has one block more, the padding rows' sink, which the
+    (`samebits.graphs.runner`); the cache then has one block more, the padding rows' sink, which the
     block pool (blocks 0 .. num_blocks - 1) never hands out."""
 
     def __init__(

@@ -174,7 +174,7 @@ class FastOps(TorchPlacement):
 
     def attention(self, q, k_cache, v_cache, batch: FlatBatch, scale: float) -> torch.Tensor:
         """SDPA per request, planned on the host; a CUDA-graphed decode step (its batch
-        carries the static program map in `attn`, see engine/decode_buffers.py) runs the
+        carries the static program map in `attn`, see graphs/decode_buffers.py) runs the
         paged Triton kernel instead: SDPA has no paged decode a graph could replay."""
         if batch.attn is not None:
             from samebits.kernels.triton.attention import paged_attention

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 
 import torch
 
-from samebits.engine.decode_buffers import DecodeBuffers
 from samebits.engine.graph_policy import GraphConfig, graph_bucket
-from samebits.engine.step_graph import StepGraph, step_graph_factory
+from samebits.graphs.decode_buffers import DecodeBuffers
+from samebits.graphs.step_graph import StepGraph, step_graph_factory
 
 logger = logging.getLogger("samebits.graphs")
 # attention kernels whose decode steps read the static program map (the GPU plans': the fast
