@@ -103,16 +103,16 @@ def _tma_call(plan, launch, mm: Lin, b, y, has_bias: bool, tiles: dict) -> Kerne
     """`_run_tma`'s call: descriptors over x [M, K] and w [N, K], grid (group, m-tiles, groups)."""
     from samebits.kernels.triton.linear import tma_grid
 
-    g0, _, g2, group = tma_grid(plan.n, 1, launch)
+    group, _, groups = tma_grid(plan.n, 1, launch)
     x = DescArg("x", ACT, mm, plan.k, (launch.block_m, plan.block_k))
     w = DescArg("w", ACT, plan.n, plan.k, (launch.block_n, plan.block_k))
     args = dict(x_desc=x, w_desc=w, b_ptr=b, y_ptr=y, M=mm, N=plan.n, K=plan.k,
                 RANGE_K=plan.range_k, SPLITS=plan.splits, HAS_BIAS=has_bias, GROUP_N=group,
                 **tiles)  # fmt: skip
-    grid = (g0, CDiv(mm, launch.block_m), g2)
+    grid = (group, CDiv(mm, launch.block_m), groups)
     # the group axes (of more than one program) are symbolic even when small: one path covers
     # every weight tile instead of one path per group
-    wide = tuple(ax for ax, size in ((0, g0), (2, g2)) if size > 1)
+    wide = tuple(ax for ax, size in ((0, group), (2, groups)) if size > 1)
     return KernelCall("linear_tma_kernel", grid, args, launch.num_warps, symbolic_axes=wide)
 
 

@@ -64,26 +64,26 @@ def _run_split_grid(x, weight, bias, y, plan: SplitPlan, launch: Launch) -> None
     )  # fmt: skip
 
 
-def tma_grid(n: int, m: int, launch: Launch) -> tuple[int, int, int, int]:
-    """(programs per n-group, m-tiles, n-groups, GROUP_N) of a TMA launch: groups of
-    ``launch.group_n`` weight tiles, fewer when N has fewer tiles (programs past N store
-    nothing)."""
+def tma_grid(n: int, m: int, launch: Launch) -> tuple[int, int, int]:
+    """(GROUP_N, m-tiles, n-groups): the TMA launch's grid, whose first axis is also its
+    GROUP_N constexpr: groups of ``launch.group_n`` weight tiles, fewer when N has fewer tiles
+    (programs past N store nothing)."""
     tiles_n = triton.cdiv(n, launch.block_n)
     group = min(launch.group_n, tiles_n)
-    return group, triton.cdiv(m, launch.block_m), triton.cdiv(tiles_n, group), group
+    return group, triton.cdiv(m, launch.block_m), triton.cdiv(tiles_n, group)
 
 
 def _run_tma(x, weight, bias, y, plan: SplitPlan, launch: Launch) -> None:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     m = x.shape[0]
-    g0, g1, g2, group = tma_grid(plan.n, m, launch)
+    grid = tma_grid(plan.n, m, launch)
     x_desc = TensorDescriptor.from_tensor(x, [launch.block_m, plan.block_k])
     w_desc = TensorDescriptor.from_tensor(weight, [launch.block_n, plan.block_k])
-    linear_tma_kernel[(g0, g1, g2)](
+    linear_tma_kernel[grid](
         x_desc, w_desc, bias if bias is not None else y, y, m, plan.n, plan.k,
         RANGE_K=plan.range_k, SPLITS=plan.splits, HAS_BIAS=bias is not None,
-        BLOCK_M=launch.block_m, BLOCK_N=launch.block_n, BLOCK_K=plan.block_k, GROUP_N=group,
+        BLOCK_M=launch.block_m, BLOCK_N=launch.block_n, BLOCK_K=plan.block_k, GROUP_N=grid[0],
         num_warps=launch.num_warps, num_stages=launch.num_stages,
     )  # fmt: skip
 
