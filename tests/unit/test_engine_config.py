@@ -195,3 +195,16 @@ def test_a_resolved_config_rebuilds_the_same_engine(tiny_llama_dir):
     wrong = dataclasses.replace(cfg.scheduler_config, max_model_len=32)
     with pytest.raises(ValueError, match="set model_config.max_model_len instead"):
         LLMEngine.from_deployment(dep, config=dataclasses.replace(cfg, scheduler_config=wrong))
+
+
+def test_a_plan_without_cpu_threads_resolves_to_none(tiny_llama_dir):
+    """GPU plans carry num_threads=0 (no CPU kernel threads): the engine builds (found on the
+    H200: every cuda engine failed validation) and its config records None."""
+    from samebits.deployment import build_deployment
+    from samebits.engine.engine import LLMEngine
+    from samebits.model import load_model
+
+    dep = build_deployment(load_model(str(tiny_llama_dir)), "invariant")
+    dep = dataclasses.replace(dep, plan=dataclasses.replace(dep.plan, num_threads=0))
+    engine = LLMEngine.from_deployment(dep, num_kv_blocks=32)
+    assert engine.config.runtime_config.num_threads is None

@@ -167,7 +167,8 @@ class LLMEngine:
         plan = deployment.plan
         cfg = resolved_parts(
             cfg, **_plan_settings(plan), max_model_len=deployment.max_model_len,
-            num_threads=plan.num_threads, num_kv_blocks=_num_kv_blocks(deployment, cfg),
+            num_threads=plan.num_threads or None,  # GPU plans run no CPU kernel threads (0)
+            num_kv_blocks=_num_kv_blocks(deployment, cfg),
         )  # fmt: skip
         cache = cfg.cache_config
         from samebits.analysis.kernel_prover.gate import check_block_size
