@@ -4,6 +4,8 @@ in the spec's predicate against Ref; the stock-torch CUDA plan is the negative c
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from samebits.deployment import build_deployment
@@ -17,7 +19,8 @@ from samebits.testing.determinism_matrix import (
 )
 
 pytestmark = pytest.mark.gpu
-BIG = MatrixSize(vocab=0, n_out=8, batch_sizes=(2, 7, 16, 64), repeats=1)
+PAGE = 16  # the smallest KV page the attention certificates cover (the gate refuses 4)
+BIG = MatrixSize(vocab=0, n_out=8, batch_sizes=(2, 7, 16, 64), repeats=1, small_block=PAGE)
 
 
 def _random(preset: str):
@@ -42,23 +45,20 @@ def _check(dep, size: MatrixSize, label: str, gpu_record) -> None:
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "mistral"])
 def test_gpu_matrix_tiny_checkpoints(request, cuda, arch, gpu_record):
     dep = _deployment(load_model(request.getfixturevalue(f"tiny_{arch}_dir")))
-    _check(dep, MatrixSize(vocab=dep.config.vocab_size, repeats=2), f"tiny-{arch}", gpu_record)
+    size = MatrixSize(vocab=dep.config.vocab_size, repeats=2, small_block=PAGE)
+    _check(dep, size, f"tiny-{arch}", gpu_record)
 
 
 @pytest.mark.parametrize("preset", ["llama-3-8b", "qwen3-8b"])
 def test_gpu_matrix_8b_shaped(cuda, preset, gpu_record):
     dep = _deployment(_random(preset))
-    size = MatrixSize(vocab=dep.config.vocab_size, **_fields(BIG))
+    size = dataclasses.replace(BIG, vocab=dep.config.vocab_size)
     _check(dep, size, f"random {preset} bf16", gpu_record)
 
 
 def test_gpu_negative_control_fast_plan(cuda, gpu_record):
     dep = _deployment(_random("llama-3-8b"), "fast")
-    size = MatrixSize(vocab=dep.config.vocab_size, **_fields(BIG))
+    size = dataclasses.replace(BIG, vocab=dep.config.vocab_size)
     report = check_matrix(dep, [s for s in build_scenarios(size) if s.category == "batch"])
     gpu_record("negative control (cuda fast plan, batch category)", report.summary())
     assert report.mismatches, "the stock-torch CUDA plan was expected to break batch invariance"
-
-
-def _fields(size: MatrixSize) -> dict:
-    return {"n_out": size.n_out, "batch_sizes": size.batch_sizes, "repeats": size.repeats}

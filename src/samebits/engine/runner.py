@@ -93,11 +93,20 @@ def kv_bytes_per_block(model, block_size: int) -> int:
 
 
 def kv_blocks_for_device(model, block_size: int, utilization: float) -> int:
-    """KV-cache blocks for a GPU model from the device's free memory now (weights loaded)."""
+    """KV-cache blocks for a GPU model from the device's free memory now (weights loaded).
+    Memory torch's caching allocator holds but no live tensor uses (an engine built and
+    dropped earlier in this process: its KV cache, its graph pools) counts as free: this
+    process reuses it. Unreachable engines are collected first."""
+    import gc
+
     from samebits.config import kv_blocks_for_memory
 
-    free, total = torch.cuda.mem_get_info(model.ops.device)
-    return kv_blocks_for_memory(total, free, utilization, kv_bytes_per_block(model, block_size))
+    gc.collect()
+    device = model.ops.device
+    free, total = torch.cuda.mem_get_info(device)
+    reusable = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    per_block = kv_bytes_per_block(model, block_size)
+    return kv_blocks_for_memory(total, free + reusable, utilization, per_block)
 
 
 class ModelRunner:

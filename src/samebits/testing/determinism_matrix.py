@@ -13,6 +13,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from samebits.config import DEFAULT_NUM_KV_BLOCKS
 from samebits.engine.engine import LLMEngine
 from samebits.engine.runner import cold_logits
 from samebits.sampling import SamplingParams
@@ -69,8 +70,12 @@ class Report:
 
 
 def run_scenario(deployment, scenario: Scenario) -> tuple[list[RequestView | None], dict]:
-    """Run the jobs through a fresh engine; returns one view per job (None if aborted)."""
-    engine = LLMEngine.from_deployment(deployment, **scenario.engine)
+    """Run the jobs through a fresh engine; returns one view per job (None if aborted).
+    The cache is DEFAULT_NUM_KV_BLOCKS unless the scenario sizes it (on every device: a
+    scenario is about bits, not memory, and a GPU engine per scenario must not claim
+    `gpu_memory_utilization` of the device each time)."""
+    kwargs = {"num_kv_blocks": DEFAULT_NUM_KV_BLOCKS, **scenario.engine}
+    engine = LLMEngine.from_deployment(deployment, **kwargs)
     jobs = scenario.jobs
     finished: dict[str, object] = {}
     step = 0
@@ -136,6 +141,9 @@ def check_matrix(deployment, scenarios: Sequence[Scenario]) -> Report:
 
 
 # ---------------------------------------------------------------------------- scenarios
+PRESSURE_SLOTS = 96  # the pressure scenario's KV token slots, whatever its page size
+
+
 @dataclass(frozen=True)
 class MatrixSize:
     """How big a matrix to build (tiny random models take the large one)."""
@@ -145,6 +153,10 @@ class MatrixSize:
     batch_sizes: tuple[int, ...] = (2, 5, 16, 32)
     budgets: tuple[int, ...] = (5, 16, 64, 512)
     repeats: int = 2
+    # The KV page size of the prefix, pressure and follow-up scenarios (small pages put cache
+    # hits and preemptions inside short prompts); a certified GPU plan takes 16, the smallest
+    # page its attention certificates cover.
+    small_block: int = 4
 
 
 def build_scenarios(size: MatrixSize, seed: int = 0) -> list[Scenario]:
@@ -153,8 +165,8 @@ def build_scenarios(size: MatrixSize, seed: int = 0) -> list[Scenario]:
     pool = _Pool(rng, size)
     out: list[Scenario] = []
     for r in range(size.repeats):
-        out += _batch(pool, rng, size, r) + _chunk(pool, size, r) + _prefix(pool, rng, r)
-        out += _pressure(pool, r) + _arrivals(pool, rng, r) + _sampling(pool, rng, r)
+        out += _batch(pool, rng, size, r) + _chunk(pool, size, r) + _prefix(pool, size, r)
+        out += _pressure(pool, size, r) + _arrivals(pool, rng, r) + _sampling(pool, rng, r)
     return out
 
 
@@ -200,18 +212,21 @@ def _chunk(pool: _Pool, size: MatrixSize, r: int) -> list[Scenario]:
     ]
 
 
-def _prefix(pool: _Pool, rng, r: int) -> list[Scenario]:
+def _prefix(pool: _Pool, size: MatrixSize, r: int) -> list[Scenario]:
     jobs = [pool.job(arrival=i) for i in range(6)]
     repeat = [dataclasses.replace(j, arrival=j.arrival + 30) for j in jobs]  # hot cache rerun
     return [
-        Scenario("prefix", f"prefix-cold-hot-{r}", jobs + repeat, {"block_size": 4}),
+        Scenario("prefix", f"prefix-cold-hot-{r}", jobs + repeat, {"block_size": size.small_block}),
         Scenario("prefix", f"prefix-nocache-{r}", jobs, {"enable_prefix_caching": False}),
     ]
 
 
-def _pressure(pool: _Pool, r: int) -> list[Scenario]:
-    jobs = [pool.job() for _ in range(6)]
-    cfg = {"block_size": 4, "num_kv_blocks": 24, "max_num_batched_tokens": 32}
+def _pressure(pool: _Pool, size: MatrixSize, r: int) -> list[Scenario]:
+    """Six requests in 96 KV slots, each decoding across at least one page boundary: the
+    running requests outgrow the cache at any page size (up to 32) and get preempted."""
+    jobs = [pool.job(max_tokens=size.n_out + size.small_block) for _ in range(6)]
+    blocks = PRESSURE_SLOTS // size.small_block
+    cfg = {"block_size": size.small_block, "num_kv_blocks": blocks, "max_num_batched_tokens": 32}
     return [Scenario("pressure", f"pressure-{r}", jobs, cfg)]
 
 
@@ -254,10 +269,14 @@ def prefill_vs_decode(deployment, prompt: Sequence[int], n: int) -> tuple[int, l
     return n, bad
 
 
-def prefix_with_generated(deployment, prompt: Sequence[int], n: int, extra: Sequence[int]):
+def prefix_with_generated(
+    deployment, prompt: Sequence[int], n: int, extra: Sequence[int], block_size: int = 4
+):
     """A follow-up turn that repeats a conversation (prompt + generated + extra) on the same
     engine hits the cache built from generated tokens. Returns (follow-up job, view, hit tokens)."""
-    engine = LLMEngine.from_deployment(deployment, block_size=4)
+    engine = LLMEngine.from_deployment(
+        deployment, block_size=block_size, num_kv_blocks=DEFAULT_NUM_KV_BLOCKS
+    )
     params = SamplingParams(
         max_tokens=n, temperature=0.0, ignore_eos=True, return_logits=True, seed=3
     )
@@ -289,11 +308,21 @@ def full_check(deployment, size: MatrixSize) -> tuple[Report, int]:
     rows, bad = prefill_vs_decode(deployment, prompt, size.n_out)
     report.rows["prefill_vs_decode"] += rows
     report.mismatches += bad
-    follow, view, hits = prefix_with_generated(deployment, prompt, size.n_out, (1, 2, 3))
+    first = _follow_prompt([j.prompt for s in scenarios for j in s.jobs], size.small_block)
+    follow, view, hits = prefix_with_generated(
+        deployment, first, size.n_out, (1, 2, 3), size.small_block
+    )
     report.rows["prefix"] += len(view.records)
     if not is_reference_prefix(view, RefCache(deployment).get(follow)):
         report.mismatches.append("follow-up turn differs from Ref")
     return report, hits
+
+
+def _follow_prompt(prompts: Sequence[tuple[int, ...]], block: int) -> tuple[int, ...]:
+    """The first prompt of at least one page, cut to end two tokens before a page boundary:
+    the first turn's generated tokens then fill a page the follow-up turn finds cached."""
+    prompt = next(p for p in prompts if len(p) >= block)
+    return prompt[: len(prompt) // block * block - 2]
 
 
 def full_check_problems(report: Report, hits: int) -> list[str]:
