@@ -8,7 +8,9 @@ Workloads:
   (b) HF's shape: batch 64, 128 prompt tokens, 256 new tokens (also run by HF `generate`);
 plus, on the invariant plan: (a) and (b) with the per-row SHA-256 digests replaced by a no-op
 (the digest cost; never done outside this benchmark), the decode step time at batch 64, and 32
-requests of (a) replayed alone, compared bit for bit (tokens and digests).
+requests of (a) replayed alone, compared bit for bit (tokens and digests), and (b) and the
+batch-64 step with async scheduling off (on is the cuda default: step n+1 is launched before
+step n's outputs are built).
 
 Decode steps replay CUDA graphs (captured at engine start, the capture time is reported, as are
 the steps replayed and the steps run eagerly); `--graphs off` runs every step eagerly
@@ -180,6 +182,10 @@ def run_plan(loaded, plan: str, args: argparse.Namespace, jobs_a, jobs_b, eager:
            "b_tok_s": b["tok_s"], "b_wall_s": b["wall_s"],
            "decode_step_ms_b64": decode_step_ms(llm, 64)}  # fmt: skip
     if plan == "invariant":
+        llm.engine.async_scheduling = False
+        out["b_tok_s_sync_scheduling"] = run_engine(llm, jobs_b)["tok_s"]
+        out["decode_step_ms_b64_sync_scheduling"] = decode_step_ms(llm, 64)
+        llm.engine.async_scheduling = True
         out["a_tok_s_without_digests"] = without_digests(llm, jobs_a)["tok_s"]
         out["b_tok_s_without_digests"] = without_digests(llm, jobs_b)["tok_s"]
         out["alone_check"] = alone_check(llm, jobs_a, a["outputs"], args.sample)
@@ -250,6 +256,7 @@ def summary(r: dict) -> dict:
         "digest_cost_a": 1 - inv["a_tok_s"] / inv["a_tok_s_without_digests"],
         "digest_cost_b": 1 - inv["b_tok_s"] / inv["b_tok_s_without_digests"],
         "alone_mismatches": len(inv["alone_check"]["mismatching"]),
+        "async_over_sync_scheduling_b": inv["b_tok_s"] / inv["b_tok_s_sync_scheduling"],
         "invariant_graphs": inv["graphs"],
     }
     if "invariant_eager" in r:

@@ -8,8 +8,9 @@
 #   matrix     the determinism matrix GPU tests only (tests/gpu/test_gpu_matrix.py)
 #   llm        LLM(device='cuda') tests, incl. the certificate gate (tests/gpu/test_gpu_llm.py)
 #   graphs     the decode CUDA graph tests only (tests/gpu/test_gpu_graphs.py)
+#   steps      device argmax and async scheduling (tests/gpu/test_gpu_steps.py)
 #   info       samebits info / generate --device cuda on a tiny Qwen3 checkpoint
-#   serving    benchmarks/gpu_serving.py (issue 13 workloads; not run yet on the H200)
+#   serving    benchmarks/gpu_serving.py --sample 8 (issue 13 workloads)
 #   ops        benchmarks/gpu_ops.py
 #   agree      benchmarks/gpu_agreement.py
 set -uo pipefail
@@ -33,10 +34,11 @@ for job in "$@"; do
     llm) SAMEBITS_GPU_RESULTS="$OUT" timeout 300 python3 -m pytest -q -m gpu tests/gpu/test_gpu_llm.py -p no:cacheprovider --durations=5 2>&1 | tail -15 ;;
     matrix) SAMEBITS_GPU_RESULTS="$OUT" timeout 480 python3 -m pytest -q -m gpu tests/gpu/test_gpu_matrix.py -p no:cacheprovider --durations=8 2>&1 | tail -30 ;;
     graphs) SAMEBITS_GPU_RESULTS="$OUT" timeout 540 python3 -m pytest -q -m gpu tests/gpu/test_gpu_graphs.py -p no:cacheprovider --durations=8 -o log_cli=true --log-cli-level=INFO 2>&1 | tail -40 ;;
+    steps) SAMEBITS_GPU_RESULTS="$OUT" timeout 300 python3 -m pytest -q -m gpu tests/gpu/test_gpu_steps.py -p no:cacheprovider --durations=5 2>&1 | tail -30 ;;
     info) python3 -c "import sys; sys.path.insert(0, 'tests'); from tiny_models import make_tiny_checkpoint as m; m('/tmp/tiny_qwen3', 'qwen3')" &&
           python3 -m samebits.cli info --device cuda --model /tmp/tiny_qwen3 2>&1 | tee "$OUT/info_cuda.txt" | tail -25 &&
           python3 -m samebits.cli generate "Hello there" --device cuda --model /tmp/tiny_qwen3 --max-tokens 8 --seed 1 --no-chat ;;
-    serving) timeout 560 python3 benchmarks/gpu_serving.py --out "$OUT/gpu_serving.json" 2>&1 | tail -30 ;;
+    serving) timeout 560 python3 benchmarks/gpu_serving.py --sample 8 --out "$OUT/gpu_serving.json" 2>&1 | tail -30 ;;
     ops) timeout 300 python3 benchmarks/gpu_ops.py --out "$OUT/gpu_ops.json" 2>&1 | tail -70 ;;
     agree) timeout 300 python3 benchmarks/gpu_agreement.py --presets tiny-llama tiny-qwen2 tiny-qwen3 llama-3-8b qwen3-8b --out "$OUT/gpu_agreement.json" 2>&1 | tail -30 ;;
     *) echo "unknown job $job" ;;

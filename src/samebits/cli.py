@@ -16,8 +16,8 @@ from samebits.engine_args import (  # noqa: F401 - re-exported names of the opti
     DEPLOYMENT_OPTIONS,
     DEPRECATED_ALIASES,
     add_deployment_arguments,
-    add_enforce_eager_argument,
     add_engine_arguments,
+    add_step_arguments,
     config_from_args,
 )
 
@@ -38,7 +38,7 @@ def _add_generate(sub) -> None:
 def _add_info(sub) -> None:
     p = sub.add_parser("info", help="print the kernel plan and the deployment fingerprint")
     add_deployment_arguments(p)
-    add_enforce_eager_argument(p)
+    add_step_arguments(p)
     p.add_argument("--json", action="store_true", help="print all fingerprint components as JSON")
 
 

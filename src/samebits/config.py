@@ -104,15 +104,22 @@ class SchedulerConfig:
 class RuntimeConfig:
     """How steps run. `num_threads` None: the plan's default thread count. `enforce_eager`
     (vLLM's name): on a GPU, run decode steps eagerly instead of replaying CUDA graphs (the
-    same bits either way on the invariant plan; not part of the fingerprint)."""
+    same bits either way on the invariant plan; not part of the fingerprint).
+    `async_scheduling` (vLLM's name): schedule and launch step n+1 before step n's outputs
+    are built (its digests, logprobs, text), so that work runs while the device computes;
+    None: on for cuda, off for cpu (where the forward runs on the host's own cores). It
+    changes when a request added between steps joins, never a value (batch invariance)."""
 
     num_threads: int | None = None
     enforce_eager: bool = False
+    async_scheduling: bool | None = None
 
     def __post_init__(self) -> None:
         if self.num_threads is not None:
             _require_positive("num_threads", self.num_threads)
         _require_bool("enforce_eager", self.enforce_eager)
+        if self.async_scheduling is not None:
+            _require_bool("async_scheduling", self.async_scheduling)
 
 
 # The flat keyword names `LLM(**kwargs)`, `LLMEngine.from_args(**kwargs)` and the CLI use,
@@ -137,6 +144,7 @@ KWARG_PARTS: dict[str, str] = {
     "max_num_batched_tokens": "scheduler_config",
     "num_threads": "runtime_config",
     "enforce_eager": "runtime_config",
+    "async_scheduling": "runtime_config",
 }
 ENGINE_KWARGS = tuple(KWARG_PARTS)
 

@@ -85,10 +85,16 @@ def add_deployment_arguments(p: argparse.ArgumentParser, inherit: bool = False) 
     )  # fmt: skip
 
 
-def add_enforce_eager_argument(p: argparse.ArgumentParser) -> None:
+def add_step_arguments(p: argparse.ArgumentParser) -> None:
+    """The runtime flags of how steps run (CUDA graphs, async scheduling)."""
     p.add_argument(
         "--enforce-eager", action="store_true", default=_default(RuntimeConfig, "enforce_eager"),
         help="cuda: run every step eagerly (default: decode steps replay CUDA graphs)",
+    )  # fmt: skip
+    p.add_argument(
+        "--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
+        help="launch step n+1 before building step n's outputs (default: on for cuda, "
+        "off for cpu; the same bits either way)",
     )  # fmt: skip
 
 
@@ -112,7 +118,7 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     add("--no-prefix-caching", dest="enable_prefix_caching", action="store_false",
         default=_default(CacheConfig, "enable_prefix_caching"),
         help="turn off the prefix cache")  # fmt: skip
-    add_enforce_eager_argument(p)
+    add_step_arguments(p)
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:

@@ -405,12 +405,26 @@ def _greedy(
     _token_array("prompt_token_ids", prompt_token_ids, logits.size)
     _token_array("output_token_ids", output_token_ids, logits.size)
     top = int(np.argmax(logits))
-    value = float(logits[top])
+    return greedy_token(top, float(logits[top]))
+
+
+def is_plain_greedy(params: SamplingParams, position: int, allowed: np.ndarray | None) -> bool:
+    """Whether `sample` at output `position` is the argmax of the raw float32 row
+    (temperature 0 and `processed_logits` leaves the row as it is): the token is then
+    `greedy_token` of the row's argmax, wherever that argmax is computed."""
+    return params.temperature == 0.0 and _row_unchanged(params, position, allowed)
+
+
+def greedy_token(index: int, value: float) -> int:
+    """The token `sample` returns for a plain-greedy row (`is_plain_greedy`) whose argmax is
+    `index` with value `value`: the argmax taken as numpy's (the first index of the
+    maximum, a NaN counting as the maximum). Raises `sample`'s ValueError when that value
+    is NaN or +inf, or -inf (no finite entry)."""
     if math.isnan(value) or value == math.inf:
         raise ValueError("logits after penalties contain NaN or +inf")
     if value == -math.inf:
         raise ValueError("logits after penalties have no finite entry (every token is masked)")
-    return top
+    return index
 
 
 def processed_logits(

@@ -38,6 +38,15 @@ def test_matrix_tiny_models(request, arch, matrix_log):
     )
 
 
+def test_matrix_async_scheduling(tiny_qwen3_dir, matrix_log):
+    """Every engine launches step n+1 before building step n's outputs (the GPU default):
+    arrivals and aborts between steps land one step later, preemptions and prefix hits
+    happen at other steps, and every row is still Ref's."""
+    dep = _deployment(tiny_qwen3_dir)
+    size = MatrixSize(vocab=dep.config.vocab_size, repeats=1, async_scheduling=True)
+    _full_check(dep, size, "tiny-qwen3, async scheduling", matrix_log)
+
+
 @pytest.mark.slow
 def test_matrix_smollm2(smollm2_model, matrix_log):
     dep = _deployment(smollm2_model)

@@ -8,7 +8,7 @@ import pytest
 
 from samebits import LLM, SamplingParams
 from samebits.engine import row_workers
-from samebits.outputs import logits_digest
+from samebits.outputs import RequestOutputKind, logits_digest
 
 
 def test_map_rows_keeps_order_and_isolates_errors():
@@ -37,3 +37,30 @@ def test_threaded_and_inline_steps_agree(tiny_llama_dir, monkeypatch, threshold)
     ref = [(c.token_ids, c.logits_digests, c.logprobs) for o in again.generate(
         [f"prompt number {i}" for i in range(12)], params) for c in o.outputs]  # fmt: skip
     assert got == ref
+
+
+def test_digest_later_is_the_digest(monkeypatch):
+    row = np.random.default_rng(1).standard_normal(1 << 16).astype(np.float32)
+    pending = row_workers.digest_later(logits_digest, row)
+    assert not isinstance(pending, str)  # a large row: hashed on a worker
+    assert row_workers.resolved([pending, "abc"]) == [logits_digest(row), "abc"]
+    assert row_workers.digest_later(logits_digest, row[:100]) == logits_digest(row[:100])
+
+
+def test_digests_in_flight_across_steps_stay_exact(tiny_llama_dir, monkeypatch):
+    """Every digest computed on a worker, async scheduling, at most one step of digests in
+    flight: the outputs (FINAL_ONLY and streamed DELTA) are those of the inline engine."""
+    import samebits.engine.engine as engine_module
+
+    params = SamplingParams(max_tokens=6, temperature=0.0, seed=5)
+    prompts = [f"prompt number {i}" for i in range(6)]
+    ref = LLM(str(tiny_llama_dir), num_kv_blocks=64).generate(prompts, params)
+    monkeypatch.setattr(row_workers, "PARALLEL_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(engine_module, "DIGEST_STEPS_AHEAD", 1)
+    llm = LLM(str(tiny_llama_dir), num_kv_blocks=64, async_scheduling=True)
+    got = llm.generate(prompts, params)
+    assert [o.outputs[0].logits_digests for o in got] == [o.outputs[0].logits_digests for o in ref]
+    streamed: dict[str, list[str]] = {}
+    for out in llm.generate_stream(prompts, params, output_kind=RequestOutputKind.DELTA):
+        streamed.setdefault(out.request_id, []).extend(out.outputs[0].logits_digests)
+    assert sorted(streamed.values()) == sorted(o.outputs[0].logits_digests for o in ref)

@@ -9,6 +9,8 @@ so far — so a request's tokens depend only on its own input and the deployment
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,10 +27,18 @@ from samebits.config import (
 )
 from samebits.detokenizer import IncrementalDetokenizer, find_stop_string, truncate_at_stop
 from samebits.engine.request import Request, RequestStatus
-from samebits.engine.row_workers import map_rows
+from samebits.engine.row_workers import digest_later, map_rows, resolved
 from samebits.engine.scheduler import Scheduler
+from samebits.engine.step_result import StepResult, launch_step
 from samebits.outputs import CompletionOutput, RequestOutput, RequestOutputKind, logits_digest
-from samebits.sampling import SamplingParams, compute_logprobs, new_seed, sample
+from samebits.sampling import (
+    SamplingParams,
+    compute_logprobs,
+    greedy_token,
+    is_plain_greedy,
+    new_seed,
+    sample,
+)
 from samebits.structured.matcher import GrammarMatcher, GrammarTokenizer
 
 PromptLogprobs = list[dict[int, float] | None]
@@ -37,6 +47,11 @@ PromptLogprobs = list[dict[int, float] | None]
 # sequences need (the rest serves the prefix cache); a tiny model on a large GPU would
 # otherwise get tens of millions of blocks, each a Python object in the block pool.
 KV_BLOCKS_PER_SEQUENCE_SLOT = 4
+
+# Steps whose SHA-256 digests may still be computing on the row workers (each pins its
+# step's host rows, 512 KB per 128k-vocab row) before a step waits for the oldest. An
+# output waits for its own digests, so this bounds memory, never what is reported.
+DIGEST_STEPS_AHEAD = 4
 
 # What add_request takes as a prompt: token ids, text, or a vLLM-style dict of either.
 PromptInput = str | list[int] | tuple[int, ...] | dict[str, object]
@@ -59,7 +74,7 @@ class _RequestState:
     prompt_ids_out: list[int] = field(default_factory=list)  # DELTA: shared by its outputs
     sent_tokens: int = 0
     sent_text: int = 0
-    digests: list[str] = field(default_factory=list)
+    digests: list[str | Future[str]] = field(default_factory=list)  # resolved in outputs
     logprobs: list[dict[int, float]] = field(default_factory=list)
     logits: list[np.ndarray] = field(default_factory=list)
     cumulative_logprob: float = 0.0
@@ -67,6 +82,12 @@ class _RequestState:
     stop_reason: str | int | None = None
     prompt_logprobs: PromptLogprobs | None = None  # [None, lp(1), ...] as rows arrive
     guide: GrammarMatcher | None = None  # structured outputs: has accepted every output
+    detokenized: int = 0  # output tokens the detokenizer has taken
+
+    @property
+    def needs_rows(self) -> bool:
+        """Whether the request keeps more of a sampled row than its digest."""
+        return self.params.logprobs is not None or self.params.return_logits
 
 
 class LLMEngine:
@@ -74,7 +95,8 @@ class LLMEngine:
 
     `config` is the resolved `EngineConfig` the engine was built from: every None of the
     requested config (dtype, max_model_len, num_kv_blocks, num_threads) filled in with what
-    the deployment and the cache actually use."""
+    the deployment and the cache actually use. `async_scheduling` (from the config) may be
+    switched between steps; a step already launched is collected by the next `step()`."""
 
     def __init__(
         self, deployment, runner, scheduler: Scheduler, block_size: int,
@@ -96,6 +118,9 @@ class LLMEngine:
         self.num_batched_tokens_total = 0
         self.last_batch_size = 0
         self._grammar_tokenizer: GrammarTokenizer | None = None
+        self._inflight: tuple[Any, StepResult] | None = None  # async scheduling: step n+1
+        self._digest_steps: deque[list[Future]] = deque()  # digests still being computed
+        self.async_scheduling = bool(config and config.runtime_config.async_scheduling)
 
     @classmethod
     def from_args(
@@ -169,6 +194,7 @@ class LLMEngine:
             cfg, **_plan_settings(plan), max_model_len=deployment.max_model_len,
             num_threads=plan.num_threads or None,  # GPU plans run no CPU kernel threads (0)
             num_kv_blocks=_num_kv_blocks(deployment, cfg),
+            async_scheduling=_async_scheduling(plan.device, cfg),
         )  # fmt: skip
         cache = cfg.cache_config
         from samebits.analysis.kernel_prover.gate import check_block_size
@@ -311,37 +337,111 @@ class LLMEngine:
         """Schedule, run one forward pass, sample, and report every request that advanced
         (a FINAL_ONLY request only when it finished), as its `output_kind` asks.
 
+        With `async_scheduling` the next step is scheduled and launched as soon as this
+        step's tokens are known and its stop conditions applied, before this step's outputs
+        are built (digests, logprobs, text: host work that then overlaps the device's).
+        A request added or aborted between two calls then joins or leaves one step later
+        than without; no value changes (its rows are batch invariant).
+
         Failure isolation: an exception in one request's sampling, detokenization or output
         (e.g. a non-finite logit) aborts that request only; it is reported by
         `pop_failures()` and the step goes on for every other request.
         """
-        sched_out = self.scheduler.schedule()
-        step_logits = self.runner.execute(sched_out)
-        starts = {rid: start for rid, (start, _) in step_logits_chunks(step_logits)}
-        chunks = [(rid, rows) for rid, (_, rows) in step_logits_chunks(step_logits)]
-        fold = lambda rid, rows: self._prompt_logprobs(rid, starts[rid], rows)  # noqa: E731
-        for (rid, _), err in zip(chunks, map_rows(fold, chunks), strict=True):
-            if err is not None:
-                self._fail(rid, err)
-        rows = [(rid, row) for rid, row in step_logits.items() if rid in self._states]
-        sampled = {}
-        for (rid, _), token in zip(rows, map_rows(self._sample, rows), strict=True):
-            if isinstance(token, Exception):
-                self._fail(rid, token)
-            else:
-                sampled[rid] = token
+        launched, self._inflight = self._inflight or self._launch(), None
+        if launched is None:
+            return []
+        sched_out, result = launched
+        sampled = self._sample_tokens(sched_out, result)
         finished = {r.request_id for r in self.scheduler.update_from_output(sched_out, sampled)}
         self.num_steps += 1
         self.num_batched_tokens_total += sched_out.num_batched_tokens
         self.last_batch_size = len(sched_out.scheduled)
+        for rid, token in sampled.items():
+            self._isolated(rid, self._check_stop, rid, token, finished)
+        if self.async_scheduling:
+            self._inflight = self._launch()
+        self._record_rows(result.rows(), sampled)
         outputs: list[RequestOutput] = []
         for rid, token in sampled.items():
-            out = self._isolated(rid, self._advance, rid, token, finished)
+            out = (
+                self._isolated(rid, self._emit, rid, token, finished)
+                if rid in self._states
+                else None
+            )
             if out is not None:
                 outputs.append(out)
         for rid in finished:
             self._states.pop(rid, None)
         return outputs
+
+    def _launch(self) -> tuple[Any, StepResult] | None:
+        """Schedule a step and start it on the runner (None: nothing to run)."""
+        sched_out = self.scheduler.schedule()
+        if not sched_out.scheduled:
+            return None
+        return sched_out, launch_step(self.runner, sched_out)
+
+    def _sample_tokens(self, sched_out, result: StepResult) -> dict[str, int]:
+        """This step's token per sampling request still live. A plain-greedy row's token is
+        its argmax (`greedy_token`): read from the runner's device argmax when it has one
+        (no wait for the rows), else `sample` runs on the host row."""
+        rids = [
+            s.request_id for s in sched_out.scheduled if s.sample and s.request_id in self._states
+        ]
+        greedy = result.greedy()
+        sampled: dict[str, int] = {}
+        host: list[str] = []
+        for rid in rids:
+            st = self._states[rid]
+            position = len(st.request.output_token_ids)
+            if (
+                greedy is None
+                or st.guide is not None
+                or not is_plain_greedy(st.params, position, None)
+            ):
+                host.append(rid)
+                continue
+            token = self._isolated(rid, greedy_token, *greedy[rid])
+            if token is not None:
+                sampled[rid] = token
+        rows = result.rows() if host else {}
+        items = [(rid, rows[rid]) for rid in host]
+        for (rid, _), token in zip(items, map_rows(self._sample, items), strict=True):
+            if isinstance(token, Exception):
+                self._fail(rid, token)
+            else:
+                sampled[rid] = token
+        return {rid: sampled[rid] for rid in rids if rid in sampled}
+
+    def _record_rows(self, rows, sampled: dict[str, int]) -> None:
+        """Fold the step's rows into the requests' records: prompt logprobs of `all_rows`
+        chunks, then each sampled row's digest (never skipped), logprobs and copy."""
+        starts = {rid: start for rid, (start, _) in step_logits_chunks(rows)}
+        chunks = [(rid, r) for rid, (_, r) in step_logits_chunks(rows) if rid in self._states]
+        fold = lambda rid, r: self._prompt_logprobs(rid, starts[rid], r)  # noqa: E731
+        for (rid, _), err in zip(chunks, map_rows(fold, chunks), strict=True):
+            if err is not None:
+                self._fail(rid, err)
+        live = [rid for rid in sampled if rid in self._states]
+        pending = []
+        for rid in live:
+            digest = digest_later(logits_digest, rows[rid])
+            self._states[rid].digests.append(digest)
+            if not isinstance(digest, str):
+                pending.append(digest)
+        self._bound_digests_ahead(pending)
+        items = [(rid, rows[rid]) for rid in live if self._states[rid].needs_rows]
+        record = lambda rid, row: self._record(rid, row, sampled[rid])  # noqa: E731
+        for (rid, _), err in zip(items, map_rows(record, items), strict=True):
+            if err is not None:
+                self._fail(rid, err)
+
+    def _bound_digests_ahead(self, pending: list[Future]) -> None:
+        """Keep the digests of at most DIGEST_STEPS_AHEAD steps in flight (each holds its
+        step's host rows): wait for the oldest beyond that."""
+        self._digest_steps.append(pending)
+        while len(self._digest_steps) > DIGEST_STEPS_AHEAD:
+            wait(self._digest_steps.popleft())
 
     def pop_failures(self) -> dict[str, Exception]:
         """Requests aborted by an exception since the last call, with that exception."""
@@ -361,18 +461,24 @@ class LLMEngine:
         self._failures[rid] = exc
         self.abort_request(rid)
 
-    def _advance(self, rid: str, token: int, finished: set[str]) -> RequestOutput | None:
-        """Detokenize the new token, apply stop strings, and build the request's output
-        (None for an unfinished FINAL_ONLY request)."""
-        if rid not in finished and (
-            self._apply_stop_strings(rid, token) or self._grammar_done(rid)
-        ):
+    def _check_stop(self, rid: str, token: int, finished: set[str]) -> None:
+        """Finish the request on a stop string or a complete grammar (before the next step
+        is scheduled). The token is detokenized here only when stop strings need the text."""
+        if rid in finished:
+            return
+        st = self._states[rid]
+        if (st.params.stop and self._apply_stop_strings(rid, token)) or self._grammar_done(rid):
             self.scheduler.finish_request(rid, RequestStatus.FINISHED_STOPPED)
             finished.add(rid)
-        elif rid in finished:
+
+    def _emit(self, rid: str, token: int, finished: set[str]) -> RequestOutput | None:
+        """Detokenize the new token (unless `_check_stop` did) and build the request's output
+        (None for an unfinished FINAL_ONLY request)."""
+        st = self._states[rid]
+        if st.detokenized < len(st.request.output_token_ids):
             self._append_text(rid, token)
         done = rid in finished
-        if not done and self._states[rid].output_kind is RequestOutputKind.FINAL_ONLY:
+        if not done and st.output_kind is RequestOutputKind.FINAL_ONLY:
             return None
         return self._output(rid, done)
 
@@ -397,6 +503,7 @@ class LLMEngine:
             return exc
 
     def _sample(self, rid: str, row: np.ndarray) -> int:
+        """`sample` on the host row (the grammar matcher, if any, accepts the token)."""
         st = self._states[rid]
         req, params = st.request, st.params
         position = len(req.output_token_ids)
@@ -407,14 +514,22 @@ class LLMEngine:
         )  # fmt: skip
         if st.guide is not None:
             st.guide.accept(token)
-        st.digests.append(logits_digest(row))
-        if params.logprobs is not None:
-            lp = compute_logprobs(row, token, params.logprobs)
-            st.logprobs.append(lp)
-            st.cumulative_logprob += lp[token]
-        if params.return_logits:
-            st.logits.append(row.copy())
         return token
+
+    def _record(self, rid: str, row: np.ndarray, token: int) -> Exception | None:
+        """The sampled row's logprobs and copy (as the request asks); an exception is
+        returned (the caller aborts the request)."""
+        try:
+            st = self._states[rid]
+            if st.params.logprobs is not None:
+                lp = compute_logprobs(row, token, st.params.logprobs)
+                st.logprobs.append(lp)
+                st.cumulative_logprob += lp[token]
+            if st.params.return_logits:
+                st.logits.append(row.copy())
+            return None
+        except Exception as exc:  # noqa: BLE001 - returned to the caller, per request
+            return exc
 
     @staticmethod
     def _allowed(st: _RequestState, position: int) -> np.ndarray | None:
@@ -438,6 +553,7 @@ class LLMEngine:
         st = self._states[rid]
         start = len(st.detok.text)
         st.detok.append(token)
+        st.detokenized += 1
         st.text = st.detok.text
         return start
 
@@ -475,7 +591,7 @@ class LLMEngine:
             finish_reason=req.finish_reason if finished else None,
             stop_reason=st.stop_reason if st.stop_reason is not None else req.stop_reason,
             seed=st.params.seed,
-            logits_digests=list(st.digests),
+            logits_digests=resolved(st.digests),
             logits=np.stack(st.logits) if st.params.return_logits and st.logits else None,
             cumulative_logprob=st.cumulative_logprob if st.params.logprobs is not None else None,
         )
@@ -522,7 +638,7 @@ class LLMEngine:
             finish_reason=req.finish_reason if finished else None,
             stop_reason=st.stop_reason if st.stop_reason is not None else req.stop_reason,
             seed=st.params.seed,
-            logits_digests=digests,
+            logits_digests=resolved(digests),
             logits=logits,
             cumulative_logprob=st.cumulative_logprob if st.params.logprobs is not None else None,
         )
@@ -574,6 +690,12 @@ def _num_kv_blocks(deployment, cfg: EngineConfig) -> int:
     useful = KV_BLOCKS_PER_SEQUENCE_SLOT * cfg.scheduler_config.max_num_seqs * per_sequence
     fits = kv_blocks_for_device(deployment.model, cache.block_size, cache.gpu_memory_utilization)
     return min(useful, fits)
+
+
+def _async_scheduling(device: str, cfg: EngineConfig) -> bool:
+    """The config's `async_scheduling`; None: on for a GPU, off for the CPU."""
+    asked = cfg.runtime_config.async_scheduling
+    return device != "cpu" if asked is None else asked
 
 
 def step_logits_chunks(step_logits) -> list[tuple[str, tuple[int, np.ndarray]]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 import numpy as np
@@ -44,3 +44,16 @@ def map_rows(
     if len(rows) < 2 or rows[0][1].size < PARALLEL_MIN_ELEMENTS:
         return [guarded(item) for item in rows]
     return list(_workers().map(guarded, rows))
+
+
+def digest_later(digest: Callable[[np.ndarray], str], row: np.ndarray) -> str | Future[str]:
+    """`digest(row)` on a worker thread for a large row (its Future; the row must not change
+    until it is done), else computed now."""
+    if row.size < PARALLEL_MIN_ELEMENTS:
+        return digest(row)
+    return _workers().submit(digest, row)
+
+
+def resolved(digests: Sequence[str | Future[str]]) -> list[str]:
+    """The digests, waiting for those still being computed (an exception propagates)."""
+    return [d if isinstance(d, str) else d.result() for d in digests]

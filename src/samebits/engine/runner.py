@@ -16,6 +16,7 @@ import torch
 
 from samebits.engine.graph_policy import GraphConfig
 from samebits.engine.scheduler import ScheduledRequest
+from samebits.engine.step_result import ReadyStep, StepLogits, StepResult
 from samebits.graphs.runner import DecodeGraphRunner
 from samebits.kernels.metadata import FlatBatch
 
@@ -64,17 +65,6 @@ def logits_rows(scheduled, query_start_loc: np.ndarray) -> list[int]:
         elif s.sample:
             rows.append(end - 1)
     return rows
-
-
-class StepLogits(dict):
-    """What `ModelRunner.execute` returns: a dict `request_id -> float32 logits row` for each
-    `sample=True` request (what a sampler needs), plus `chunk_rows`: `request_id ->
-    (start_position, float32 [n, vocab])` for each `all_rows` chunk, row j being position
-    `start_position + j` (its last row is also the sampled row when the chunk samples)."""
-
-    def __init__(self, sampled=(), chunk_rows=None) -> None:
-        super().__init__(sampled)
-        self.chunk_rows: dict[str, tuple[int, np.ndarray]] = dict(chunk_rows or {})
 
 
 def _to_device(device, *arrays: np.ndarray) -> list[torch.Tensor]:
@@ -139,52 +129,121 @@ class ModelRunner:
     def execute(self, sched_out) -> StepLogits:
         """One float32 logits row per scheduled request with `sample=True`, and every row of
         each `all_rows` chunk in `chunk_rows` (see StepLogits)."""
+        return self.launch(sched_out).rows()
+
+    def launch(self, sched_out) -> StepResult:
+        """Start the step and return (see `step_result`): on a GPU the forward is queued on
+        the stream and this returns before it ends; on the CPU it has run."""
         scheduled = sched_out.scheduled
         if not scheduled:
-            return StepLogits()
+            return ReadyStep(StepLogits())
         rows = self.graphs.run(scheduled) if self.graphs is not None else None
-        if rows is not None:  # one row per request, in batch order
-            logits = host_rows(rows, copy=True)
-            return StepLogits(
-                {s.request_id: logits[i] for i, s in enumerate(scheduled) if s.sample}
-            )
+        if rows is not None:  # one row per request, in batch order; overwritten by a replay
+            layout = ({s.request_id: i for i, s in enumerate(scheduled) if s.sample}, {})
+            return _started(rows, layout, reused=True)
         batch = build_flat_batch(scheduled, self.block_size, self.device)
-        return split_rows(scheduled, host_rows(self.model.forward(batch, self.kv_cache)))
+        logits = self.model.forward(batch, self.kv_cache)
+        return _started(logits, row_layout(scheduled), reused=False)
 
     def stats(self) -> dict[str, int]:
         """Graph replays and eager steps (empty without graphs)."""
         return self.graphs.stats() if self.graphs is not None else {}
 
 
-def host_rows(logits: torch.Tensor, copy: bool = False) -> np.ndarray:
-    """float32 logits rows as a host array the caller owns. On a GPU: one asynchronous copy
-    into fresh pinned memory (torch's caching host allocator; the array keeps it alive) and one
-    stream sync per step. On the CPU: the tensor's own memory, copied when `copy` (a graph's
-    output is overwritten by its next replay)."""
-    if logits.device.type == "cpu":
-        return logits.numpy().copy() if copy else logits.numpy()
-    host = torch.empty(logits.shape, dtype=logits.dtype, pin_memory=True)
-    host.copy_(logits, non_blocking=True)
-    torch.cuda.current_stream(logits.device).synchronize()
-    return host.numpy()
+Layout = tuple[dict[str, int], dict[str, tuple[int, slice]]]
 
 
-def split_rows(scheduled, logits: np.ndarray) -> StepLogits:
-    """The eager forward's rows (`logits_rows` order) handed out per request."""
-    sampled: dict[str, np.ndarray] = {}
-    chunk_rows: dict[str, tuple[int, np.ndarray]] = {}
+def row_layout(scheduled) -> Layout:
+    """Where an eager step's rows (`logits_rows` order) belong: each sampling request's row
+    index, and each `all_rows` chunk's (start position, rows)."""
+    sampled: dict[str, int] = {}
+    chunks: dict[str, tuple[int, slice]] = {}
     at = 0
     for s in scheduled:
         if getattr(s, "all_rows", False):
-            rows = logits[at : at + len(s.token_ids)]
-            chunk_rows[s.request_id] = (s.start_position, rows)
+            chunks[s.request_id] = (s.start_position, slice(at, at + len(s.token_ids)))
             at += len(s.token_ids)
             if s.sample:
-                sampled[s.request_id] = rows[-1]
+                sampled[s.request_id] = at - 1
         elif s.sample:
-            sampled[s.request_id] = logits[at]
+            sampled[s.request_id] = at
             at += 1
-    return StepLogits(sampled, chunk_rows)
+    return sampled, chunks
+
+
+def split_rows(scheduled, logits: np.ndarray) -> StepLogits:
+    """The eager forward's rows handed out per request (`row_layout`)."""
+    return _split(logits, row_layout(scheduled))
+
+
+def _split(logits: np.ndarray, layout: Layout) -> StepLogits:
+    sampled, chunks = layout
+    return StepLogits(
+        {rid: logits[i] for rid, i in sampled.items()},
+        {rid: (start, logits[rows]) for rid, (start, rows) in chunks.items()},
+    )
+
+
+def _started(logits: torch.Tensor, layout: Layout, reused: bool) -> StepResult:
+    """The result of a step whose logits are `logits` (`reused`: a buffer the next step
+    overwrites, a graph's output)."""
+    if logits.device.type == "cpu":
+        host = logits.numpy()  # the tensor's own memory; a reused buffer is copied
+        return ReadyStep(_split(host.copy() if reused else host, layout))
+    return DeviceStep(logits, layout, reused)
+
+
+class DeviceStep:
+    """A step queued on a GPU stream. At launch it queues, on the compute stream, each row's
+    max and argmax (torch documents the first index of the maximum; a NaN is the maximum)
+    and their copy to pinned host memory; then the rows' copy to pinned host memory on a
+    side stream (from a device copy when the buffer is a graph's output), so the next step's
+    forward does not wait for 512 KB per row to cross the bus."""
+
+    def __init__(self, logits: torch.Tensor, layout: Layout, reused: bool) -> None:
+        self._layout, self._rows = layout, None
+        stream = torch.cuda.current_stream(logits.device)
+        values, indices = logits.max(dim=-1)
+        self._top = (_to_pinned(indices), _to_pinned(values))
+        self._top_ready = torch.cuda.Event()
+        self._top_ready.record(stream)
+        source = logits.clone() if reused else logits
+        side = _copy_stream(logits.device)
+        side.wait_stream(stream)
+        with torch.cuda.stream(side):
+            self._host = _to_pinned(source)
+            self._rows_ready = torch.cuda.Event()
+            self._rows_ready.record(side)
+        source.record_stream(side)  # the allocator keeps it until the side stream is past it
+
+    def greedy(self) -> dict[str, tuple[int, float]]:
+        self._top_ready.synchronize()
+        index, value = self._top[0].tolist(), self._top[1].tolist()
+        return {rid: (index[i], value[i]) for rid, i in self._layout[0].items()}
+
+    def rows(self) -> StepLogits:
+        if self._rows is None:
+            self._rows_ready.synchronize()
+            self._rows = _split(self._host.numpy(), self._layout)
+        return self._rows
+
+
+def _to_pinned(tensor: torch.Tensor) -> torch.Tensor:
+    """An asynchronous copy of a device tensor into fresh pinned host memory (torch's
+    caching host allocator), queued on the current stream."""
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    host.copy_(tensor, non_blocking=True)
+    return host
+
+
+_COPY_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+
+
+def _copy_stream(device: torch.device) -> torch.cuda.Stream:
+    """One side stream per device for the rows' device-to-host copies."""
+    if device not in _COPY_STREAMS:
+        _COPY_STREAMS[device] = torch.cuda.Stream(device)
+    return _COPY_STREAMS[device]
 
 
 def cold_logits(deployment, token_ids, all_rows: bool = False):

@@ -157,6 +157,8 @@ class MatrixSize:
     # hits and preemptions inside short prompts); a certified GPU plan takes 16, the smallest
     # page its attention certificates cover.
     small_block: int = 4
+    # Every engine of the matrix with this `async_scheduling` (None: the device's default).
+    async_scheduling: bool | None = None
 
 
 def build_scenarios(size: MatrixSize, seed: int = 0) -> list[Scenario]:
@@ -167,7 +169,10 @@ def build_scenarios(size: MatrixSize, seed: int = 0) -> list[Scenario]:
     for r in range(size.repeats):
         out += _batch(pool, rng, size, r) + _chunk(pool, size, r) + _prefix(pool, size, r)
         out += _pressure(pool, size, r) + _arrivals(pool, rng, r) + _sampling(pool, rng, r)
-    return out
+    if size.async_scheduling is None:
+        return out
+    runtime = {"async_scheduling": size.async_scheduling}
+    return [dataclasses.replace(s, engine={**s.engine, **runtime}) for s in out]
 
 
 class _Pool:
@@ -270,13 +275,15 @@ def prefill_vs_decode(deployment, prompt: Sequence[int], n: int) -> tuple[int, l
 
 
 def prefix_with_generated(
-    deployment, prompt: Sequence[int], n: int, extra: Sequence[int], block_size: int = 4
-):
+    deployment, prompt: Sequence[int], n: int, extra: Sequence[int], block_size: int = 4,
+    async_scheduling: bool | None = None,
+):  # fmt: skip
     """A follow-up turn that repeats a conversation (prompt + generated + extra) on the same
     engine hits the cache built from generated tokens. Returns (follow-up job, view, hit tokens)."""
     engine = LLMEngine.from_deployment(
-        deployment, block_size=block_size, num_kv_blocks=DEFAULT_NUM_KV_BLOCKS
-    )
+        deployment, block_size=block_size, num_kv_blocks=DEFAULT_NUM_KV_BLOCKS,
+        async_scheduling=async_scheduling,
+    )  # fmt: skip
     params = SamplingParams(
         max_tokens=n, temperature=0.0, ignore_eos=True, return_logits=True, seed=3
     )
@@ -310,7 +317,7 @@ def full_check(deployment, size: MatrixSize) -> tuple[Report, int]:
     report.mismatches += bad
     first = _follow_prompt([j.prompt for s in scenarios for j in s.jobs], size.small_block)
     follow, view, hits = prefix_with_generated(
-        deployment, first, size.n_out, (1, 2, 3), size.small_block
+        deployment, first, size.n_out, (1, 2, 3), size.small_block, size.async_scheduling
     )
     report.rows["prefix"] += len(view.records)
     if not is_reference_prefix(view, RefCache(deployment).get(follow)):

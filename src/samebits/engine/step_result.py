@@ -1,0 +1,58 @@
+"""What a launched step hands the engine: the rows' argmax early, the rows themselves when
+they reach the host. Torch-free (the GPU implementation, `DeviceStep`, is in `runner.py`).
+
+A runner's `launch(sched_out)` returns a `StepResult` at once; on a GPU the forward is still
+running then. `greedy()` waits only for each sampled row's argmax (index and value, a few
+bytes per row), `rows()` for the float32 rows (512 KB per row of a 128k vocabulary), which
+the engine needs for digests, logprobs and non-greedy sampling. Invariant: both describe the
+same rows, the rows `execute` would return; `greedy()[rid]` is (numpy's `argmax` of
+`rows()[rid]`, the value there), or `greedy()` is None where the runner has no device argmax.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+
+class StepLogits(dict):
+    """What `ModelRunner.execute` returns: a dict `request_id -> float32 logits row` for each
+    `sample=True` request (what a sampler needs), plus `chunk_rows`: `request_id ->
+    (start_position, float32 [n, vocab])` for each `all_rows` chunk, row j being position
+    `start_position + j` (its last row is also the sampled row when the chunk samples)."""
+
+    def __init__(self, sampled=(), chunk_rows=None) -> None:
+        super().__init__(sampled)
+        self.chunk_rows: dict[str, tuple[int, np.ndarray]] = dict(chunk_rows or {})
+
+
+class StepResult(Protocol):
+    """A launched step (see the module docstring)."""
+
+    def greedy(self) -> dict[str, tuple[int, float]] | None: ...
+
+    def rows(self) -> StepLogits: ...
+
+
+class ReadyStep:
+    """A step whose rows are already on the host (the CPU, or a runner that only executes)."""
+
+    def __init__(self, rows: StepLogits) -> None:
+        self._rows = rows
+
+    def greedy(self) -> None:
+        return None
+
+    def rows(self) -> StepLogits:
+        return self._rows
+
+
+def launch_step(runner, sched_out) -> StepResult:
+    """`runner.launch(sched_out)`; a runner with `execute` only (a test's wrapper that edits
+    rows) runs the step at once."""
+    launch = getattr(runner, "launch", None)
+    if launch is not None:
+        return launch(sched_out)
+    rows = runner.execute(sched_out)
+    return ReadyStep(rows if isinstance(rows, StepLogits) else StepLogits(rows))
