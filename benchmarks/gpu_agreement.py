@@ -22,6 +22,7 @@ the logits numbers are the primary measure.
     python benchmarks/gpu_agreement.py            # tiny-llama, tiny-qwen3 (cuda, bfloat16)
     python benchmarks/gpu_agreement.py --big      # + llama-3-8b, qwen3-8b
     python benchmarks/gpu_agreement.py --device cpu   # float32 CPU plan (a check of this script)
+    python benchmarks/gpu_agreement.py --presets /tmp/smollm2.gguf   # a real model (text prompts)
 Writes JSON to $OUT/gpu_agreement.json when OUT is set, else ./gpu_agreement.json.
 """
 
@@ -55,6 +56,12 @@ LOGITS_PROMPT_LEN = 256
 GREEDY_PROMPT_LENS = (7, 64, 200)
 GREEDY_STEPS = 16
 MAX_MODEL_LEN = 2048
+TEXT_PROMPTS = (  # the greedy prompts of a real model (a path given as a preset)
+    "The capital of France is",
+    "def fibonacci(n):\n    ",
+    "Once upon a time, in a small village by the sea,",
+    "The three primary colors are",
+)
 # Recorded, not enforced: a bfloat16 forward through 32+ layers is not expected to be closer.
 REL_DIFF_TARGET = 5e-2
 
@@ -218,18 +225,25 @@ def add_fp32_reference(result: dict, loaded, device: str, ids, prompts, ours_log
 
 
 def run_preset(preset: str, device: str, seed: int, fp32_reference: bool) -> dict:
-    """Build both models of `preset` on `device` and compare them (see module docstring)."""
+    """Build both models of `preset` on `device` and compare them (see module docstring).
+    A preset that is a path (a checkpoint folder or a GGUF file) loads that real model and
+    takes TEXT_PROMPTS for its greedy runs."""
     import torch
 
     from samebits.deployment import build_deployment
     from samebits.engine.engine import LLMEngine
     from samebits.engine.runner import cold_logits
     from samebits.llm import LLM
+    from samebits.model import load_model, weights_target
     from samebits.model.random_init import random_model
 
     dtype_name = DEVICE_DTYPE[device]
     start = time.monotonic()
-    loaded = random_model(preset, seed=seed, device=device, dtype=getattr(torch, dtype_name))
+    real = Path(preset).exists()
+    if real:
+        loaded = load_model(preset, False, weights_target(device, dtype_name))
+    else:
+        loaded = random_model(preset, seed=seed, device=device, dtype=getattr(torch, dtype_name))
     check_config_round_trip(loaded.config)
     hf = hf_model(loaded, device, getattr(torch, dtype_name))
     deployment = build_deployment(
@@ -242,6 +256,8 @@ def run_preset(preset: str, device: str, seed: int, fp32_reference: bool) -> dic
     ours, theirs = cold_logits(deployment, ids, all_rows=True), hf_logits(hf, ids)
     logits = logits_agreement(ours, theirs)
     prompts = [random_prompt(vocab, n, seed=seed + 1 + i) for i, n in enumerate(GREEDY_PROMPT_LENS)]
+    if real:
+        prompts = [loaded.tokenizer.encode(t, add_special_tokens=True) for t in TEXT_PROMPTS]
     result = {
         "preset": preset, "model": loaded.name, "device": device, "dtype": dtype_name,
         "fingerprint": deployment.fingerprint, "build_s": round(built_s, 1),

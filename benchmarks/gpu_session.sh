@@ -3,6 +3,7 @@
 # under $OUT. Usage: benchmarks/gpu_session.sh JOB... with JOB in
 #   smol1      keep the first half of the SmolLM2 GGUF (carried in .carry1) in /tmp
 #   smol2      join it with the second half (.carry2), check its SHA-256, run generate --device cuda
+#              and gpu_agreement.py on it (a real model: greedy runs against HF on the same weights)
 #   tests      python -m pytest -m gpu tests/gpu (results JSON in $OUT)
 #   ktests     the kernel GPU tests only (tests/gpu/test_gpu_kernels.py)
 #   matrix     the determinism matrix GPU tests only (tests/gpu/test_gpu_matrix.py)
@@ -28,7 +29,9 @@ for job in "$@"; do
     smol2) cat /tmp/smolpart00 .carry2/smolpart01 > /tmp/smollm2.gguf
            echo "$SMOL_SHA  /tmp/smollm2.gguf" | sha256sum -c - &&
            timeout 300 python3 -m samebits.cli generate "What is the capital of France?" \
-             --model /tmp/smollm2.gguf --device cuda --max-tokens 24 2>&1 | tee "$OUT/smollm2_cuda.txt" ;;
+             --model /tmp/smollm2.gguf --device cuda --max-tokens 24 2>&1 | tee "$OUT/smollm2_cuda.txt" &&
+           timeout 240 python3 benchmarks/gpu_agreement.py --presets /tmp/smollm2.gguf \
+             --out "$OUT/gpu_agreement_smollm2.json" 2>&1 | tail -5 ;;
     tests) SAMEBITS_GPU_RESULTS="$OUT" timeout 540 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider 2>&1 | tail -40 ;;
     ktests) SAMEBITS_GPU_RESULTS="$OUT" timeout 400 python3 -m pytest -q -m gpu tests/gpu/test_gpu_kernels.py -p no:cacheprovider --durations=5 2>&1 | tail -30 ;;
     llm) SAMEBITS_GPU_RESULTS="$OUT" timeout 300 python3 -m pytest -q -m gpu tests/gpu/test_gpu_llm.py -p no:cacheprovider --durations=5 2>&1 | tail -15 ;;
