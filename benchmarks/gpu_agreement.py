@@ -120,7 +120,9 @@ def hf_model(loaded, device: str, dtype):
     cls = getattr(transformers, HF_CLASSES[loaded.config.model_type])
     with torch.device(device):
         model = cls._from_config(to_hf_config(loaded.config), dtype=dtype)
-    state = dict(loaded.weights)
+    # weights of another dtype (a GGUF's float32 dequantization) are rounded to `dtype`, as
+    # the invariant plan rounds them; the others are shared, not copied
+    state = {k: v if v.dtype == dtype else v.to(dtype) for k, v in loaded.weights.items()}
     if loaded.config.tie_word_embeddings:
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
     model.load_state_dict(state, strict=True, assign=True)

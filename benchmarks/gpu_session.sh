@@ -14,6 +14,7 @@
 #   serving    benchmarks/gpu_serving.py --sample 8 (issue 13 workloads)
 #   ops        benchmarks/gpu_ops.py
 #   agree      benchmarks/gpu_agreement.py
+#   digest     benchmarks/digest_throughput.py (SHA-256 of 512 KB rows on this host's cores)
 set -uo pipefail
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -44,6 +45,7 @@ for job in "$@"; do
     serving) timeout 560 python3 benchmarks/gpu_serving.py --sample 8 --out "$OUT/gpu_serving.json" 2>&1 | tail -30 ;;
     ops) timeout 300 python3 benchmarks/gpu_ops.py --out "$OUT/gpu_ops.json" 2>&1 | tail -70 ;;
     agree) timeout 300 python3 benchmarks/gpu_agreement.py --presets tiny-llama tiny-qwen2 tiny-qwen3 llama-3-8b qwen3-8b --out "$OUT/gpu_agreement.json" 2>&1 | tail -30 ;;
+    digest) python3 benchmarks/digest_throughput.py | tee "$OUT/digest_throughput.json" ;;
     *) echo "unknown job $job" ;;
   esac
 done

@@ -160,6 +160,16 @@ def test_shipped_certificates_cover_the_shipped_models():
     assert not bad, f"run `samebits certify --shipped`: {bad}"
 
 
+def test_the_embedded_model_is_in_the_shipped_set(smollm2_model):
+    """`--device cuda` on the README's default model deploys without an opt-out: every unit
+    its deployment gates on is shipped (and the test above checks they are valid)."""
+    from samebits.analysis.kernel_prover.units import dims_of, units_for
+
+    needed = {u["key"] for u in units_for(dims_of(smollm2_model.config))}
+    shipped = {u["key"] for u in certify_cli.units_of(certify_cli.SHIPPED_MODELS)}
+    assert needed and needed <= shipped, sorted(needed - shipped)
+
+
 def test_block_size_outside_the_certified_pages_refuses(monkeypatch, capsys):
     class Deployment:  # a certified GPU deployment as the engine sees it
         components = {"certificates": {"status": "certified", "units": [], "digest": "0"}}

@@ -5,7 +5,7 @@
     samebits certify --shipped                        # refresh the certificates in the package
 
 `--model` is a preset name (samebits.model.random_init.PRESETS), a HF model folder or its
-config.json; repeatable. Without it: the models the shipped set covers (SHIPPED_MODELS).
+config.json, a GGUF file, or `smollm2` (the embedded default model); repeatable. Without it: the models the shipped set covers (SHIPPED_MODELS).
 Then `export SAMEBITS_CERTIFICATES=DIR` for `build_deployment(..., device="cuda")`.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 # the shipped set: the presets and test models the GPU tests deploy
 SHIPPED_MODELS = ("llama-3-8b", "qwen3-8b", "tiny-test:llama", "tiny-test:qwen2", "tiny-test:qwen3",
-                  "tiny-llama", "tiny-qwen3", "tiny-qwen2")  # fmt: skip
+                  "tiny-llama", "tiny-qwen3", "tiny-qwen2", "smollm2")  # fmt: skip
 # tests/tiny_models.py _DIMS (the tiny checkpoints of every architecture)
 _TINY_TEST = dict(vocab_size=320, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=16)  # fmt: skip
@@ -26,7 +26,7 @@ _TINY_TEST = dict(vocab_size=320, hidden_size=64, intermediate_size=128, num_att
 
 def add_certify_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", action="append", default=None,
-                   help="preset name, HF folder or config.json (repeatable)")  # fmt: skip
+                   help="preset name, HF folder, config.json, GGUF file or smollm2 (repeatable)")  # fmt: skip
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--out", help="prove and write the certificates to this directory")
     g.add_argument("--check", help="verify the certificates in this directory")
@@ -45,7 +45,15 @@ def model_dims(spec: str) -> dict:
         )
     if spec.startswith("random:"):  # a random-weight model's name: random:<preset>:seed<n>
         spec = spec.split(":")[1]
+    if spec == "smollm2":  # the embedded default model
+        from samebits.model.loader import default_model_path
+
+        spec = str(default_model_path())
     path = Path(spec)
+    if path.suffix == ".gguf" and path.is_file():
+        from samebits.model.gguf_loader import gguf_config
+
+        return dims_of(gguf_config(path))
     if path.is_dir():
         path = path / "config.json"
     if path.is_file():

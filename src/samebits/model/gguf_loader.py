@@ -64,6 +64,12 @@ def load_gguf(path: str | Path, progress: bool = False) -> LoadedModel:
     return LoadedModel(config, weights, tokenizer, name, (str(path),), quantized)
 
 
+def gguf_config(path: str | Path) -> ModelConfig:
+    """The ModelConfig a GGUF file's metadata describes (no tensor is read)."""
+    path = Path(path)
+    return gguf_model_config(_open(path), path)
+
+
 def _open(path: Path) -> GGUFReader:
     try:
         return GGUFReader(path)
