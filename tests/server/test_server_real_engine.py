@@ -1,5 +1,6 @@
 """The server over the real engine on the tiny random llama: batching never changes a bit,
-and a client that disconnects frees its KV blocks."""
+and a client that disconnects frees its KV blocks; with and without async scheduling (the
+GPU default: step n+1 launched before step n's outputs are built)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,11 @@ from samebits.server.config import ServerConfig
 NUM_KV_BLOCKS = 96
 
 
-@pytest.fixture(scope="module")
-def tiny_server(tiny_llama_dir):
+@pytest.fixture(scope="module", params=[False, True], ids=["sync", "async-scheduling"])
+def tiny_server(tiny_llama_dir, request):
     engine = LLMEngine.from_args(
         str(tiny_llama_dir), max_num_seqs=24, max_num_batched_tokens=128, block_size=4,
-        num_kv_blocks=NUM_KV_BLOCKS,
+        num_kv_blocks=NUM_KV_BLOCKS, async_scheduling=request.param,
     )  # fmt: skip
     with RunningServer(build_app(engine, ServerConfig(model_names=("tiny",)))) as server:
         server.engine = engine
