@@ -53,6 +53,11 @@ class IncrementalDetokenizer:
     def token_ids(self) -> list[int]:
         return list(self._token_ids)
 
+    @property
+    def num_tokens(self) -> int:
+        """Tokens appended so far."""
+        return len(self._token_ids)
+
     def append(self, token_id: int) -> str:
         """Add one token; return the text it finalizes ("" while a character is incomplete)."""
         self._token_ids.append(int(token_id))

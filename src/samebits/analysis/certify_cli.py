@@ -5,7 +5,8 @@
     samebits certify --shipped                        # refresh the certificates in the package
 
 `--model` is a preset name (samebits.model.random_init.PRESETS), a HF model folder or its
-config.json, a GGUF file, or `smollm2` (the embedded default model); repeatable. Without it: the models the shipped set covers (SHIPPED_MODELS).
+config.json, a GGUF file, or `smollm2` (the embedded default model); repeatable. Without
+it: the models the shipped set covers (SHIPPED_MODELS).
 Then `export SAMEBITS_CERTIFICATES=DIR` for `build_deployment(..., device="cuda")`.
 """
 

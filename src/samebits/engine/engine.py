@@ -82,7 +82,6 @@ class _RequestState:
     stop_reason: str | int | None = None
     prompt_logprobs: PromptLogprobs | None = None  # [None, lp(1), ...] as rows arrive
     guide: GrammarMatcher | None = None  # structured outputs: has accepted every output
-    detokenized: int = 0  # output tokens the detokenizer has taken
 
     @property
     def needs_rows(self) -> bool:
@@ -475,7 +474,7 @@ class LLMEngine:
         """Detokenize the new token (unless `_check_stop` did) and build the request's output
         (None for an unfinished FINAL_ONLY request)."""
         st = self._states[rid]
-        if st.detokenized < len(st.request.output_token_ids):
+        if st.detok.num_tokens < len(st.request.output_token_ids):
             self._append_text(rid, token)
         done = rid in finished
         if not done and st.output_kind is RequestOutputKind.FINAL_ONLY:
@@ -553,7 +552,6 @@ class LLMEngine:
         st = self._states[rid]
         start = len(st.detok.text)
         st.detok.append(token)
-        st.detokenized += 1
         st.text = st.detok.text
         return start
 

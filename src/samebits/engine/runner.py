@@ -171,11 +171,6 @@ def row_layout(scheduled) -> Layout:
     return sampled, chunks
 
 
-def split_rows(scheduled, logits: np.ndarray) -> StepLogits:
-    """The eager forward's rows handed out per request (`row_layout`)."""
-    return _split(logits, row_layout(scheduled))
-
-
 def _split(logits: np.ndarray, layout: Layout) -> StepLogits:
     sampled, chunks = layout
     return StepLogits(
