@@ -10,7 +10,8 @@ plus, on the invariant plan: (a) and (b) with the per-row SHA-256 digests replac
 (the digest cost; never done outside this benchmark), the decode step time at batch 64, and 32
 requests of (a) replayed alone, compared bit for bit (tokens and digests), and (b) and the
 batch-64 step with async scheduling off (on is the cuda default: step n+1 is launched before
-step n's outputs are built).
+step n's outputs are built), and with `lookahead` off (on is the default with async
+scheduling: a plain-greedy step's successor is launched before its tokens are known).
 
 Decode steps replay CUDA graphs (captured at engine start, the capture time is reported, as are
 the steps replayed and the steps run eagerly); `--graphs off` runs every step eagerly
@@ -186,11 +187,16 @@ def run_plan(loaded, plan: str, args: argparse.Namespace, jobs_a, jobs_b, eager:
         out["b_tok_s_sync_scheduling"] = run_engine(llm, jobs_b)["tok_s"]
         out["decode_step_ms_b64_sync_scheduling"] = decode_step_ms(llm, 64)
         llm.engine.async_scheduling = True
+        llm.engine.lookahead = False
+        out["b_tok_s_without_lookahead"] = run_engine(llm, jobs_b)["tok_s"]
+        out["decode_step_ms_b64_without_lookahead"] = decode_step_ms(llm, 64)
+        llm.engine.lookahead = True
         out["a_tok_s_without_digests"] = without_digests(llm, jobs_a)["tok_s"]
         out["b_tok_s_without_digests"] = without_digests(llm, jobs_b)["tok_s"]
         out["alone_check"] = alone_check(llm, jobs_a, a["outputs"], args.sample)
         out["decode_step_profile_b64"] = step_profile(llm, 64)
     out["graphs"] = graph_facts(llm)
+    out["steps"] = {"total": llm.engine.num_steps, "ahead": llm.engine.num_steps_ahead}
     return out
 
 
@@ -257,6 +263,7 @@ def summary(r: dict) -> dict:
         "digest_cost_b": 1 - inv["b_tok_s"] / inv["b_tok_s_without_digests"],
         "alone_mismatches": len(inv["alone_check"]["mismatching"]),
         "async_over_sync_scheduling_b": inv["b_tok_s"] / inv["b_tok_s_sync_scheduling"],
+        "lookahead_over_without_b": inv["b_tok_s"] / inv["b_tok_s_without_lookahead"],
         "invariant_graphs": inv["graphs"],
     }
     if "invariant_eager" in r:

@@ -71,13 +71,18 @@ def _run(engine: LLMEngine, jobs) -> dict:
     return done
 
 
-def test_async_engine_equals_sync_engine(cuda, gpu_record):
+@pytest.fixture(scope="module")
+def dep8b(cuda):
     import torch
 
     from samebits.model.random_init import random_model
 
     loaded = random_model("llama-3-8b", seed=0, device="cuda", dtype=torch.bfloat16)
-    dep = build_deployment(loaded, "invariant", device="cuda")
+    return build_deployment(loaded, "invariant", device="cuda")
+
+
+def test_async_engine_equals_sync_engine(dep8b, gpu_record):
+    dep = dep8b
     rng = np.random.default_rng(0)
     jobs = []
     for i in range(48):
@@ -101,3 +106,39 @@ def test_async_engine_equals_sync_engine(cuda, gpu_record):
     ]  # fmt: skip
     gpu_record("async scheduling == sync (llama-3-8b bf16)", f"{sum(same)}/{len(jobs)} {stats}")
     assert len(a) == len(b) == len(jobs) and all(same)
+
+
+def test_steps_scheduled_ahead_equal_the_synchronous_engine(dep8b, gpu_record):
+    """All plain greedy (so each step's successor is launched before its tokens are known,
+    fed from the device argmax, replayed from the decode graphs), with lengths from 3 to 40
+    tokens and a stop token that ends requests early (their rows ahead are wasted)."""
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(0, VOCAB - 3, int(rng.integers(5, 200))).tolist() for _ in range(40)]
+    lengths = [int(n) for n in rng.integers(3, 41, len(prompts))]
+    results, stats = {}, {}
+    for ahead in (False, True):
+        engine = LLMEngine.from_deployment(dep8b, num_kv_blocks=2048, max_num_seqs=64)
+        engine.lookahead = ahead
+        if not results:  # a stop token: the 3rd token of request 0's greedy run
+            probe = _run(engine, [(prompts[0], SamplingParams(max_tokens=3, temperature=0.0))])
+            stop = probe["0"].token_ids[2]
+        jobs = [
+            (p, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True,
+                               stop_token_ids=[stop] if i % 2 else []))
+            for i, (p, n) in enumerate(zip(prompts, lengths, strict=True))
+        ]  # fmt: skip
+        results[ahead] = _run(engine, jobs)
+        stats[ahead] = (engine.num_steps_ahead, engine.runner.stats())
+        del engine
+    a, b = results[False], results[True]
+    same = [
+        a[k].token_ids == b[k].token_ids and a[k].logits_digests == b[k].logits_digests
+        and a[k].finish_reason == b[k].finish_reason
+        for k in a
+    ]  # fmt: skip
+    stopped = sum(o.finish_reason == "stop" for o in b.values())
+    gpu_record("steps ahead == sync (llama-3-8b bf16)",
+               f"{sum(same)}/{len(a)} equal, {stopped} stopped early, {stats[True]}")  # fmt: skip
+    assert len(a) == len(b) == len(prompts) and all(same)
+    assert stats[False][0] == 0 and stats[True][0] > 20
+    assert stats[True][1].get("graph_steps", 0) > 20

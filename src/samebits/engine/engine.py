@@ -95,7 +95,11 @@ class LLMEngine:
     `config` is the resolved `EngineConfig` the engine was built from: every None of the
     requested config (dtype, max_model_len, num_kv_blocks, num_threads) filled in with what
     the deployment and the cache actually use. `async_scheduling` (from the config) may be
-    switched between steps; a step already launched is collected by the next `step()`."""
+    switched between steps; a step already launched is collected by the next `step()`.
+    `lookahead` (on by default; used only with `async_scheduling`) schedules a step that only
+    continues a plain-greedy step before that step's tokens are known (`Scheduler.
+    schedule_ahead`), its input tokens fed from the device argmax: the device then never
+    waits for the host between decode steps."""
 
     def __init__(
         self, deployment, runner, scheduler: Scheduler, block_size: int,
@@ -120,6 +124,8 @@ class LLMEngine:
         self._inflight: tuple[Any, StepResult] | None = None  # async scheduling: step n+1
         self._digest_steps: deque[list[Future]] = deque()  # digests still being computed
         self.async_scheduling = bool(config and config.runtime_config.async_scheduling)
+        self.lookahead = True
+        self.num_steps_ahead = 0  # steps scheduled ahead of their predecessor's tokens
 
     @classmethod
     def from_args(
@@ -350,6 +356,7 @@ class LLMEngine:
         if launched is None:
             return []
         sched_out, result = launched
+        ahead = self._launch_ahead(sched_out, result)
         sampled = self._sample_tokens(sched_out, result)
         finished = {r.request_id for r in self.scheduler.update_from_output(sched_out, sampled)}
         self.num_steps += 1
@@ -358,7 +365,7 @@ class LLMEngine:
         for rid, token in sampled.items():
             self._isolated(rid, self._check_stop, rid, token, finished)
         if self.async_scheduling:
-            self._inflight = self._launch()
+            self._inflight = ahead or self._launch()
         self._record_rows(result.rows(), sampled)
         outputs: list[RequestOutput] = []
         for rid, token in sampled.items():
@@ -379,6 +386,30 @@ class LLMEngine:
         if not sched_out.scheduled:
             return None
         return sched_out, launch_step(self.runner, sched_out)
+
+    def _launch_ahead(self, sched_out, result: StepResult) -> tuple[Any, StepResult] | None:
+        """The next step, scheduled and launched before this one's tokens are known, when it
+        only continues this one and every token of this one is its argmax (plain greedy, no
+        grammar): fed from `result.tokens()` on the device. None: schedule after update."""
+        if not (self.async_scheduling and self.lookahead):
+            return None
+        if not getattr(self.runner, "feeds_tokens", False) or not self._all_plain_greedy(sched_out):
+            return None
+        ahead = self.scheduler.schedule_ahead(sched_out)
+        if ahead is None:
+            return None
+        self.num_steps_ahead += 1
+        return ahead, self.runner.launch(ahead, feed=result)
+
+    def _all_plain_greedy(self, sched_out) -> bool:
+        """Whether every live request sampling in the step takes its row's argmax."""
+        for s in sched_out.scheduled:
+            st = self._states.get(s.request_id)
+            if s.sample and st is not None:
+                position = len(st.request.output_token_ids)
+                if st.guide is not None or not is_plain_greedy(st.params, position, None):
+                    return False
+        return True
 
     def _sample_tokens(self, sched_out, result: StepResult) -> dict[str, int]:
         """This step's token per sampling request still live. A plain-greedy row's token is

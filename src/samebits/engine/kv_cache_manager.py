@@ -113,10 +113,9 @@ class KVCacheManager:
         if new_computed_blocks and (rid in self.req_to_blocks or request.num_computed_tokens):
             raise ValueError(f"request {rid!r}: a prefix hit is only allowed on admission")
         total = request.num_computed_tokens + num_hit_tokens + num_new_tokens
-        if total > request.num_tokens:
-            raise ValueError(
-                f"request {rid!r}: {total} tokens to cover but it only has {request.num_tokens}"
-            )
+        known = request.num_tokens + request.num_output_placeholders
+        if total > known:
+            raise ValueError(f"request {rid!r}: {total} tokens to cover but it only has {known}")
         return num_hit_tokens
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
@@ -179,10 +178,9 @@ class KVCacheManager:
                 f"request {rid!r}: table {ids} does not cover "
                 f"{request.num_computed_tokens} computed tokens"
             )
-        if len(table) > cdiv(request.num_tokens, self.block_size):
-            raise AssertionError(
-                f"request {rid!r}: table {ids} exceeds its {request.num_tokens} tokens"
-            )
+        known = request.num_tokens + request.num_output_placeholders
+        if len(table) > cdiv(known, self.block_size):
+            raise AssertionError(f"request {rid!r}: table {ids} exceeds its {known} tokens")
         self._check_table_hashes(request, table)
 
     def _check_table_hashes(self, request: Request, table: list[KVCacheBlock]) -> None:

@@ -42,7 +42,7 @@ _FINISH_REASONS = {
 @dataclass(eq=False)
 class Request:
     """One request. Invariants: `prompt_token_ids` is a non-empty tuple of non-negative ints;
-    `0 <= num_computed_tokens <= num_tokens`; `all_token_ids == prompt + output`; the
+    `0 <= num_computed_tokens <= num_tokens + num_output_placeholders`; `all_token_ids == prompt + output`; the
     `block_hashes` cache only ever holds hashes of full blocks of `all_token_ids`, in order.
 
     Stop conditions: a sampled token in `eos_token_ids` (unless `ignore_eos`) or in
@@ -72,6 +72,9 @@ class Request:
     arrival_index: int = field(init=False, default=-1)
     block_hashes: list[BlockHash] = field(init=False, default_factory=list, repr=False)
     stop_reason: int | str | None = field(init=False, default=None)
+    # tokens sampled by a step whose successor was scheduled ahead (`Scheduler.schedule_ahead`)
+    # but not appended yet: the KV cache may cover them, `all_token_ids` does not
+    num_output_placeholders: int = field(init=False, default=0)
     _all_token_ids: list[int] = field(init=False, default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
@@ -119,8 +122,11 @@ class Request:
         return _FINISH_REASONS.get(self.status)
 
     def append_output_token_id(self, token_id: int) -> None:
-        """Record one sampled token (its K/V is computed in a later step)."""
+        """Record one sampled token (its K/V is computed in a later step); it fills a
+        placeholder when one is outstanding."""
         _token_tuple("token_id", (token_id,))
+        if self.num_output_placeholders:
+            self.num_output_placeholders -= 1
         self.output_token_ids.append(token_id)
         self._all_token_ids.append(token_id)
 

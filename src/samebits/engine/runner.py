@@ -15,15 +15,21 @@ import numpy as np
 import torch
 
 from samebits.engine.graph_policy import GraphConfig
-from samebits.engine.scheduler import ScheduledRequest
+from samebits.engine.scheduler import PLACEHOLDER_TOKEN, ScheduledRequest
 from samebits.engine.step_result import ReadyStep, StepLogits, StepResult
 from samebits.graphs.runner import DecodeGraphRunner
 from samebits.kernels.metadata import FlatBatch
 
+# a step scheduled ahead: (the previous step's tokens on the device, row of each request)
+FedTokens = tuple[torch.Tensor, np.ndarray]
 
-def build_flat_batch(scheduled, block_size: int, device: torch.device | str = "cpu") -> FlatBatch:
+
+def build_flat_batch(
+    scheduled, block_size: int, device: torch.device | str = "cpu", fed: FedTokens | None = None
+) -> FlatBatch:
     """Flatten scheduled requests (see docs/architecture.md, scheduler -> runner contract).
-    The tensors the model reads are put on `device` in one host-to-device copy."""
+    The tensors the model reads are put on `device` in one host-to-device copy. `fed`: a step
+    of one placeholder token per request, whose input ids are `tokens[gather]`."""
     counts = [len(s.token_ids) for s in scheduled]
     starts = np.array([s.start_position for s in scheduled], dtype=np.int64)
     query_req = np.repeat(np.arange(len(scheduled), dtype=np.int64), counts)
@@ -36,10 +42,15 @@ def build_flat_batch(scheduled, block_size: int, device: torch.device | str = "c
         tables[i, : len(s.block_table)] = s.block_table
     slots = tables[query_req, positions // block_size] * block_size + positions % block_size
     last_rows = logits_rows(scheduled, query_start_loc)
-    ids = np.fromiter((t for s in scheduled for t in s.token_ids), np.int64, len(positions))
+    if fed is None:
+        ids = np.fromiter((t for s in scheduled for t in s.token_ids), np.int64, len(positions))
+    else:
+        ids = fed[1]
     ids_t, slots_t, rows_t, pos_t = _to_device(
         device, ids, slots, np.array(last_rows, dtype=np.int64), positions
     )
+    if fed is not None:
+        ids_t = fed[0].index_select(0, ids_t)
     return FlatBatch(
         input_ids=ids_t,
         positions=positions,
@@ -131,19 +142,34 @@ class ModelRunner:
         each `all_rows` chunk in `chunk_rows` (see StepLogits)."""
         return self.launch(sched_out).rows()
 
-    def launch(self, sched_out) -> StepResult:
+    feeds_tokens = True  # `launch` takes `feed=` (a step scheduled ahead)
+
+    def launch(self, sched_out, feed: StepResult | None = None) -> StepResult:
         """Start the step and return (see `step_result`): on a GPU the forward is queued on
-        the stream and this returns before it ends; on the CPU it has run."""
+        the stream and this returns before it ends; on the CPU it has run. `feed`: the
+        previous step, for a step scheduled ahead (`Scheduler.schedule_ahead`: one
+        PLACEHOLDER_TOKEN per request), whose input tokens are then `feed.tokens()`, gathered
+        on the device in the stream's order (after the previous step's argmax)."""
         scheduled = sched_out.scheduled
         if not scheduled:
             return ReadyStep(StepLogits())
-        rows = self.graphs.run(scheduled) if self.graphs is not None else None
+        fed = self._fed(scheduled, feed) if feed is not None else None
+        rows = self.graphs.run(scheduled, fed) if self.graphs is not None else None
         if rows is not None:  # one row per request, in batch order; overwritten by a replay
             layout = ({s.request_id: i for i, s in enumerate(scheduled) if s.sample}, {})
             return _started(rows, layout, reused=True)
-        batch = build_flat_batch(scheduled, self.block_size, self.device)
+        batch = build_flat_batch(scheduled, self.block_size, self.device, fed)
         logits = self.model.forward(batch, self.kv_cache)
         return _started(logits, row_layout(scheduled), reused=False)
+
+    def _fed(self, scheduled, feed: StepResult) -> FedTokens:
+        """(previous step's tokens on this device, the row of each scheduled request)."""
+        bad = [s.request_id for s in scheduled if s.token_ids != (PLACEHOLDER_TOKEN,)]
+        if bad:
+            raise ValueError(f"feed= needs a step scheduled ahead; {bad[0]!r} has known tokens")
+        tokens, row_of = feed.tokens()
+        gather = np.array([row_of[s.request_id] for s in scheduled], dtype=np.int64)
+        return torch.as_tensor(tokens, device=self.device), gather
 
     def stats(self) -> dict[str, int]:
         """Graph replays and eager steps (empty without graphs)."""
@@ -199,6 +225,7 @@ class DeviceStep:
         self._layout, self._rows = layout, None
         stream = torch.cuda.current_stream(logits.device)
         values, indices = logits.max(dim=-1)
+        self._tokens = indices  # read by a step scheduled ahead, later on this stream
         self._top = (_to_pinned(indices), _to_pinned(values))
         self._top_ready = torch.cuda.Event()
         self._top_ready.record(stream)
@@ -215,6 +242,9 @@ class DeviceStep:
         self._top_ready.synchronize()
         index, value = self._top[0].tolist(), self._top[1].tolist()
         return {rid: (index[i], value[i]) for rid, i in self._layout[0].items()}
+
+    def tokens(self) -> tuple[torch.Tensor, dict[str, int]]:
+        return self._tokens, self._layout[0]
 
     def rows(self) -> StepLogits:
         if self._rows is None:

@@ -12,6 +12,13 @@ keeps its outputs) and the allocation is retried; a request that is itself the n
 preempted. No request is admitted in a step that preempted one. A waiting request that cannot
 get blocks stops admission (strict FCFS).
 
+`schedule_ahead(prev)` plans the step after `prev` before prev's tokens are known, for a step
+that only continues prev: nothing is waiting and every running request sampled in prev. Each
+request then computes one token it does not know yet (`PLACEHOLDER_TOKEN`: the runner feeds
+prev's sampled token on the device), reserved as a placeholder that `update_from_output(prev)`
+fills. A request prev's token ends by length is left out; one it ends by a stop token computes
+a row nobody reads (its K/V lands in a block that is freed, never hashed).
+
 Every decision depends only on ordered containers (lists, deques, insertion-ordered dicts), so
 the schedule is a pure function of the sequence of calls.
 """
@@ -25,6 +32,8 @@ from dataclasses import dataclass
 from samebits.config import CacheConfig, SchedulerConfig
 from samebits.engine.kv_cache_manager import KVCacheManager, cdiv
 from samebits.engine.request import Request, RequestStatus
+
+PLACEHOLDER_TOKEN = -1  # a token id of a step scheduled ahead: the previous step's sample
 
 
 @dataclass(frozen=True)
@@ -235,6 +244,7 @@ class Scheduler:
 
     def _preempt(self, request: Request) -> None:
         self.kv_cache_manager.free(request)
+        request.num_output_placeholders = 0
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
         self.waiting.appendleft(request)
@@ -275,6 +285,59 @@ class Scheduler:
             block_table=self.kv_cache_manager.get_block_ids(request.request_id),
             sample=end == request.num_tokens,
             all_rows=request.needs_prompt_rows and start < request.num_prompt_tokens - 1,
+        )
+
+    def schedule_ahead(self, prev: SchedulerOutput) -> SchedulerOutput | None:
+        """Plan the step after `prev` before prev's sampled tokens are appended (module
+        docstring): each running request not ended by length gets one token at position
+        `num_tokens`, a placeholder. None, with nothing changed, when the step would not only
+        continue prev (a waiting request, a running one prev did not sample, an outstanding
+        placeholder) or the free blocks or the token budget do not cover it; the caller then
+        schedules normally after prev's update."""
+        requests = self._ahead_requests(prev)
+        if not requests:
+            return None
+        manager = self.kv_cache_manager
+        for request in requests:
+            request.num_output_placeholders = 1
+            num_new = request.num_tokens + 1 - request.num_computed_tokens
+            if manager.allocate_slots(request, num_new) is None:  # checked by _ahead_requests
+                raise AssertionError(f"request {request.request_id!r}: ahead allocation failed")
+        scheduled = tuple(self._scheduled_ahead(request) for request in requests)
+        return SchedulerOutput(scheduled=scheduled, preempted=(), num_batched_tokens=len(scheduled))
+
+    def _ahead_requests(self, prev: SchedulerOutput) -> list[Request]:
+        """The requests of the step ahead of `prev`, or [] when it does not qualify."""
+        if self.waiting:
+            return []
+        sampled = {s.request_id: s for s in prev.scheduled if s.sample}
+        for request in self.running:
+            item = sampled.get(request.request_id)
+            if (
+                item is None
+                or request.num_output_placeholders
+                or request.num_computed_tokens != item.start_position
+                or item.start_position + len(item.token_ids) != request.num_tokens
+            ):
+                return []
+        requests = [r for r in self.running if not _ends_by_length_next(r)]
+        if len(requests) > self.max_num_batched_tokens:
+            return []
+        needed = sum(self._blocks_to_grow(r, r.num_tokens + 1) for r in requests)
+        return requests if needed <= self.kv_cache_manager.num_free_blocks else []
+
+    def _blocks_to_grow(self, request: Request, num_tokens: int) -> int:
+        """New blocks the request's table needs to cover `num_tokens` positions."""
+        held = len(self.kv_cache_manager.get_block_ids(request.request_id))
+        return max(cdiv(num_tokens, self.block_size) - held, 0)
+
+    def _scheduled_ahead(self, request: Request) -> ScheduledRequest:
+        return ScheduledRequest(
+            request_id=request.request_id,
+            token_ids=(PLACEHOLDER_TOKEN,),
+            start_position=request.num_tokens,
+            block_table=self.kv_cache_manager.get_block_ids(request.request_id),
+            sample=True,
         )
 
     # ------------------------------------------------------------------ results
@@ -353,3 +416,11 @@ class Scheduler:
                 f"waiting request {request.request_id!r} is {request.status} with "
                 f"{request.num_computed_tokens} computed tokens"
             )
+
+
+def _ends_by_length_next(request: Request) -> bool:
+    """Whether the next sampled token ends the request by a length limit (`check_stop`)."""
+    limit = request.max_model_len
+    return request.num_output_tokens + 1 >= request.max_tokens or (
+        limit is not None and request.num_tokens + 1 >= limit
+    )

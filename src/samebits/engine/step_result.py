@@ -7,6 +7,9 @@ bytes per row), `rows()` for the float32 rows (512 KB per row of a 128k vocabula
 the engine needs for digests, logprobs and non-greedy sampling. Invariant: both describe the
 same rows, the rows `execute` would return; `greedy()[rid]` is (numpy's `argmax` of
 `rows()[rid]`, the value there), or `greedy()` is None where the runner has no device argmax.
+`tokens()` is the same argmax where the runner keeps it (an array on the runner's device, in
+row order, and `request_id -> row`): what a step scheduled ahead is fed
+(`Scheduler.schedule_ahead`, `ModelRunner.launch(..., feed=)`), without a trip to the host.
 """
 
 from __future__ import annotations
@@ -34,15 +37,23 @@ class StepResult(Protocol):
 
     def rows(self) -> StepLogits: ...
 
+    def tokens(self) -> tuple[object, dict[str, int]]: ...
+
 
 class ReadyStep:
-    """A step whose rows are already on the host (the CPU, or a runner that only executes)."""
+    """A step whose rows are already on the host (the CPU, or a runner that only executes).
+    Its `tokens()` are numpy's argmax of the host rows."""
 
     def __init__(self, rows: StepLogits) -> None:
         self._rows = rows
 
     def greedy(self) -> None:
         return None
+
+    def tokens(self) -> tuple[np.ndarray, dict[str, int]]:
+        row_of = {rid: i for i, rid in enumerate(self._rows)}
+        top = [int(np.argmax(row)) for row in self._rows.values()]
+        return np.array(top, dtype=np.int64), row_of
 
     def rows(self) -> StepLogits:
         return self._rows

@@ -1,9 +1,12 @@
 """Static inputs of the decode graphs: fixed tensors every captured forward reads, refilled
 before each replay.
 
-Layout: one staging buffer on the host (pinned on a GPU) mirrored by one on the device; a step
-writes its values into the host one and moves them with a single copy, then spreads its
-compact block table into the fixed-width device table (one device-side copy). Every tensor a
+Layout: two staging buffers on the host (pinned on a GPU), used in turn, mirrored by one on
+the device; a step writes its values into a host one and moves them with a single copy, then
+spreads its compact block table into the fixed-width device table (one device-side copy). A
+host buffer is rewritten only after its previous copy has run (an event per buffer), so a step
+may be filled while the one before it is still queued (a step scheduled ahead). Such a step's
+input ids are gathered on the device from the previous step's tokens (`fill(..., fed)`). Every tensor a
 graph reads is a fixed view of these buffers or a constant, so the pointers recorded at capture
 stay valid for every replay. Views start on 16-byte boundaries, as `attention_meta` lays out
 its own (the attention kernel then runs the binary an eager decode step runs; Triton
@@ -27,7 +30,7 @@ import torch
 from samebits.kernels.metadata import FlatBatch
 
 _ALIGN_BYTES = 16
-_INT64 = ("ids", "positions", "slots", "seq_lens")
+_INT64 = ("ids", "positions", "slots", "seq_lens", "feed")
 _INT32 = ("positions32", "table")
 
 
@@ -60,14 +63,19 @@ class DecodeBuffers:
         self.group = attention_group
         self._offsets, nbytes = _layout(max_batch, width)
         pin = device.type == "cuda"
-        self.host = torch.zeros(nbytes, dtype=torch.uint8, pin_memory=pin)
+        self.hosts = [torch.zeros(nbytes, dtype=torch.uint8, pin_memory=pin) for _ in range(2)]
+        self._copied: list = [None, None]  # per host buffer: event after its last copy (GPU)
+        self._turn = 0  # the host buffer the next fill writes
+        self.host = self.hosts[0]  # the host buffer filled last
         self.dev = torch.zeros(nbytes, dtype=torch.uint8, device=device)
         self.table = torch.full((max_batch, width), sink_block, dtype=torch.int32, device=device)
         self.arange = torch.arange(max_batch + 1, device=device)
         self.arange32 = self.arange.to(torch.int32)
         self.query_end32 = (self.arange32[1:] + 0).contiguous()  # own, aligned storage
         self._np_arange = np.arange(max_batch + 1, dtype=np.int64)
-        self._host_np = {n: self._view(self.host, n).numpy() for n in _INT64 + _INT32}
+        self._host_nps = [
+            {n: self._view(h, n).numpy() for n in _INT64 + _INT32} for h in self.hosts
+        ]
 
     def _view(self, buf: torch.Tensor, name: str) -> torch.Tensor:
         offset, count = self._offsets[name]
@@ -79,22 +87,26 @@ class DecodeBuffers:
     def sink_slot(self) -> int:
         return self.sink_block * self.block_size
 
-    def fill(self, scheduled: Sequence, bucket: int) -> None:
+    def fill(self, scheduled: Sequence, bucket: int, fed=None) -> None:
         """Write one decode step (one token per request) padded to `bucket` rows into the
         device buffers: one host-to-device copy, one device copy of the block table. An
-        empty step fills every row with padding (what graphs are captured on).
+        empty step fills every row with padding (what graphs are captured on). `fed`:
+        (tokens on the device, row per request): the step's input ids are `tokens[rows]`,
+        gathered on the device after the copy (a step scheduled ahead).
 
-        On a GPU the copy is asynchronous from pinned memory: the caller synchronizes once per
-        step (reading the logits back) before the next `fill` rewrites the host buffer."""
-        n, h = len(scheduled), self._host_np
+        On a GPU the copy is asynchronous from pinned memory, from the host buffer whose
+        previous copy has run (`_take_host`)."""
+        n, h = len(scheduled), self._take_host()
         width = max((len(s.block_table) for s in scheduled), default=1)
         if n > bucket or bucket > self.max_batch or width > self.width:
             raise ValueError(f"step of {n} requests, {width} blocks does not fit bucket {bucket}")
         pos = h["positions"][:bucket]
         pos[:n] = [s.start_position for s in scheduled]
         pos[n:] = 0
-        h["ids"][:n] = [s.token_ids[0] for s in scheduled]
+        h["ids"][:n] = 0 if fed is not None else [s.token_ids[0] for s in scheduled]
         h["ids"][n:bucket] = 0
+        if fed is not None:
+            h["feed"][:n] = fed[1]
         table = h["table"][: bucket * width].reshape(bucket, width)
         table.fill(self.sink_block)
         for i, s in enumerate(scheduled):
@@ -105,10 +117,25 @@ class DecodeBuffers:
         h["seq_lens"][:bucket] = pos + 1
         h["positions32"][:bucket] = pos
         self._upload(bucket, width)
+        if fed is not None:
+            ids = self._view(self.dev, "ids")[:n]
+            torch.index_select(fed[0], 0, self._view(self.dev, "feed")[:n], out=ids)
+
+    def _take_host(self) -> dict[str, np.ndarray]:
+        """The next host buffer's arrays, once its previous copy to the device has run."""
+        turn = self._turn
+        if self._copied[turn] is not None:
+            self._copied[turn].synchronize()
+        self.host = self.hosts[turn]
+        return self._host_nps[turn]
 
     def _upload(self, bucket: int, width: int) -> None:
         end = self._offsets["table"][0] + bucket * width * 4
         self.dev[:end].copy_(self.host[:end], non_blocking=True)
+        if self.dev.device.type == "cuda":
+            event = self._copied[self._turn] = torch.cuda.Event()
+            event.record(torch.cuda.current_stream(self.dev.device))
+        self._turn ^= 1
         compact = self._view(self.dev, "table")[: bucket * width].view(bucket, width)
         self.table[:bucket, :width].copy_(compact)
 

@@ -69,15 +69,16 @@ class DecodeGraphRunner:
         self.graphs[bucket] = graph
         return graph
 
-    def run(self, scheduled: Sequence) -> torch.Tensor | None:
+    def run(self, scheduled: Sequence, fed=None) -> torch.Tensor | None:
         """The float32 logits [len(scheduled), vocab] (on the device) of a step that replays
-        a graph, or None for a step that must run eagerly (the reason is logged once)."""
+        a graph, or None for a step that must run eagerly (the reason is logged once).
+        `fed`: input ids gathered from a previous step's tokens (`DecodeBuffers.fill`)."""
         bucket, reason = graph_bucket(scheduled, self.config.buckets)
         if bucket is None:
             self._eager(reason)
             return None
         graph = self.graphs.get(bucket) or self._capture(bucket)
-        self.buffers.fill(scheduled, bucket)
+        self.buffers.fill(scheduled, bucket, fed)
         self.counts["graph_steps"] += 1
         return graph.replay()[: len(scheduled)]
 
