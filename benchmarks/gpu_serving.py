@@ -107,6 +107,27 @@ def decode_step_ms(llm, batch: int, steps: int = 16) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def graph_replay_ms(llm, bucket: int = 64, reps: int = 20) -> float | None:
+    """GPU time of one replay of the decode graph of `bucket` rows (CUDA events, back to
+    back, no host work between): the device's share of a decode step. Padding rows only
+    (their K/V goes to the sink block), so attention reads one position per row."""
+    import torch
+
+    graphs = getattr(llm.engine.runner, "graphs", None)
+    if graphs is None or bucket not in graphs.graphs:
+        return None
+    graphs.buffers.fill((), bucket)
+    graph = graphs.graphs[bucket]
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / reps
+
+
 def _computed(engine) -> list:
     return [r.all_token_ids[: r.num_computed_tokens] for r in engine.scheduler.running]
 
@@ -181,7 +202,8 @@ def run_plan(loaded, plan: str, args: argparse.Namespace, jobs_a, jobs_b, eager:
     a, b = run_engine(llm, jobs_a), run_engine(llm, jobs_b)
     out = {"build_s": build_s, "a_tok_s": a["tok_s"], "a_wall_s": a["wall_s"],
            "b_tok_s": b["tok_s"], "b_wall_s": b["wall_s"],
-           "decode_step_ms_b64": decode_step_ms(llm, 64)}  # fmt: skip
+           "decode_step_ms_b64": decode_step_ms(llm, 64),
+           "graph_replay_ms_b64": graph_replay_ms(llm, 64)}  # fmt: skip
     if plan == "invariant":
         llm.engine.async_scheduling = False
         out["b_tok_s_sync_scheduling"] = run_engine(llm, jobs_b)["tok_s"]

@@ -44,7 +44,9 @@ for job in "$@"; do
           python3 -m samebits.cli info --device cuda --model /tmp/tiny_qwen3 2>&1 | tee "$OUT/info_cuda.txt" | tail -25 &&
           python3 -m samebits.cli generate "Hello there" --device cuda --model /tmp/tiny_qwen3 --max-tokens 8 --seed 1 --no-chat ;;
     serving) timeout 560 python3 benchmarks/gpu_serving.py --sample 8 --out "$OUT/gpu_serving.json" 2>&1 | tail -30 ;;
-    rate) timeout 560 python3 benchmarks/server_rate_sweep.py --out "$OUT/server_rate_sweep.json" 2>&1 | tail -30 ;;
+    rate) for plan in invariant fast; do  # one process per plan: each engine takes 85% of the GPU
+            timeout 280 python3 benchmarks/server_rate_sweep.py --plans $plan \
+              --out "$OUT/server_rate_sweep_$plan.json" 2>&1 | tail -12; done ;;
     ops) timeout 300 python3 benchmarks/gpu_ops.py --out "$OUT/gpu_ops.json" 2>&1 | tail -70 ;;
     agree) timeout 300 python3 benchmarks/gpu_agreement.py --presets tiny-llama tiny-qwen2 tiny-qwen3 llama-3-8b qwen3-8b --out "$OUT/gpu_agreement.json" 2>&1 | tail -30 ;;
     digest) python3 benchmarks/digest_throughput.py | tee "$OUT/digest_throughput.json" ;;

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from samebits.deployment import build_deployment
+from samebits.engine.scheduler import Scheduler
 from samebits.model import load_model
 from samebits.testing.determinism_matrix import (
     MatrixSize,
@@ -38,13 +39,22 @@ def test_matrix_tiny_models(request, arch, matrix_log):
     )
 
 
-def test_matrix_async_scheduling(tiny_qwen3_dir, matrix_log):
-    """Every engine launches step n+1 before building step n's outputs (the GPU default):
-    arrivals and aborts between steps land one step later, preemptions and prefix hits
-    happen at other steps, and every row is still Ref's."""
+def test_matrix_async_scheduling(tiny_qwen3_dir, matrix_log, monkeypatch):
+    """Every engine launches step n+1 before building step n's outputs (the GPU default),
+    and a plain-greedy step's successor before its tokens are known (lookahead): arrivals
+    and aborts between steps land one step later, preemptions and prefix hits happen at
+    other steps, and every row is still Ref's."""
+    ahead = []
+    schedule_ahead = Scheduler.schedule_ahead
+    monkeypatch.setattr(
+        Scheduler,
+        "schedule_ahead",
+        lambda s, prev: ahead.append(schedule_ahead(s, prev)) or ahead[-1],
+    )
     dep = _deployment(tiny_qwen3_dir)
     size = MatrixSize(vocab=dep.config.vocab_size, repeats=1, async_scheduling=True)
     _full_check(dep, size, "tiny-qwen3, async scheduling", matrix_log)
+    assert sum(out is not None for out in ahead) >= 50  # steps scheduled ahead (92 when written)
 
 
 @pytest.mark.slow
