@@ -45,6 +45,9 @@ class ArgmaxStep:
     def rows(self) -> StepLogits:
         return self._rows
 
+    def digests(self) -> None:
+        return None
+
 
 class ArgmaxRunner:
     """Wraps a ModelRunner: `launch` returns an ArgmaxStep (a row of `poison` all NaN)."""

@@ -12,6 +12,7 @@ import pytest
 from samebits import SamplingParams
 from samebits.deployment import build_deployment
 from samebits.engine.engine import LLMEngine
+from samebits.outputs import logits_digest
 
 pytestmark = pytest.mark.gpu
 VOCAB = 128256
@@ -39,7 +40,7 @@ def test_device_argmax_is_numpy_argmax_of_the_copied_rows(cuda, reused, gpu_reco
 
     logits = _rows(torch)
     layout = ({f"r{i}": i for i in range(len(logits))}, {})
-    step = DeviceStep(logits, layout, reused)
+    step = DeviceStep(logits, layout, reused, digests=True)
     if reused:
         logits.fill_(0.0)  # the next replay overwrites a graph's buffer: the copy must not see it
     greedy, rows = step.greedy(), step.rows()
@@ -57,7 +58,28 @@ def test_device_argmax_is_numpy_argmax_of_the_copied_rows(cuda, reused, gpu_reco
     assert np.isnan(greedy["r11"][1]) and np.isnan(greedy["r14"][1])
     assert greedy["r12"] == (3, float("inf")) and greedy["r13"][1] == float("-inf")
     assert bad == []
-    gpu_record(f"device argmax (reused={reused})", f"{len(greedy)} rows == numpy argmax")
+    digests = step.digests()
+    wrong = [rid for rid, d in digests.items() if d.result() != logits_digest(rows[rid])]
+    assert wrong == []
+    gpu_record(f"device argmax and SHA-256 (reused={reused})",
+               f"{len(greedy)} rows: argmax == numpy argmax, digest == hashlib")  # fmt: skip
+
+
+@pytest.mark.parametrize("vocab", [VOCAB, 151_937, 49_152])
+def test_device_sha256_equals_hashlib(cuda, vocab, gpu_record):
+    """`sha256_rows` on the H200 against hashlib on the host copy: 70 rows (three programs of
+    32 lanes), a vocabulary whose rows end mid-block, special values."""
+    import torch
+
+    from samebits.kernels.triton.sha256 import hex_digests, sha256_rows
+
+    g = torch.Generator(device="cuda").manual_seed(vocab)
+    rows = torch.randn((70, vocab), device="cuda", generator=g)
+    rows[0, :4] = torch.tensor([float("nan"), -0.0, float("inf"), float("-inf")])
+    got = hex_digests(sha256_rows(rows).cpu().numpy())
+    host = rows.cpu().numpy()
+    assert got == [logits_digest(row) for row in host]
+    gpu_record(f"device SHA-256, vocab {vocab}", "70 rows == hashlib")
 
 
 def _run(engine: LLMEngine, jobs) -> dict:
@@ -143,3 +165,29 @@ def test_steps_scheduled_ahead_equal_the_synchronous_engine(dep8b, gpu_record):
     assert stopped >= 1  # request 0 stops at its 3rd token, with a step ahead in flight
     assert stats[False][0] == 0 and stats[True][0] > 20
     assert stats[True][1].get("graph_steps", 0) > 20
+
+
+def test_device_digests_are_the_host_digests_of_the_returned_rows(dep8b, gpu_record):
+    """The engine's digests (SHA-256 on the device) against hashlib of the rows it returns
+    (`return_logits`), and the same outputs with the digests hashed on the host."""
+    rng = np.random.default_rng(2)
+    jobs = [
+        (rng.integers(0, VOCAB - 3, 40 + 9 * i).tolist(),
+         SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True, return_logits=i % 2 == 0))
+        for i in range(12)
+    ]  # fmt: skip
+    outs = {}
+    for on_device in (True, False):
+        engine = LLMEngine.from_deployment(dep8b, num_kv_blocks=1024, max_num_seqs=16)
+        engine.runner.device_digests = on_device
+        outs[on_device] = _run(engine, jobs)
+        del engine
+    dev, host = outs[True], outs[False]
+    checked = 0
+    for k, out in dev.items():
+        assert out.token_ids == host[k].token_ids and out.logits_digests == host[k].logits_digests
+        if out.logits is not None:
+            assert out.logits_digests == [logits_digest(np.asarray(r)) for r in out.logits]
+            checked += len(out.logits)
+    assert checked == 36
+    gpu_record("engine digests on the device == hashlib", f"{checked} returned rows; 12 requests")

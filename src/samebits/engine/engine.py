@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +28,7 @@ from samebits.detokenizer import IncrementalDetokenizer, find_stop_string, trunc
 from samebits.engine.request import Request, RequestStatus
 from samebits.engine.row_workers import digest_later, map_rows, resolved
 from samebits.engine.scheduler import Scheduler
-from samebits.engine.step_result import StepResult, launch_step
+from samebits.engine.step_result import StepLogits, StepResult, launch_step
 from samebits.outputs import CompletionOutput, RequestOutput, RequestOutputKind, logits_digest
 from samebits.sampling import (
     SamplingParams,
@@ -74,7 +73,9 @@ class _RequestState:
     prompt_ids_out: list[int] = field(default_factory=list)  # DELTA: shared by its outputs
     sent_tokens: int = 0
     sent_text: int = 0
-    digests: list[str | Future[str]] = field(default_factory=list)  # resolved in outputs
+    digests: list = field(
+        default_factory=list
+    )  # str or future-like (`result()`), resolved in outputs
     logprobs: list[dict[int, float]] = field(default_factory=list)
     logits: list[np.ndarray] = field(default_factory=list)
     cumulative_logprob: float = 0.0
@@ -122,7 +123,7 @@ class LLMEngine:
         self.last_batch_size = 0
         self._grammar_tokenizer: GrammarTokenizer | None = None
         self._inflight: tuple[Any, StepResult] | None = None  # async scheduling: step n+1
-        self._digest_steps: deque[list[Future]] = deque()  # digests still being computed
+        self._digest_steps: deque[list] = deque()  # digests still being computed
         self.async_scheduling = bool(config and config.runtime_config.async_scheduling)
         self.lookahead = True
         self.num_steps_ahead = 0  # steps scheduled ahead of their predecessor's tokens
@@ -366,7 +367,7 @@ class LLMEngine:
             self._isolated(rid, self._check_stop, rid, token, finished)
         if self.async_scheduling:
             self._inflight = ahead or self._launch()
-        self._record_rows(result.rows(), sampled)
+        self._record_rows(sched_out, result, sampled)
         outputs: list[RequestOutput] = []
         for rid, token in sampled.items():
             out = (
@@ -385,7 +386,27 @@ class LLMEngine:
         sched_out = self.scheduler.schedule()
         if not sched_out.scheduled:
             return None
-        return sched_out, launch_step(self.runner, sched_out)
+        return sched_out, self._start(sched_out)
+
+    def _start(self, sched_out, feed: StepResult | None = None) -> StepResult:
+        """Launch on the runner; a ModelRunner is told whether the rows are needed on the
+        host at all (`_needs_host_rows`; a hint that changes no value)."""
+        if not getattr(self.runner, "feeds_tokens", False):
+            return launch_step(self.runner, sched_out)
+        copy_rows = self._needs_host_rows(sched_out)
+        return self.runner.launch(sched_out, feed=feed, copy_rows=copy_rows)
+
+    def _needs_host_rows(self, sched_out) -> bool:
+        """Whether a request of the step reads its rows on the host: prompt logprobs,
+        logprobs or returned logits, a grammar, or a token that is not the row's argmax."""
+        for s in sched_out.scheduled:
+            st = self._states.get(s.request_id)
+            if getattr(s, "all_rows", False) or (s.sample and st is not None and (
+                st.needs_rows or st.guide is not None
+                or not is_plain_greedy(st.params, len(st.request.output_token_ids), None)
+            )):  # fmt: skip
+                return True
+        return False
 
     def _launch_ahead(self, sched_out, result: StepResult) -> tuple[Any, StepResult] | None:
         """The next step, scheduled and launched before this one's tokens are known, when it
@@ -399,7 +420,7 @@ class LLMEngine:
         if ahead is None:
             return None
         self.num_steps_ahead += 1
-        return ahead, self.runner.launch(ahead, feed=result)
+        return ahead, self._start(ahead, feed=result)
 
     def _all_plain_greedy(self, sched_out) -> bool:
         """Whether every live request sampling in the step takes its row's argmax."""
@@ -443,19 +464,28 @@ class LLMEngine:
                 sampled[rid] = token
         return {rid: sampled[rid] for rid in rids if rid in sampled}
 
-    def _record_rows(self, rows, sampled: dict[str, int]) -> None:
+    def _record_rows(self, sched_out, result: StepResult, sampled: dict[str, int]) -> None:
         """Fold the step's rows into the requests' records: prompt logprobs of `all_rows`
-        chunks, then each sampled row's digest (never skipped), logprobs and copy."""
+        chunks, then each sampled row's digest (never skipped: the runner's device digest,
+        else hashed from the host row), logprobs and copy. The rows cross to the host only
+        when something here reads them."""
+        live = [rid for rid in sampled if rid in self._states]
+        device = result.digests()
+        wanted = (
+            device is None
+            or any(getattr(s, "all_rows", False) for s in sched_out.scheduled)
+            or any(self._states[rid].needs_rows for rid in live)
+        )
+        rows = result.rows() if wanted else StepLogits()
         starts = {rid: start for rid, (start, _) in step_logits_chunks(rows)}
         chunks = [(rid, r) for rid, (_, r) in step_logits_chunks(rows) if rid in self._states]
         fold = lambda rid, r: self._prompt_logprobs(rid, starts[rid], r)  # noqa: E731
         for (rid, _), err in zip(chunks, map_rows(fold, chunks), strict=True):
             if err is not None:
                 self._fail(rid, err)
-        live = [rid for rid in sampled if rid in self._states]
         pending = []
         for rid in live:
-            digest = digest_later(logits_digest, rows[rid])
+            digest = device[rid] if device is not None else digest_later(logits_digest, rows[rid])
             self._states[rid].digests.append(digest)
             if not isinstance(digest, str):
                 pending.append(digest)
@@ -466,12 +496,12 @@ class LLMEngine:
             if err is not None:
                 self._fail(rid, err)
 
-    def _bound_digests_ahead(self, pending: list[Future]) -> None:
+    def _bound_digests_ahead(self, pending: list) -> None:
         """Keep the digests of at most DIGEST_STEPS_AHEAD steps in flight (each holds its
-        step's host rows): wait for the oldest beyond that."""
+        step's host rows or device buffers): wait for the oldest beyond that."""
         self._digest_steps.append(pending)
         while len(self._digest_steps) > DIGEST_STEPS_AHEAD:
-            wait(self._digest_steps.popleft())
+            resolved(self._digest_steps.popleft())
 
     def pop_failures(self) -> dict[str, Exception]:
         """Requests aborted by an exception since the last call, with that exception."""

@@ -142,14 +142,20 @@ class ModelRunner:
         each `all_rows` chunk in `chunk_rows` (see StepLogits)."""
         return self.launch(sched_out).rows()
 
-    feeds_tokens = True  # `launch` takes `feed=` (a step scheduled ahead)
+    feeds_tokens = True  # `launch` takes `feed=` (a step scheduled ahead) and `copy_rows=`
+    device_digests = True  # on a GPU: the rows' SHA-256 computed on the device
 
-    def launch(self, sched_out, feed: StepResult | None = None) -> StepResult:
+    def launch(
+        self, sched_out, feed: StepResult | None = None, copy_rows: bool = True
+    ) -> StepResult:
         """Start the step and return (see `step_result`): on a GPU the forward is queued on
         the stream and this returns before it ends; on the CPU it has run. `feed`: the
         previous step, for a step scheduled ahead (`Scheduler.schedule_ahead`: one
         PLACEHOLDER_TOKEN per request), whose input tokens are then `feed.tokens()`, gathered
-        on the device in the stream's order (after the previous step's argmax)."""
+        on the device in the stream's order (after the previous step's argmax). `copy_rows`
+        False: the rows cross to the host only if `rows()` asks (a hint; any value is
+        correct). On a GPU with `device_digests`, `digests()` come from the device."""
+        hints = StepHints(copy_rows, self.device_digests)
         scheduled = sched_out.scheduled
         if not scheduled:
             return ReadyStep(StepLogits())
@@ -157,10 +163,10 @@ class ModelRunner:
         rows = self.graphs.run(scheduled, fed) if self.graphs is not None else None
         if rows is not None:  # one row per request, in batch order; overwritten by a replay
             layout = ({s.request_id: i for i, s in enumerate(scheduled) if s.sample}, {})
-            return _started(rows, layout, reused=True)
+            return _started(rows, layout, True, hints)
         batch = build_flat_batch(scheduled, self.block_size, self.device, fed)
         logits = self.model.forward(batch, self.kv_cache)
-        return _started(logits, row_layout(scheduled), reused=False)
+        return _started(logits, row_layout(scheduled), False, hints)
 
     def _fed(self, scheduled, feed: StepResult) -> FedTokens:
         """(previous step's tokens on this device, the row of each scheduled request)."""
@@ -177,6 +183,15 @@ class ModelRunner:
 
 
 Layout = tuple[dict[str, int], dict[str, tuple[int, slice]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepHints:
+    """How a GPU step hands its rows back: `copy_rows` at launch (else on demand), digests
+    on the device. Hints only: no value depends on them."""
+
+    copy_rows: bool = True
+    device_digests: bool = True
 
 
 def row_layout(scheduled) -> Layout:
@@ -205,38 +220,51 @@ def _split(logits: np.ndarray, layout: Layout) -> StepLogits:
     )
 
 
-def _started(logits: torch.Tensor, layout: Layout, reused: bool) -> StepResult:
+def _started(logits: torch.Tensor, layout: Layout, reused: bool, hints: StepHints) -> StepResult:
     """The result of a step whose logits are `logits` (`reused`: a buffer the next step
     overwrites, a graph's output)."""
     if logits.device.type == "cpu":
         host = logits.numpy()  # the tensor's own memory; a reused buffer is copied
         return ReadyStep(_split(host.copy() if reused else host, layout))
-    return DeviceStep(logits, layout, reused)
+    return DeviceStep(logits, layout, reused, hints.copy_rows, hints.device_digests)
 
 
 class DeviceStep:
     """A step queued on a GPU stream. At launch it queues, on the compute stream, each row's
     max and argmax (torch documents the first index of the maximum; a NaN is the maximum)
-    and their copy to pinned host memory; then the rows' copy to pinned host memory on a
-    side stream (from a device copy when the buffer is a graph's output), so the next step's
-    forward does not wait for 512 KB per row to cross the bus."""
+    and their copy to pinned host memory; then, each on its own side stream so the next
+    step's forward does not wait for them: the rows' copy to pinned host memory (512 KB per
+    row; from a device copy when the buffer is a graph's output; at launch with `copy_rows`,
+    else on the first `rows()`), and with `digests` each row's SHA-256 (`kernels/triton/
+    sha256.py`: the hex digest `logits_digest` gives the host row, 32 bytes per row back)."""
 
-    def __init__(self, logits: torch.Tensor, layout: Layout, reused: bool) -> None:
-        self._layout, self._rows = layout, None
+    def __init__(
+        self, logits: torch.Tensor, layout: Layout, reused: bool, copy_rows: bool = True,
+        digests: bool = False,
+    ) -> None:  # fmt: skip
+        self._layout, self._rows, self._host = layout, None, None
         stream = torch.cuda.current_stream(logits.device)
         values, indices = logits.max(dim=-1)
         self._tokens = indices  # read by a step scheduled ahead, later on this stream
         self._top = (_to_pinned(indices), _to_pinned(values))
         self._top_ready = torch.cuda.Event()
         self._top_ready.record(stream)
-        source = logits.clone() if reused else logits
-        side = _copy_stream(logits.device)
-        side.wait_stream(stream)
+        self._source = logits.clone() if reused else logits
+        self._ready = torch.cuda.Event()
+        self._ready.record(stream)
+        self._digests = _DeviceDigests(self._source, self._ready) if digests else None
+        if copy_rows:
+            self._copy_rows()
+
+    def _copy_rows(self) -> None:
+        """Queue the rows' copy to pinned memory on the copy stream (once)."""
+        side = _side_stream(self._source.device, "copy")
+        side.wait_event(self._ready)
         with torch.cuda.stream(side):
-            self._host = _to_pinned(source)
+            self._host = _to_pinned(self._source)
             self._rows_ready = torch.cuda.Event()
             self._rows_ready.record(side)
-        source.record_stream(side)  # the allocator keeps it until the side stream is past it
+        self._source.record_stream(side)  # the allocator keeps it until the copy is done
 
     def greedy(self) -> dict[str, tuple[int, float]]:
         self._top_ready.synchronize()
@@ -246,11 +274,52 @@ class DeviceStep:
     def tokens(self) -> tuple[torch.Tensor, dict[str, int]]:
         return self._tokens, self._layout[0]
 
+    def digests(self) -> dict[str, _RowDigest] | None:
+        if self._digests is None:
+            return None
+        return {rid: _RowDigest(self._digests, i) for rid, i in self._layout[0].items()}
+
     def rows(self) -> StepLogits:
         if self._rows is None:
+            if self._host is None:
+                self._copy_rows()
             self._rows_ready.synchronize()
             self._rows = _split(self._host.numpy(), self._layout)
         return self._rows
+
+
+class _DeviceDigests:
+    """The SHA-256 of every row of a step, computed on the digest stream and copied back."""
+
+    def __init__(self, source: torch.Tensor, ready: torch.cuda.Event) -> None:
+        from samebits.kernels.triton.sha256 import sha256_rows
+
+        side = _side_stream(source.device, "digest")
+        side.wait_event(ready)
+        with torch.cuda.stream(side):
+            self._words = _to_pinned(sha256_rows(source))
+            self._done = torch.cuda.Event()
+            self._done.record(side)
+        source.record_stream(side)
+        self._hex: list[str] | None = None
+
+    def hex(self) -> list[str]:
+        if self._hex is None:
+            from samebits.kernels.triton.sha256 import hex_digests
+
+            self._done.synchronize()
+            self._hex = hex_digests(self._words.numpy())
+        return self._hex
+
+
+class _RowDigest:
+    """One row's digest, future-like (`result()`), as the engine's host digests are."""
+
+    def __init__(self, step: _DeviceDigests, index: int) -> None:
+        self._step, self._index = step, index
+
+    def result(self) -> str:
+        return self._step.hex()[self._index]
 
 
 def _to_pinned(tensor: torch.Tensor) -> torch.Tensor:
@@ -261,14 +330,15 @@ def _to_pinned(tensor: torch.Tensor) -> torch.Tensor:
     return host
 
 
-_COPY_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+_SIDE_STREAMS: dict[tuple[torch.device, str], torch.cuda.Stream] = {}
 
 
-def _copy_stream(device: torch.device) -> torch.cuda.Stream:
-    """One side stream per device for the rows' device-to-host copies."""
-    if device not in _COPY_STREAMS:
-        _COPY_STREAMS[device] = torch.cuda.Stream(device)
-    return _COPY_STREAMS[device]
+def _side_stream(device: torch.device, role: str) -> torch.cuda.Stream:
+    """One side stream per device and role: "copy" (rows to the host), "digest"."""
+    key = (device, role)
+    if key not in _SIDE_STREAMS:
+        _SIDE_STREAMS[key] = torch.cuda.Stream(device)
+    return _SIDE_STREAMS[key]
 
 
 def cold_logits(deployment, token_ids, all_rows: bool = False):

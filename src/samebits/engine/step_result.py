@@ -39,6 +39,10 @@ class StepResult(Protocol):
 
     def tokens(self) -> tuple[object, dict[str, int]]: ...
 
+    def digests(self) -> dict[str, object] | None:
+        """Each sampled row's `logits_digest`, future-like (`result()`), where the runner
+        computes them next to the rows (a GPU); None: the engine hashes the host rows."""
+
 
 class ReadyStep:
     """A step whose rows are already on the host (the CPU, or a runner that only executes).
@@ -48,6 +52,9 @@ class ReadyStep:
         self._rows = rows
 
     def greedy(self) -> None:
+        return None
+
+    def digests(self) -> None:
         return None
 
     def tokens(self) -> tuple[np.ndarray, dict[str, int]]:

@@ -1,0 +1,442 @@
+"""SHA-256 of logits rows on the GPU, bit for bit `hashlib.sha256` of each row's canonical bytes
+(little-endian float32, C order: `samebits.outputs.logits_row_bytes`).
+
+One lane per row: SHA-256 is a serial chain over the row's 64-byte blocks, so a program of
+`BLOCK_R` lanes hashes `BLOCK_R` rows side by side, each lane walking its own row. The message
+words are the row's 32-bit words read big-endian (a byte swap of the little-endian load); the
+padding follows FIPS 180-4 for a message of `4 * num_words` bytes (a whole number of words:
+the 0x80 byte starts a word; the bit length fits in 32 bits for rows under 2**27 words).
+Integer arithmetic only (uint32, wrapping), so the digest never depends on the device, the
+batch or the launch: the tests compare it with hashlib on the CPU interpreter and the H200.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rotr(x, n: tl.constexpr):
+    return (x >> n) | (x << (32 - n))
+
+
+@triton.jit
+def _bswap(x):
+    return ((x & 0xFF) << 24) | ((x & 0xFF00) << 8) | ((x >> 8) & 0xFF00) | (x >> 24)
+
+
+@triton.jit
+def _ssig0(x):
+    return _rotr(x, 7) ^ _rotr(x, 18) ^ (x >> 3)
+
+
+@triton.jit
+def _ssig1(x):
+    return _rotr(x, 17) ^ _rotr(x, 19) ^ (x >> 10)
+
+
+@triton.jit
+def _const(k_ptr, i):
+    """Constant `i` of the table (K[0..63], H0[0..7], the padding word) as uint32."""
+    return tl.load(k_ptr + i).to(tl.uint32, bitcast=True)
+
+
+@triton.jit
+def _round(a, b, c, d, e, f, g, h, wk):
+    """One compression round; `wk` = W[t] + K[t]."""
+    t1 = h + (_rotr(e, 6) ^ _rotr(e, 11) ^ _rotr(e, 25)) + (g ^ (e & (f ^ g))) + wk
+    t2 = (_rotr(a, 2) ^ _rotr(a, 13) ^ _rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c))
+    return t1 + t2, a, b, c, d + t1, e, f, g
+
+
+@triton.jit
+def _rounds16(
+    a,
+    b,
+    c,
+    d,
+    e,
+    f,
+    g,
+    h,
+    w0,
+    w1,
+    w2,
+    w3,
+    w4,
+    w5,
+    w6,
+    w7,
+    w8,
+    w9,
+    w10,
+    w11,
+    w12,
+    w13,
+    w14,
+    w15,
+    k_ptr,
+    BASE: tl.constexpr,
+):
+    """Rounds BASE .. BASE + 15 with the message schedule window w0..w15 = W[BASE ..]."""
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w0 + _const(k_ptr, BASE + 0))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w1 + _const(k_ptr, BASE + 1))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w2 + _const(k_ptr, BASE + 2))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w3 + _const(k_ptr, BASE + 3))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w4 + _const(k_ptr, BASE + 4))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w5 + _const(k_ptr, BASE + 5))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w6 + _const(k_ptr, BASE + 6))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w7 + _const(k_ptr, BASE + 7))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w8 + _const(k_ptr, BASE + 8))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w9 + _const(k_ptr, BASE + 9))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w10 + _const(k_ptr, BASE + 10))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w11 + _const(k_ptr, BASE + 11))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w12 + _const(k_ptr, BASE + 12))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w13 + _const(k_ptr, BASE + 13))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w14 + _const(k_ptr, BASE + 14))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w15 + _const(k_ptr, BASE + 15))
+    return a, b, c, d, e, f, g, h
+
+
+@triton.jit
+def _expand16(w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15):
+    """W[t + 16 .. t + 31] from the window W[t .. t + 15]."""
+    n0 = _ssig1(w14) + w9 + _ssig0(w1) + w0
+    n1 = _ssig1(w15) + w10 + _ssig0(w2) + w1
+    n2 = _ssig1(n0) + w11 + _ssig0(w3) + w2
+    n3 = _ssig1(n1) + w12 + _ssig0(w4) + w3
+    n4 = _ssig1(n2) + w13 + _ssig0(w5) + w4
+    n5 = _ssig1(n3) + w14 + _ssig0(w6) + w5
+    n6 = _ssig1(n4) + w15 + _ssig0(w7) + w6
+    n7 = _ssig1(n5) + n0 + _ssig0(w8) + w7
+    n8 = _ssig1(n6) + n1 + _ssig0(w9) + w8
+    n9 = _ssig1(n7) + n2 + _ssig0(w10) + w9
+    n10 = _ssig1(n8) + n3 + _ssig0(w11) + w10
+    n11 = _ssig1(n9) + n4 + _ssig0(w12) + w11
+    n12 = _ssig1(n10) + n5 + _ssig0(w13) + w12
+    n13 = _ssig1(n11) + n6 + _ssig0(w14) + w13
+    n14 = _ssig1(n12) + n7 + _ssig0(w15) + w14
+    n15 = _ssig1(n13) + n8 + _ssig0(n0) + w15
+    return n0, n1, n2, n3, n4, n5, n6, n7, n8, n9, n10, n11, n12, n13, n14, n15
+
+
+@triton.jit
+def _compress(
+    h0,
+    h1,
+    h2,
+    h3,
+    h4,
+    h5,
+    h6,
+    h7,
+    w0,
+    w1,
+    w2,
+    w3,
+    w4,
+    w5,
+    w6,
+    w7,
+    w8,
+    w9,
+    w10,
+    w11,
+    w12,
+    w13,
+    w14,
+    w15,
+    k_ptr,
+):
+    """The state after one 64-byte block (message words w0..w15)."""
+    a, b, c, d, e, f, g, h = _rounds16(
+        h0,
+        h1,
+        h2,
+        h3,
+        h4,
+        h5,
+        h6,
+        h7,
+        w0,
+        w1,
+        w2,
+        w3,
+        w4,
+        w5,
+        w6,
+        w7,
+        w8,
+        w9,
+        w10,
+        w11,
+        w12,
+        w13,
+        w14,
+        w15,
+        k_ptr,
+        0,
+    )
+    w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15 = _expand16(
+        w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15
+    )
+    a, b, c, d, e, f, g, h = _rounds16(
+        a,
+        b,
+        c,
+        d,
+        e,
+        f,
+        g,
+        h,
+        w0,
+        w1,
+        w2,
+        w3,
+        w4,
+        w5,
+        w6,
+        w7,
+        w8,
+        w9,
+        w10,
+        w11,
+        w12,
+        w13,
+        w14,
+        w15,
+        k_ptr,
+        16,
+    )
+    w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15 = _expand16(
+        w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15
+    )
+    a, b, c, d, e, f, g, h = _rounds16(
+        a,
+        b,
+        c,
+        d,
+        e,
+        f,
+        g,
+        h,
+        w0,
+        w1,
+        w2,
+        w3,
+        w4,
+        w5,
+        w6,
+        w7,
+        w8,
+        w9,
+        w10,
+        w11,
+        w12,
+        w13,
+        w14,
+        w15,
+        k_ptr,
+        32,
+    )
+    w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15 = _expand16(
+        w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15
+    )
+    a, b, c, d, e, f, g, h = _rounds16(
+        a,
+        b,
+        c,
+        d,
+        e,
+        f,
+        g,
+        h,
+        w0,
+        w1,
+        w2,
+        w3,
+        w4,
+        w5,
+        w6,
+        w7,
+        w8,
+        w9,
+        w10,
+        w11,
+        w12,
+        w13,
+        w14,
+        w15,
+        k_ptr,
+        48,
+    )
+    return h0 + a, h1 + b, h2 + c, h3 + d, h4 + e, h5 + f, h6 + g, h7 + h
+
+
+@triton.jit
+def _word(p, j: tl.constexpr, live):
+    """Message word j of the block at `p` (per lane), big-endian."""
+    return _bswap(tl.load(p + j, mask=live, other=0).to(tl.uint32, bitcast=True))
+
+
+@triton.jit
+def _tail_word(p, j: tl.constexpr, tail, live, pad):
+    """Word j of the block after the last full one: data below `tail`, then the 0x80 byte."""
+    data = _bswap(tl.load(p + j, mask=live & (j < tail), other=0).to(tl.uint32, bitcast=True))
+    return tl.where(j < tail, data, tl.where(j == tail, pad, data & 0))
+
+
+@triton.jit
+def sha256_rows_kernel(rows_ptr, out_ptr, k_ptr, num_rows, num_words, row_stride,
+                       BLOCK_R: tl.constexpr):  # fmt: skip
+    """out[r, 0:8] = SHA-256 state words of row r (int32 bit patterns of the big-endian
+    digest words); rows are int32 views of float32 rows."""
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    live = r < num_rows
+    base = rows_ptr + r.to(tl.int64) * row_stride
+    zero = (r * 0).to(tl.uint32)
+    h0, h1, h2, h3 = (
+        zero + _const(k_ptr, 64),
+        zero + _const(k_ptr, 65),
+        zero + _const(k_ptr, 66),
+        zero + _const(k_ptr, 67),
+    )
+    h4, h5, h6, h7 = (
+        zero + _const(k_ptr, 68),
+        zero + _const(k_ptr, 69),
+        zero + _const(k_ptr, 70),
+        zero + _const(k_ptr, 71),
+    )
+    num_full = num_words // 16
+    for blk in range(num_full):
+        p = base + blk * 16
+        w0 = _word(p, 0, live)
+        w1 = _word(p, 1, live)
+        w2 = _word(p, 2, live)
+        w3 = _word(p, 3, live)
+        w4 = _word(p, 4, live)
+        w5 = _word(p, 5, live)
+        w6 = _word(p, 6, live)
+        w7 = _word(p, 7, live)
+        w8 = _word(p, 8, live)
+        w9 = _word(p, 9, live)
+        w10 = _word(p, 10, live)
+        w11 = _word(p, 11, live)
+        w12 = _word(p, 12, live)
+        w13 = _word(p, 13, live)
+        w14 = _word(p, 14, live)
+        w15 = _word(p, 15, live)
+        h0, h1, h2, h3, h4, h5, h6, h7 = _compress(
+            h0,
+            h1,
+            h2,
+            h3,
+            h4,
+            h5,
+            h6,
+            h7,
+            w0,
+            w1,
+            w2,
+            w3,
+            w4,
+            w5,
+            w6,
+            w7,
+            w8,
+            w9,
+            w10,
+            w11,
+            w12,
+            w13,
+            w14,
+            w15,
+            k_ptr,
+        )
+    tail = num_words - num_full * 16
+    p = base + num_full * 16
+    pad = _const(k_ptr, 72)
+    w0 = _tail_word(p, 0, tail, live, pad)
+    w1 = _tail_word(p, 1, tail, live, pad)
+    w2 = _tail_word(p, 2, tail, live, pad)
+    w3 = _tail_word(p, 3, tail, live, pad)
+    w4 = _tail_word(p, 4, tail, live, pad)
+    w5 = _tail_word(p, 5, tail, live, pad)
+    w6 = _tail_word(p, 6, tail, live, pad)
+    w7 = _tail_word(p, 7, tail, live, pad)
+    w8 = _tail_word(p, 8, tail, live, pad)
+    w9 = _tail_word(p, 9, tail, live, pad)
+    w10 = _tail_word(p, 10, tail, live, pad)
+    w11 = _tail_word(p, 11, tail, live, pad)
+    w12 = _tail_word(p, 12, tail, live, pad)
+    w13 = _tail_word(p, 13, tail, live, pad)
+    w14 = _tail_word(p, 14, tail, live, pad)
+    w15 = _tail_word(p, 15, tail, live, pad)
+    bits = zero + (num_words * 32).to(tl.uint32)
+    one_block = tail < 14  # the bit length fits after the 0x80 word
+    w14 = tl.where(one_block, zero, w14)
+    w15 = tl.where(one_block, bits, w15)
+    h0, h1, h2, h3, h4, h5, h6, h7 = _compress(
+        h0,
+        h1,
+        h2,
+        h3,
+        h4,
+        h5,
+        h6,
+        h7,
+        w0,
+        w1,
+        w2,
+        w3,
+        w4,
+        w5,
+        w6,
+        w7,
+        w8,
+        w9,
+        w10,
+        w11,
+        w12,
+        w13,
+        w14,
+        w15,
+        k_ptr,
+    )
+    s0, s1, s2, s3, s4, s5, s6, s7 = _compress(
+        h0,
+        h1,
+        h2,
+        h3,
+        h4,
+        h5,
+        h6,
+        h7,
+        zero,
+        zero,
+        zero,
+        zero,
+        zero,
+        zero,
+        zero,
+        zero,
+        zero,
+        zero,
+        zero,
+        zero,
+        zero,
+        zero,
+        zero,
+        bits,
+        k_ptr,
+    )
+    out = out_ptr + r.to(tl.int64) * 8
+    tl.store(out + 0, tl.where(one_block, h0, s0).to(tl.int32, bitcast=True), mask=live)
+    tl.store(out + 1, tl.where(one_block, h1, s1).to(tl.int32, bitcast=True), mask=live)
+    tl.store(out + 2, tl.where(one_block, h2, s2).to(tl.int32, bitcast=True), mask=live)
+    tl.store(out + 3, tl.where(one_block, h3, s3).to(tl.int32, bitcast=True), mask=live)
+    tl.store(out + 4, tl.where(one_block, h4, s4).to(tl.int32, bitcast=True), mask=live)
+    tl.store(out + 5, tl.where(one_block, h5, s5).to(tl.int32, bitcast=True), mask=live)
+    tl.store(out + 6, tl.where(one_block, h6, s6).to(tl.int32, bitcast=True), mask=live)
+    tl.store(out + 7, tl.where(one_block, h7, s7).to(tl.int32, bitcast=True), mask=live)
