@@ -77,25 +77,25 @@ def _rounds16(
     w14,
     w15,
     k_ptr,
-    BASE: tl.constexpr,
+    base,
 ):
-    """Rounds BASE .. BASE + 15 with the message schedule window w0..w15 = W[BASE ..]."""
-    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w0 + _const(k_ptr, BASE + 0))
-    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w1 + _const(k_ptr, BASE + 1))
-    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w2 + _const(k_ptr, BASE + 2))
-    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w3 + _const(k_ptr, BASE + 3))
-    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w4 + _const(k_ptr, BASE + 4))
-    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w5 + _const(k_ptr, BASE + 5))
-    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w6 + _const(k_ptr, BASE + 6))
-    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w7 + _const(k_ptr, BASE + 7))
-    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w8 + _const(k_ptr, BASE + 8))
-    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w9 + _const(k_ptr, BASE + 9))
-    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w10 + _const(k_ptr, BASE + 10))
-    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w11 + _const(k_ptr, BASE + 11))
-    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w12 + _const(k_ptr, BASE + 12))
-    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w13 + _const(k_ptr, BASE + 13))
-    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w14 + _const(k_ptr, BASE + 14))
-    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w15 + _const(k_ptr, BASE + 15))
+    """Rounds base .. base + 15 with the message schedule window w0..w15 = W[base ..]."""
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w0 + _const(k_ptr, base + 0))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w1 + _const(k_ptr, base + 1))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w2 + _const(k_ptr, base + 2))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w3 + _const(k_ptr, base + 3))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w4 + _const(k_ptr, base + 4))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w5 + _const(k_ptr, base + 5))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w6 + _const(k_ptr, base + 6))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w7 + _const(k_ptr, base + 7))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w8 + _const(k_ptr, base + 8))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w9 + _const(k_ptr, base + 9))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w10 + _const(k_ptr, base + 10))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w11 + _const(k_ptr, base + 11))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w12 + _const(k_ptr, base + 12))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w13 + _const(k_ptr, base + 13))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w14 + _const(k_ptr, base + 14))
+    a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w15 + _const(k_ptr, base + 15))
     return a, b, c, d, e, f, g, h
 
 
@@ -149,152 +149,61 @@ def _compress(
     w15,
     k_ptr,
 ):
-    """The state after one 64-byte block (message words w0..w15)."""
-    a, b, c, d, e, f, g, h = _rounds16(
-        h0,
-        h1,
-        h2,
-        h3,
-        h4,
-        h5,
-        h6,
-        h7,
-        w0,
-        w1,
-        w2,
-        w3,
-        w4,
-        w5,
-        w6,
-        w7,
-        w8,
-        w9,
-        w10,
-        w11,
-        w12,
-        w13,
-        w14,
-        w15,
-        k_ptr,
-        0,
-    )
-    w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15 = _expand16(
-        w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15
-    )
-    a, b, c, d, e, f, g, h = _rounds16(
-        a,
-        b,
-        c,
-        d,
-        e,
-        f,
-        g,
-        h,
-        w0,
-        w1,
-        w2,
-        w3,
-        w4,
-        w5,
-        w6,
-        w7,
-        w8,
-        w9,
-        w10,
-        w11,
-        w12,
-        w13,
-        w14,
-        w15,
-        k_ptr,
-        16,
-    )
-    w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15 = _expand16(
-        w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15
-    )
-    a, b, c, d, e, f, g, h = _rounds16(
-        a,
-        b,
-        c,
-        d,
-        e,
-        f,
-        g,
-        h,
-        w0,
-        w1,
-        w2,
-        w3,
-        w4,
-        w5,
-        w6,
-        w7,
-        w8,
-        w9,
-        w10,
-        w11,
-        w12,
-        w13,
-        w14,
-        w15,
-        k_ptr,
-        32,
-    )
-    w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15 = _expand16(
-        w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15
-    )
-    a, b, c, d, e, f, g, h = _rounds16(
-        a,
-        b,
-        c,
-        d,
-        e,
-        f,
-        g,
-        h,
-        w0,
-        w1,
-        w2,
-        w3,
-        w4,
-        w5,
-        w6,
-        w7,
-        w8,
-        w9,
-        w10,
-        w11,
-        w12,
-        w13,
-        w14,
-        w15,
-        k_ptr,
-        48,
-    )
+    """The state after one 64-byte block (message words w0..w15): four groups of 16 rounds in
+    a loop (one copy of the round code), the window advanced after each group."""
+    a, b, c, d, e, f, g, h = h0, h1, h2, h3, h4, h5, h6, h7
+    for group in range(4):
+        a, b, c, d, e, f, g, h = _rounds16(
+            a,
+            b,
+            c,
+            d,
+            e,
+            f,
+            g,
+            h,
+            w0,
+            w1,
+            w2,
+            w3,
+            w4,
+            w5,
+            w6,
+            w7,
+            w8,
+            w9,
+            w10,
+            w11,
+            w12,
+            w13,
+            w14,
+            w15,
+            k_ptr,
+            group * 16,
+        )
+        w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15 = _expand16(
+            w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15
+        )
     return h0 + a, h1 + b, h2 + c, h3 + d, h4 + e, h5 + f, h6 + g, h7 + h
 
 
 @triton.jit
-def _word(p, j: tl.constexpr, live):
-    """Message word j of the block at `p` (per lane), big-endian."""
-    return _bswap(tl.load(p + j, mask=live, other=0).to(tl.uint32, bitcast=True))
-
-
-@triton.jit
-def _tail_word(p, j: tl.constexpr, tail, live, pad):
-    """Word j of the block after the last full one: data below `tail`, then the 0x80 byte."""
-    data = _bswap(tl.load(p + j, mask=live & (j < tail), other=0).to(tl.uint32, bitcast=True))
-    return tl.where(j < tail, data, tl.where(j == tail, pad, data & 0))
+def _word(p, index, num_words, live, pad):
+    """Message word `index` of a row at `p` (per lane), big-endian: the row's word, then the
+    padding word (the 0x80 byte), then zeros."""
+    data = tl.load(p + index, mask=live & (index < num_words), other=0).to(tl.uint32, bitcast=True)
+    return tl.where(index < num_words, _bswap(data), tl.where(index == num_words, pad, data & 0))
 
 
 @triton.jit
 def sha256_rows_kernel(rows_ptr, out_ptr, k_ptr, num_rows, num_words, row_stride,
                        BLOCK_R: tl.constexpr):  # fmt: skip
     """out[r, 0:8] = SHA-256 state words of row r (int32 bit patterns of the big-endian
-    digest words); rows are int32 views of float32 rows."""
+    digest words); rows are int32 views of float32 rows. One loop over the message's blocks,
+    the padding blocks included (one copy of the compression code)."""
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     live = r < num_rows
-    base = rows_ptr + r.to(tl.int64) * row_stride
+    p = rows_ptr + r.to(tl.int64) * row_stride
     zero = (r * 0).to(tl.uint32)
     h0, h1, h2, h3 = (
         zero + _const(k_ptr, 64),
@@ -308,25 +217,27 @@ def sha256_rows_kernel(rows_ptr, out_ptr, k_ptr, num_rows, num_words, row_stride
         zero + _const(k_ptr, 70),
         zero + _const(k_ptr, 71),
     )
-    num_full = num_words // 16
-    for blk in range(num_full):
-        p = base + blk * 16
-        w0 = _word(p, 0, live)
-        w1 = _word(p, 1, live)
-        w2 = _word(p, 2, live)
-        w3 = _word(p, 3, live)
-        w4 = _word(p, 4, live)
-        w5 = _word(p, 5, live)
-        w6 = _word(p, 6, live)
-        w7 = _word(p, 7, live)
-        w8 = _word(p, 8, live)
-        w9 = _word(p, 9, live)
-        w10 = _word(p, 10, live)
-        w11 = _word(p, 11, live)
-        w12 = _word(p, 12, live)
-        w13 = _word(p, 13, live)
-        w14 = _word(p, 14, live)
-        w15 = _word(p, 15, live)
+    pad = _const(k_ptr, 72)
+    bits = (num_words * 32).to(tl.uint32)
+    num_blocks = (num_words + 2) // 16 + 1  # the data, the 0x80 word and the 64-bit length
+    for blk in range(num_blocks):
+        w0 = _word(p, blk * 16 + 0, num_words, live, pad)
+        w1 = _word(p, blk * 16 + 1, num_words, live, pad)
+        w2 = _word(p, blk * 16 + 2, num_words, live, pad)
+        w3 = _word(p, blk * 16 + 3, num_words, live, pad)
+        w4 = _word(p, blk * 16 + 4, num_words, live, pad)
+        w5 = _word(p, blk * 16 + 5, num_words, live, pad)
+        w6 = _word(p, blk * 16 + 6, num_words, live, pad)
+        w7 = _word(p, blk * 16 + 7, num_words, live, pad)
+        w8 = _word(p, blk * 16 + 8, num_words, live, pad)
+        w9 = _word(p, blk * 16 + 9, num_words, live, pad)
+        w10 = _word(p, blk * 16 + 10, num_words, live, pad)
+        w11 = _word(p, blk * 16 + 11, num_words, live, pad)
+        w12 = _word(p, blk * 16 + 12, num_words, live, pad)
+        w13 = _word(p, blk * 16 + 13, num_words, live, pad)
+        w14 = _word(p, blk * 16 + 14, num_words, live, pad)
+        w15 = _word(p, blk * 16 + 15, num_words, live, pad)
+        w15 = tl.where(blk == num_blocks - 1, zero + bits, w15)
         h0, h1, h2, h3, h4, h5, h6, h7 = _compress(
             h0,
             h1,
@@ -354,89 +265,12 @@ def sha256_rows_kernel(rows_ptr, out_ptr, k_ptr, num_rows, num_words, row_stride
             w15,
             k_ptr,
         )
-    tail = num_words - num_full * 16
-    p = base + num_full * 16
-    pad = _const(k_ptr, 72)
-    w0 = _tail_word(p, 0, tail, live, pad)
-    w1 = _tail_word(p, 1, tail, live, pad)
-    w2 = _tail_word(p, 2, tail, live, pad)
-    w3 = _tail_word(p, 3, tail, live, pad)
-    w4 = _tail_word(p, 4, tail, live, pad)
-    w5 = _tail_word(p, 5, tail, live, pad)
-    w6 = _tail_word(p, 6, tail, live, pad)
-    w7 = _tail_word(p, 7, tail, live, pad)
-    w8 = _tail_word(p, 8, tail, live, pad)
-    w9 = _tail_word(p, 9, tail, live, pad)
-    w10 = _tail_word(p, 10, tail, live, pad)
-    w11 = _tail_word(p, 11, tail, live, pad)
-    w12 = _tail_word(p, 12, tail, live, pad)
-    w13 = _tail_word(p, 13, tail, live, pad)
-    w14 = _tail_word(p, 14, tail, live, pad)
-    w15 = _tail_word(p, 15, tail, live, pad)
-    bits = zero + (num_words * 32).to(tl.uint32)
-    one_block = tail < 14  # the bit length fits after the 0x80 word
-    w14 = tl.where(one_block, zero, w14)
-    w15 = tl.where(one_block, bits, w15)
-    h0, h1, h2, h3, h4, h5, h6, h7 = _compress(
-        h0,
-        h1,
-        h2,
-        h3,
-        h4,
-        h5,
-        h6,
-        h7,
-        w0,
-        w1,
-        w2,
-        w3,
-        w4,
-        w5,
-        w6,
-        w7,
-        w8,
-        w9,
-        w10,
-        w11,
-        w12,
-        w13,
-        w14,
-        w15,
-        k_ptr,
-    )
-    s0, s1, s2, s3, s4, s5, s6, s7 = _compress(
-        h0,
-        h1,
-        h2,
-        h3,
-        h4,
-        h5,
-        h6,
-        h7,
-        zero,
-        zero,
-        zero,
-        zero,
-        zero,
-        zero,
-        zero,
-        zero,
-        zero,
-        zero,
-        zero,
-        zero,
-        zero,
-        zero,
-        zero,
-        bits,
-        k_ptr,
-    )
     out = out_ptr + r.to(tl.int64) * 8
-    tl.store(out + 0, tl.where(one_block, h0, s0).to(tl.int32, bitcast=True), mask=live)
-    tl.store(out + 1, tl.where(one_block, h1, s1).to(tl.int32, bitcast=True), mask=live)
-    tl.store(out + 2, tl.where(one_block, h2, s2).to(tl.int32, bitcast=True), mask=live)
-    tl.store(out + 3, tl.where(one_block, h3, s3).to(tl.int32, bitcast=True), mask=live)
-    tl.store(out + 4, tl.where(one_block, h4, s4).to(tl.int32, bitcast=True), mask=live)
-    tl.store(out + 5, tl.where(one_block, h5, s5).to(tl.int32, bitcast=True), mask=live)
-    tl.store(out + 6, tl.where(one_block, h6, s6).to(tl.int32, bitcast=True), mask=live)
-    tl.store(out + 7, tl.where(one_block, h7, s7).to(tl.int32, bitcast=True), mask=live)
+    tl.store(out + 0, h0.to(tl.int32, bitcast=True), mask=live)
+    tl.store(out + 1, h1.to(tl.int32, bitcast=True), mask=live)
+    tl.store(out + 2, h2.to(tl.int32, bitcast=True), mask=live)
+    tl.store(out + 3, h3.to(tl.int32, bitcast=True), mask=live)
+    tl.store(out + 4, h4.to(tl.int32, bitcast=True), mask=live)
+    tl.store(out + 5, h5.to(tl.int32, bitcast=True), mask=live)
+    tl.store(out + 6, h6.to(tl.int32, bitcast=True), mask=live)
+    tl.store(out + 7, h7.to(tl.int32, bitcast=True), mask=live)
