@@ -16,6 +16,7 @@
 #   ops        benchmarks/gpu_ops.py
 #   agree      benchmarks/gpu_agreement.py
 #   digest     benchmarks/digest_throughput.py (SHA-256 of 512 KB rows on this host's cores)
+#   sha256     benchmarks/sha256_check.py (the device SHA-256: compile time, ms per batch, == hashlib)
 set -uo pipefail
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -50,6 +51,7 @@ for job in "$@"; do
     ops) timeout 300 python3 benchmarks/gpu_ops.py --out "$OUT/gpu_ops.json" 2>&1 | tail -70 ;;
     agree) timeout 300 python3 benchmarks/gpu_agreement.py --presets tiny-llama tiny-qwen2 tiny-qwen3 llama-3-8b qwen3-8b --out "$OUT/gpu_agreement.json" 2>&1 | tail -30 ;;
     digest) python3 benchmarks/digest_throughput.py | tee "$OUT/digest_throughput.json" ;;
+    sha256) timeout -s KILL 240 python3 benchmarks/sha256_check.py | tee "$OUT/sha256_check.json" ;;
     *) echo "unknown job $job" ;;
   esac
 done

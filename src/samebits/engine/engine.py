@@ -389,11 +389,13 @@ class LLMEngine:
         return sched_out, self._start(sched_out)
 
     def _start(self, sched_out, feed: StepResult | None = None) -> StepResult:
-        """Launch on the runner; a ModelRunner is told whether the rows are needed on the
-        host at all (`_needs_host_rows`; a hint that changes no value)."""
+        """Launch on the runner; a ModelRunner that hashes the rows on the device is told
+        whether the rows are needed on the host at all (`_needs_host_rows`; a hint that
+        changes no value); otherwise the digests need them, copied at launch."""
         if not getattr(self.runner, "feeds_tokens", False):
             return launch_step(self.runner, sched_out)
-        copy_rows = self._needs_host_rows(sched_out)
+        on_device = getattr(self.runner, "device_digests", False)
+        copy_rows = not on_device or self._needs_host_rows(sched_out)
         return self.runner.launch(sched_out, feed=feed, copy_rows=copy_rows)
 
     def _needs_host_rows(self, sched_out) -> bool:
