@@ -99,3 +99,11 @@ def test_mapping_recognizes_prefix_values() -> None:
     for p in range(world.known[0].num_computed_tokens):
         b, o = table[p // SMALL.block_size], p % SMALL.block_size
         assert state.kv[b][o] == abstraction.prefix_value(tokens[: p + 1])
+
+
+def test_refinement_refuses_lookahead_configs() -> None:
+    """Steps scheduled ahead are outside the refinement map (model-checked instead)."""
+    from samebits.analysis.engine_proof.refinement import check_refinement
+
+    with pytest.raises(ValueError, match="model-checked"):
+        check_refinement(CheckConfig("ahead", (A, B, C), 4, (1, 2), 3, lookahead=True))

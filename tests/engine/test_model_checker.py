@@ -3,6 +3,7 @@ planted bugs (monkeypatched into the real engine core, never edited in) are caug
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
@@ -206,3 +207,53 @@ def test_idle_step_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(world.Scheduler, "schedule", lambda self: SchedulerOutput((), (), 0))
     found = check(MUTANT_CONFIG).counterexample
     assert found is not None and found.kind == "progress", str(found)
+
+
+LOOKAHEAD_CONFIG = next(c for c in DEFAULT_SUITE if c.name == "FGH-3blocks-lookahead")
+
+
+def test_lookahead_configs_explore_steps_in_flight() -> None:
+    """The lookahead configurations hold and reach what they are for: steps scheduled ahead,
+    rows wasted by a stop, a length limit or an abort while in flight, preemption."""
+    for config in (c for c in DEFAULT_SUITE if c.lookahead):
+        result = check(config)
+        assert result.counterexample is None, f"{config.name}: {result.counterexample}"
+        cov = result.coverage
+        assert cov.ahead_steps > 500 and cov.wasted_rows > 100, result.summary()
+        assert cov.preempting_steps > 0 and cov.aborts_running > 0, result.summary()
+
+
+def _ahead_misfed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The feed gathers another request's token (a wrong row index in the runner)."""
+    monkeypatch.setattr(
+        world.Model, "_fed_token", staticmethod(lambda sampled, rid: sampled[max(sampled)])
+    )
+
+
+def _ahead_without_free_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """schedule_ahead believes no block is ever needed."""
+    monkeypatch.setattr(world.Scheduler, "_blocks_to_grow", lambda self, request, n: 0)
+
+
+def _ahead_at_the_last_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The step ahead recomputes the last known position instead of the next one."""
+    original = world.Scheduler._scheduled_ahead
+
+    def scheduled(self, request):
+        item = original(self, request)
+        return dataclasses.replace(item, start_position=item.start_position - 1)
+
+    monkeypatch.setattr(world.Scheduler, "_scheduled_ahead", scheduled)
+
+
+@pytest.mark.parametrize(
+    ("plant", "kinds"),
+    [(_ahead_misfed, {"spec"}), (_ahead_without_free_blocks, {"integrity", "crash"}),
+     (_ahead_at_the_last_token, {"contract"})],
+    ids=["misfed", "no-free-block-check", "last-token"],
+)  # fmt: skip
+def test_planted_lookahead_bug_is_caught(monkeypatch: pytest.MonkeyPatch, plant, kinds) -> None:
+    plant(monkeypatch)
+    found = check(LOOKAHEAD_CONFIG).counterexample
+    assert found is not None and found.kind in kinds, str(found)
+    assert any(kind == "ahead" for kind, _ in found.trace)

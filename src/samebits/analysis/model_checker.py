@@ -58,8 +58,15 @@ class CheckResult:
             f"{self.num_schedules} schedules, depth {self.max_depth}; preempting steps "
             f"{cov.preempting_steps}, prefix-hit admissions {cov.prefix_hit_admissions}, "
             f"aborts {cov.aborts_running}+{cov.aborts_waiting}w, finished stop/length "
-            f"{cov.finished_stop}/{cov.finished_length}, max batch {cov.max_batch_size}: {status}"
+            f"{cov.finished_stop}/{cov.finished_length}, max batch {cov.max_batch_size}"
+            f"{self._ahead()}: {status}"
         )
+
+    def _ahead(self) -> str:
+        cov = self.coverage
+        if not self.config.lookahead:
+            return ""
+        return f", steps ahead {cov.ahead_steps} (wasted rows {cov.wasted_rows})"
 
 
 @dataclass

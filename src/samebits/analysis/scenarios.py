@@ -36,6 +36,7 @@ class CheckConfig:
     enable_prefix_caching: bool = True
     num_layers: int = 2
     vocab_size: int = 4
+    lookahead: bool = False  # also explore steps scheduled ahead (`("ahead", b)` actions)
 
     def __post_init__(self) -> None:
         if not self.requests or not self.step_budgets:
@@ -85,6 +86,13 @@ DEFAULT_SUITE: tuple[CheckConfig, ...] = (
     CheckConfig("ABD-6blocks", (A, B, D), 6, ALL_BUDGETS, 3),
     CheckConfig("ADE-6blocks-len8", (A, D, E), 6, ALL_BUDGETS, 3, max_model_len=8),
     CheckConfig("ABCD-5blocks", (A, B, C, D), 5, (1, 3, 8), 3),
+    # steps scheduled ahead (async scheduling with lookahead), with preemption, prefix hits,
+    # stop tokens, a length limit, and adds and aborts while a step is in flight
+    CheckConfig("FGH-3blocks-lookahead", (F, G, H), 3, (1, 3, 8), 3, lookahead=True),
+    CheckConfig("ABC-4blocks-lookahead", (A, B, C), 4, (1, 3, 8), 3, lookahead=True),
+    CheckConfig(
+        "ADE-6blocks-len8-lookahead", (A, D, E), 6, (1, 3, 8), 3, max_model_len=8, lookahead=True
+    ),
 )
 
 QUICK_SUITE: tuple[CheckConfig, ...] = (

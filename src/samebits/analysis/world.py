@@ -3,7 +3,13 @@
 aborts requests.
 
 Actions: `("add", i)` request i arrives; `("abort", i)` request i is aborted (at most
-`max_aborts` per execution); `("step", b)` one engine step with token budget b. Every
+`max_aborts` per execution); `("step", b)` one engine step with token budget b; with
+`lookahead` also `("ahead", b)`: the engine step of async scheduling with lookahead, which
+after launching (or taking the step in flight) asks `Scheduler.schedule_ahead` for the next
+step and, if it comes, launches it before this step's update, fed with this step's sampled
+tokens (what the device argmax feeds); that step is in flight until the next step action.
+Launched steps run on the runner at launch (stream order); adds and aborts may come between
+a step in flight and its update. Every
 transition is checked against the spec (each logits row and token equals the request's
 reference at that output index; a finished request's outputs and finish status are the
 reference cut by its stop rules), the runner contract, write discipline (a step writes only
@@ -13,6 +19,7 @@ with unfinished requests schedules a token) and `Scheduler.check_integrity()`.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 
@@ -26,7 +33,7 @@ from samebits.analysis.symbolic_model import (
 )
 from samebits.engine.kv_cache_manager import cdiv
 from samebits.engine.request import Request, RequestStatus
-from samebits.engine.scheduler import Scheduler, SchedulerOutput
+from samebits.engine.scheduler import PLACEHOLDER_TOKEN, Scheduler, SchedulerOutput
 
 Action = tuple[str, int]
 
@@ -58,6 +65,7 @@ class World:
     pending: tuple[int, ...]
     aborts_left: int
     outcome: list[str]
+    inflight: tuple[SchedulerOutput, dict[str, bytes]] | None = None  # scheduled ahead, run
 
 
 @dataclass
@@ -73,6 +81,8 @@ class Coverage:
     finished_stop: int = 0
     finished_length: int = 0
     max_batch_size: int = 0
+    ahead_steps: int = 0
+    wasted_rows: int = 0  # rows of a step in flight whose request ended before its update
 
 
 class Model:
@@ -111,6 +121,8 @@ class Model:
             acts += [("abort", i) for i, o in enumerate(world.outcome) if o == "active"]
         if world.scheduler.has_unfinished_requests():
             acts += [("step", b) for b in self.config.step_budgets]
+            if self.config.lookahead:
+                acts += [("ahead", b) for b in self.config.step_budgets]
         return acts
 
     def apply(self, world: World, action: Action) -> None:
@@ -121,6 +133,8 @@ class Model:
                 self._add(world, arg)
             elif kind == "abort":
                 self._abort(world, arg)
+            elif kind == "ahead":
+                self._step(world, arg, ahead=True)
             else:
                 self._step(world, arg)
             self._check_integrity(world)
@@ -154,20 +168,53 @@ class Model:
         world.aborts_left -= 1
         world.outcome[index] = "abort"
 
-    def _step(self, world: World, budget: int) -> None:
+    def _step(self, world: World, budget: int, ahead: bool = False) -> None:
         scheduler = world.scheduler
         scheduler.max_num_batched_tokens = budget
+        if world.inflight is None:
+            out, rows = self._launch(world)
+        else:
+            (out, rows), world.inflight = world.inflight, None
+            self.coverage.wasted_rows += sum(rid not in scheduler.requests for rid in rows)
+        sampled = self._check_rows(world, rows)
+        if ahead:
+            world.inflight = self._launch_ahead(world, out, sampled)
+        for request in scheduler.update_from_output(out, sampled):
+            self._check_finished(world, request)
+
+    def _launch(self, world: World) -> tuple[SchedulerOutput, dict[str, bytes]]:
+        """Schedule a step and run it (contract, writes and integrity checked)."""
+        scheduler = world.scheduler
         hits_before = scheduler.prefix_cache_hits
         out = scheduler.schedule()
         self._check_integrity(world)
         self._check_output(world, out)
+        rows = self._run(world, out)
+        self._count(out, scheduler.prefix_cache_hits > hits_before)
+        return out, rows
+
+    def _run(self, world: World, out: SchedulerOutput) -> dict[str, bytes]:
         rows, written = world.runner.execute(out)
         if self.structural_checks:
             self._check_writes(world, written)
-        sampled = self._check_rows(world, rows)
-        for request in scheduler.update_from_output(out, sampled):
-            self._check_finished(world, request)
-        self._count(out, scheduler.prefix_cache_hits > hits_before)
+        return rows
+
+    def _launch_ahead(self, world: World, prev: SchedulerOutput, sampled: dict[str, int]):
+        """The step after `prev`, scheduled before prev's update and run on prev's sampled
+        tokens (the feed), or None when the scheduler declines."""
+        out = world.scheduler.schedule_ahead(prev)
+        if out is None:
+            return None
+        self._check_integrity(world)
+        self._check_ahead_output(world, out)
+        fed = tuple(
+            dataclasses.replace(item, token_ids=(self._fed_token(sampled, item.request_id),))
+            for item in out.scheduled
+        )
+        rows = self._run(world, dataclasses.replace(out, scheduled=fed))
+        self.coverage.ahead_steps += 1
+        self._count(out, False)
+        return out, rows
 
     # ------------------------------------------------------------------ checks
 
@@ -198,6 +245,32 @@ class Model:
         if total != out.num_batched_tokens or total > scheduler.max_num_batched_tokens:
             raise Violation("contract", f"{total} tokens, reported {out.num_batched_tokens}")
 
+    @staticmethod
+    def _fed_token(sampled: dict[str, int], request_id: str) -> int:
+        """The input token of a step scheduled ahead: the request's token of the step before
+        (the runner's device gather)."""
+        return sampled[request_id]
+
+    def _check_ahead_output(self, world: World, out: SchedulerOutput) -> None:
+        """A step scheduled ahead: one placeholder token per request at its next position,
+        reserved, with a table covering exactly that position, within the budget."""
+        scheduler = world.scheduler
+        for item in out.scheduled:
+            request = scheduler.requests[item.request_id]
+            start, rid = item.start_position, item.request_id
+            if item.token_ids != (PLACEHOLDER_TOKEN,) or not item.sample or item.all_rows:
+                raise Violation("contract", f"{rid}: ahead item {item}")
+            if start != request.num_tokens or request.num_output_placeholders != 1:
+                raise Violation("contract", f"{rid}: ahead at {start}, {request.num_tokens} known")
+            table = item.block_table
+            if table != scheduler.kv_cache_manager.get_block_ids(rid):
+                raise Violation("contract", f"{rid}: block table is not its table")
+            if len(table) != cdiv(start + 1, scheduler.block_size):
+                raise Violation("contract", f"{rid}: table {table} for {start + 1} tokens")
+        total = len(out.scheduled)
+        if total != out.num_batched_tokens or total > scheduler.max_num_batched_tokens:
+            raise Violation("contract", f"ahead: {total} tokens, reported {out.num_batched_tokens}")
+
     def _check_writes(self, world: World, written: list[int]) -> None:
         """Each written slot is written once per step, in a block held by exactly one request
         and not registered in the prefix cache (cached blocks are immutable)."""
@@ -214,10 +287,14 @@ class Model:
                 )
 
     def _check_rows(self, world: World, rows: dict[str, bytes]) -> dict[str, int]:
+        """Each live request's row against its reference; its sampled token. (A row of a
+        request that ended since its step was launched is dropped, as the engine does.)"""
         sampled = {}
         for rid, row in rows.items():
             index = _index(rid)
-            request = world.scheduler.requests[rid]
+            request = world.scheduler.requests.get(rid)
+            if request is None:
+                continue
             position = request.num_output_tokens
             ref = self.refs[index]
             if position >= len(ref.rows) or row != ref.rows[position]:
@@ -276,6 +353,7 @@ class Model:
                 r.request_id,
                 r.num_output_tokens,
                 r.num_computed_tokens,
+                r.num_output_placeholders,
                 manager.get_block_ids(r.request_id),
                 manager.num_cached_blocks.get(r.request_id),
             )
@@ -297,6 +375,7 @@ class Model:
             blocks,
             hash_map,
             tuple(tuple(layer) for layer in world.runner.kv),
+            world.inflight,
         )
         return hashlib.blake2b(repr(state).encode(), digest_size=16).digest()
 

@@ -312,6 +312,11 @@ class RefinementModel(Model):
     def __init__(
         self, config: Any, structural_checks: bool = True, behaviour_checks: bool = True
     ) -> None:
+        if config.lookahead:
+            raise ValueError(
+                f"config {config.name!r}: the refinement map covers synchronous steps; steps "
+                "scheduled ahead are model-checked (docs/engine_proof.md, 'Lookahead')"
+            )
         super().__init__(config, structural_checks)
         self.behaviour_checks = behaviour_checks
         self.replay_coverage = Coverage()
