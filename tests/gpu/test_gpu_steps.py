@@ -65,9 +65,11 @@ def test_device_argmax_is_numpy_argmax_of_the_copied_rows(cuda, reused, gpu_reco
 def test_device_step_digests_equal_hashlib_of_its_rows(cuda, copy_rows, gpu_record):
     """A graph's reused buffer overwritten after launch: the device digests and the rows
     (copied at launch, or on demand from the step's own copy) still describe the step."""
+    import torch
+
     from samebits.engine.runner import DeviceStep
 
-    logits = _rows(__import__("torch"))
+    logits = _rows(torch)
     layout = ({f"r{i}": i for i in range(len(logits))}, {})
     step = DeviceStep(logits, layout, True, copy_rows=copy_rows, digests=True)
     logits.fill_(0.0)
