@@ -403,10 +403,9 @@ class LLMEngine:
         logprobs or returned logits, a grammar, or a token that is not the row's argmax."""
         for s in sched_out.scheduled:
             st = self._states.get(s.request_id)
-            if getattr(s, "all_rows", False) or (s.sample and st is not None and (
-                st.needs_rows or st.guide is not None
-                or not is_plain_greedy(st.params, len(st.request.output_token_ids), None)
-            )):  # fmt: skip
+            if getattr(s, "all_rows", False):
+                return True
+            if s.sample and st is not None and (st.needs_rows or not _takes_argmax(st)):
                 return True
         return False
 
@@ -426,13 +425,8 @@ class LLMEngine:
 
     def _all_plain_greedy(self, sched_out) -> bool:
         """Whether every live request sampling in the step takes its row's argmax."""
-        for s in sched_out.scheduled:
-            st = self._states.get(s.request_id)
-            if s.sample and st is not None:
-                position = len(st.request.output_token_ids)
-                if st.guide is not None or not is_plain_greedy(st.params, position, None):
-                    return False
-        return True
+        states = (self._states.get(s.request_id) for s in sched_out.scheduled if s.sample)
+        return all(_takes_argmax(st) for st in states if st is not None)
 
     def _sample_tokens(self, sched_out, result: StepResult) -> dict[str, int]:
         """This step's token per sampling request still live. A plain-greedy row's token is
@@ -445,13 +439,7 @@ class LLMEngine:
         sampled: dict[str, int] = {}
         host: list[str] = []
         for rid in rids:
-            st = self._states[rid]
-            position = len(st.request.output_token_ids)
-            if (
-                greedy is None
-                or st.guide is not None
-                or not is_plain_greedy(st.params, position, None)
-            ):
+            if greedy is None or not _takes_argmax(self._states[rid]):
                 host.append(rid)
                 continue
             token = self._isolated(rid, greedy_token, *greedy[rid])
@@ -751,6 +739,11 @@ def _num_kv_blocks(deployment, cfg: EngineConfig) -> int:
     useful = KV_BLOCKS_PER_SEQUENCE_SLOT * cfg.scheduler_config.max_num_seqs * per_sequence
     fits = kv_blocks_for_device(deployment.model, cache.block_size, cache.gpu_memory_utilization)
     return min(useful, fits)
+
+
+def _takes_argmax(st: _RequestState) -> bool:
+    """Whether the request's next token is its row's argmax (plain greedy, no grammar)."""
+    return st.guide is None and is_plain_greedy(st.params, len(st.request.output_token_ids), None)
 
 
 def _async_scheduling(device: str, cfg: EngineConfig) -> bool:
