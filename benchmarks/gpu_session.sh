@@ -2,7 +2,7 @@
 # One device-machine call: install carried wheels, then run the named GPU jobs, each writing
 # under $OUT. Carry .whl (git-ignored): the wheels the H200 image lacks, for CPython 3.12:
 #   pip download --only-binary=:all: --no-deps --python-version 3.12 --platform manylinux2014_x86_64 \
-#     --platform manylinux_2_17_x86_64 -d .whl gguf platformdirs fastapi==0.165.0 starlette==1.10.0 \
+#     --platform manylinux_2_17_x86_64 -d .whl gguf==0.19.0 platformdirs==4.14.9 fastapi==0.165.0 starlette==1.10.0 \
 #     uvicorn==0.54.0 pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 \
 #     annotated-doc==0.0.7 typing-inspection==0.4.5 opentelemetry-api typing_extensions==4.16.0
 # (the server's, for the `rate` job: fastapi 0.165 imports opentelemetry-api; pydantic 2.14
