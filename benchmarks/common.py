@@ -413,3 +413,28 @@ def _mean_ms(fn: Callable[[], object], reps: int) -> float:
     for _ in range(reps):
         fn()
     return (time.perf_counter() - start) * 1e3 / reps
+
+
+class ServerThread:
+    """uvicorn serving `app` on a free loopback port in a daemon thread; `with` gives its URL
+    once it listens and stops it on exit."""
+
+    def __init__(self, app) -> None:
+        import uvicorn
+
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", backlog=4096)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise RuntimeError("the server thread ended before it started")
+            time.sleep(0.01)
+        host, port = self.server.servers[0].sockets[0].getsockname()[:2]
+        return f"http://{host}:{port}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join()

@@ -23,13 +23,11 @@ import platform
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import uvicorn
 
 from samebits.audit import AuditLogWriter, read_log
 from samebits.audit.replay import replay_entry
@@ -37,6 +35,9 @@ from samebits.engine.engine import LLMEngine
 from samebits.model.loader import load_model
 from samebits.server.app import build_app
 from samebits.server.config import ServerConfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import ServerThread  # noqa: E402
 
 TOPICS = ("the sea", "a clock", "mountains", "bread", "a robot", "the moon", "rivers", "chess")
 
@@ -147,24 +148,6 @@ async def run_clients(url: str, bodies: list[tuple[str, dict]]) -> tuple[list[Cl
             *(one_client(client, i, p, b) for i, (p, b) in enumerate(bodies))
         )
         return list(results), time.perf_counter() - start
-
-
-class ServerThread:
-    def __init__(self, app) -> None:
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", backlog=4096)
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.01)
-        host, port = self.server.servers[0].sockets[0].getsockname()[:2]
-        return f"http://{host}:{port}"
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join()
 
 
 def check_isolated(log_path: Path, results: list[ClientResult], engine: LLMEngine) -> list[str]:

@@ -49,7 +49,6 @@ import random
 import shlex
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -58,6 +57,8 @@ from typing import Any
 SRC = Path(__file__).resolve().parent.parent / "src"
 if str(SRC) not in sys.path:
     sys.path.insert(0, str(SRC))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import ServerThread  # noqa: E402
 
 PLANS = ("invariant", "fast")
 ENGINE_DEFAULTS = {
@@ -200,30 +201,6 @@ def _absorb(record: Record, line: str, sent: float, last: float | None) -> float
 
 
 # ---------------------------------------------------------------- server and engine
-
-
-class ServerThread:
-    """uvicorn serving `app` on a free loopback port in a daemon thread."""
-
-    def __init__(self, app: Any) -> None:
-        import uvicorn
-
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", backlog=4096)
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        while not self.server.started:
-            if not self.thread.is_alive():
-                raise RuntimeError("the server thread ended before it started")
-            time.sleep(0.01)
-        host, port = self.server.servers[0].sockets[0].getsockname()[:2]
-        return f"http://{host}:{port}"
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join()
 
 
 def load_weights(args: argparse.Namespace, cfg: Any) -> Any:

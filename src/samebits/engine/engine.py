@@ -73,9 +73,8 @@ class _RequestState:
     prompt_ids_out: list[int] = field(default_factory=list)  # DELTA: shared by its outputs
     sent_tokens: int = 0
     sent_text: int = 0
-    digests: list = field(
-        default_factory=list
-    )  # str or future-like (`result()`), resolved in outputs
+    # str or future-like (`result()`: a row worker's or the device's), resolved in outputs
+    digests: list = field(default_factory=list)
     logprobs: list[dict[int, float]] = field(default_factory=list)
     logits: list[np.ndarray] = field(default_factory=list)
     cumulative_logprob: float = 0.0
@@ -461,11 +460,7 @@ class LLMEngine:
         when something here reads them."""
         live = [rid for rid in sampled if rid in self._states]
         device = result.digests()
-        wanted = (
-            device is None
-            or any(getattr(s, "all_rows", False) for s in sched_out.scheduled)
-            or any(self._states[rid].needs_rows for rid in live)
-        )
+        wanted = device is None or self._needs_host_rows(sched_out)
         rows = result.rows() if wanted else StepLogits()
         starts = {rid: start for rid, (start, _) in step_logits_chunks(rows)}
         chunks = [(rid, r) for rid, (_, r) in step_logits_chunks(rows) if rid in self._states]

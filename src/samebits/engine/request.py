@@ -42,8 +42,9 @@ _FINISH_REASONS = {
 @dataclass(eq=False)
 class Request:
     """One request. Invariants: `prompt_token_ids` is a non-empty tuple of non-negative ints;
-    `0 <= num_computed_tokens <= num_tokens + num_output_placeholders`; `all_token_ids == prompt + output`; the
-    `block_hashes` cache only ever holds hashes of full blocks of `all_token_ids`, in order.
+    `0 <= num_computed_tokens <= num_tokens + num_output_placeholders`; `all_token_ids ==
+    prompt + output`; the `block_hashes` cache only ever holds hashes of full blocks of
+    `all_token_ids`, in order.
 
     Stop conditions: a sampled token in `eos_token_ids` (unless `ignore_eos`) or in
     `stop_token_ids` stops the request once `min_tokens` outputs exist; `max_tokens` outputs or

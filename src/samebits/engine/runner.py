@@ -251,22 +251,24 @@ class DeviceStep:
         self._top = (_to_pinned(indices), _to_pinned(values))
         self._top_ready = torch.cuda.Event()
         self._top_ready.record(stream)
-        self._source = logits.clone() if reused else logits
+        source = logits.clone() if reused else logits
         self._ready = torch.cuda.Event()
         self._ready.record(stream)
-        self._digests = _DeviceDigests(self._source, self._ready) if digests else None
+        self._digests = _DeviceDigests(source, self._ready) if digests else None
+        self._source = None if copy_rows else source  # kept only for a copy on demand
         if copy_rows:
-            self._copy_rows()
+            self._copy_rows(source)
 
-    def _copy_rows(self) -> None:
+    def _copy_rows(self, source: torch.Tensor) -> None:
         """Queue the rows' copy to pinned memory on the copy stream (once)."""
-        side = _side_stream(self._source.device, "copy")
+        side = _side_stream(source.device, "copy")
         side.wait_event(self._ready)
         with torch.cuda.stream(side):
-            self._host = _to_pinned(self._source)
+            self._host = _to_pinned(source)
             self._rows_ready = torch.cuda.Event()
             self._rows_ready.record(side)
-        self._source.record_stream(side)  # the allocator keeps it until the copy is done
+        source.record_stream(side)  # the allocator keeps it until the copy is done
+        self._source = None
 
     def greedy(self) -> dict[str, tuple[int, float]]:
         self._top_ready.synchronize()
@@ -284,7 +286,7 @@ class DeviceStep:
     def rows(self) -> StepLogits:
         if self._rows is None:
             if self._host is None:
-                self._copy_rows()
+                self._copy_rows(self._source)
             self._rows_ready.synchronize()
             self._rows = _split(self._host.numpy(), self._layout)
         return self._rows

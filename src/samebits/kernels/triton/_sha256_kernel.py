@@ -15,6 +15,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+# argument lists of 24 words stay compact:
+# fmt: off
+
 
 @triton.jit
 def _rotr(x, n: tl.constexpr):
@@ -52,32 +55,8 @@ def _round(a, b, c, d, e, f, g, h, wk):
 
 @triton.jit
 def _rounds16(
-    a,
-    b,
-    c,
-    d,
-    e,
-    f,
-    g,
-    h,
-    w0,
-    w1,
-    w2,
-    w3,
-    w4,
-    w5,
-    w6,
-    w7,
-    w8,
-    w9,
-    w10,
-    w11,
-    w12,
-    w13,
-    w14,
-    w15,
-    k_ptr,
-    base,
+    a, b, c, d, e, f, g, h, w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14,
+    w15, k_ptr, base
 ):
     """Rounds base .. base + 15 with the message schedule window w0..w15 = W[base ..]."""
     a, b, c, d, e, f, g, h = _round(a, b, c, d, e, f, g, h, w0 + _const(k_ptr, base + 0))
@@ -123,63 +102,16 @@ def _expand16(w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w
 
 @triton.jit
 def _compress(
-    h0,
-    h1,
-    h2,
-    h3,
-    h4,
-    h5,
-    h6,
-    h7,
-    w0,
-    w1,
-    w2,
-    w3,
-    w4,
-    w5,
-    w6,
-    w7,
-    w8,
-    w9,
-    w10,
-    w11,
-    w12,
-    w13,
-    w14,
-    w15,
-    k_ptr,
+    h0, h1, h2, h3, h4, h5, h6, h7, w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13,
+    w14, w15, k_ptr
 ):
     """The state after one 64-byte block (message words w0..w15): four groups of 16 rounds in
     a loop (one copy of the round code), the window advanced after each group."""
     a, b, c, d, e, f, g, h = h0, h1, h2, h3, h4, h5, h6, h7
     for group in range(4):
         a, b, c, d, e, f, g, h = _rounds16(
-            a,
-            b,
-            c,
-            d,
-            e,
-            f,
-            g,
-            h,
-            w0,
-            w1,
-            w2,
-            w3,
-            w4,
-            w5,
-            w6,
-            w7,
-            w8,
-            w9,
-            w10,
-            w11,
-            w12,
-            w13,
-            w14,
-            w15,
-            k_ptr,
-            group * 16,
+            a, b, c, d, e, f, g, h, w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13,
+            w14, w15, k_ptr, group * 16
         )
         w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15 = _expand16(
             w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15
@@ -205,18 +137,14 @@ def sha256_rows_kernel(rows_ptr, out_ptr, k_ptr, num_rows, num_words, row_stride
     live = r < num_rows
     p = rows_ptr + r.to(tl.int64) * row_stride
     zero = (r * 0).to(tl.uint32)
-    h0, h1, h2, h3 = (
-        zero + _const(k_ptr, 64),
-        zero + _const(k_ptr, 65),
-        zero + _const(k_ptr, 66),
-        zero + _const(k_ptr, 67),
-    )
-    h4, h5, h6, h7 = (
-        zero + _const(k_ptr, 68),
-        zero + _const(k_ptr, 69),
-        zero + _const(k_ptr, 70),
-        zero + _const(k_ptr, 71),
-    )
+    h0 = zero + _const(k_ptr, 64)  # H0[0]
+    h1 = zero + _const(k_ptr, 65)  # H0[1]
+    h2 = zero + _const(k_ptr, 66)  # H0[2]
+    h3 = zero + _const(k_ptr, 67)  # H0[3]
+    h4 = zero + _const(k_ptr, 68)  # H0[4]
+    h5 = zero + _const(k_ptr, 69)  # H0[5]
+    h6 = zero + _const(k_ptr, 70)  # H0[6]
+    h7 = zero + _const(k_ptr, 71)  # H0[7]
     pad = _const(k_ptr, 72)
     bits = (num_words * 32).to(tl.uint32)
     num_blocks = (num_words + 2) // 16 + 1  # the data, the 0x80 word and the 64-bit length
@@ -239,31 +167,8 @@ def sha256_rows_kernel(rows_ptr, out_ptr, k_ptr, num_rows, num_words, row_stride
         w15 = _word(p, blk * 16 + 15, num_words, live, pad)
         w15 = tl.where(blk == num_blocks - 1, zero + bits, w15)
         h0, h1, h2, h3, h4, h5, h6, h7 = _compress(
-            h0,
-            h1,
-            h2,
-            h3,
-            h4,
-            h5,
-            h6,
-            h7,
-            w0,
-            w1,
-            w2,
-            w3,
-            w4,
-            w5,
-            w6,
-            w7,
-            w8,
-            w9,
-            w10,
-            w11,
-            w12,
-            w13,
-            w14,
-            w15,
-            k_ptr,
+            h0, h1, h2, h3, h4, h5, h6, h7, w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11,
+            w12, w13, w14, w15, k_ptr
         )
     out = out_ptr + r.to(tl.int64) * 8
     tl.store(out + 0, h0.to(tl.int32, bitcast=True), mask=live)
