@@ -1,5 +1,7 @@
 """Quick H200 check of the device SHA-256 (`kernels/triton/sha256.py`): compile time, time per
-batch of rows, and equality with hashlib. `python benchmarks/sha256_check.py` (JSON on stdout)."""
+batch of rows, equality with hashlib, and how much a digest running on a side stream slows a
+bf16 matmul chain on the main stream (a step's linears share the SMs with it).
+`python benchmarks/sha256_check.py` (one JSON object per line on stdout)."""
 
 from __future__ import annotations
 
@@ -16,24 +18,59 @@ from samebits.kernels.triton.sha256 import hex_digests, sha256_rows  # noqa: E40
 from samebits.outputs import logits_digest  # noqa: E402
 
 
-def check(rows_n: int, vocab: int) -> dict:
+def _timed(fn) -> float:
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    out = fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - start, out
+
+
+def check(rows_n: int, vocab: int, per_program: int = 32) -> dict:
     rows = torch.randn((rows_n, vocab), device="cuda")
-    start = time.perf_counter()
-    words = sha256_rows(rows)
-    torch.cuda.synchronize()
-    first = time.perf_counter() - start
-    start = time.perf_counter()
-    words = sha256_rows(rows)
-    torch.cuda.synchronize()
-    again = time.perf_counter() - start
+    first, _ = _timed(lambda: sha256_rows(rows, per_program))
+    again, words = _timed(lambda: sha256_rows(rows, per_program))
     got = hex_digests(words.cpu().numpy())
     host = rows.cpu().numpy()
     equal = sum(g == logits_digest(r) for g, r in zip(got, host, strict=True))
-    return {"rows": rows_n, "vocab": vocab, "first_s": first, "ms": again * 1e3, "equal": equal}
+    return {"rows": rows_n, "vocab": vocab, "per_program": per_program, "first_s": first,
+            "ms": again * 1e3, "equal": equal}  # fmt: skip
+
+
+def interference(rows_n: int = 64, vocab: int = 128256, reps: int = 40) -> dict:
+    """GPU ms (CUDA events on the main stream) of `reps` [64, 4096] x [4096, 14336] bf16
+    matmuls alone, then with a digest of `rows_n` rows launched first on a side stream."""
+    a = torch.randn((64, 4096), device="cuda", dtype=torch.bfloat16)
+    w = torch.randn((4096, 14336), device="cuda", dtype=torch.bfloat16)
+    rows = torch.randn((rows_n, vocab), device="cuda")
+    side = torch.cuda.Stream()
+
+    def chain(with_digest: bool) -> float:
+        torch.cuda.synchronize()
+        if with_digest:
+            with torch.cuda.stream(side):
+                sha256_rows(rows)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            torch.matmul(a, w)
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end)
+
+    chain(False)
+    digest, _ = _timed(lambda: sha256_rows(rows))
+    return {"matmuls_alone_ms": chain(False), "matmuls_with_digest_ms": chain(True),
+            "digest_alone_ms": digest * 1e3, "rows": rows_n}  # fmt: skip
 
 
 if __name__ == "__main__":
-    out = [check(70, 128256)]
-    print(json.dumps(out[-1]), flush=True)
-    out += [check(256, 128256), check(64, 151937)]
-    print(json.dumps(out))
+    print(json.dumps(check(70, 128256)), flush=True)
+    for rows_n, vocab, per in (
+        (64, 128256, 32),
+        (64, 128256, 8),
+        (256, 128256, 32),
+        (64, 151937, 32),
+    ):
+        print(json.dumps(check(rows_n, vocab, per)), flush=True)
+    print(json.dumps(interference()), flush=True)

@@ -131,3 +131,31 @@ def test_a_sampled_request_keeps_the_step_behind(deployment):
     engine.add_request("t", [5, 6, 7], SamplingParams(max_tokens=6, temperature=0.7, seed=1))
     _drive(engine, [])
     assert engine.num_steps_ahead == 0
+
+
+@pytest.mark.parametrize("kind", ["FINAL_ONLY", "DELTA", "CUMULATIVE", "mixed"])
+def test_device_digests_asked_only_for_steps_without_streamed_outputs(deployment, kind):
+    """A streamed output waits for its digests each step, so the engine asks the runner for
+    device digests (which arrive steps later) only when no request of the step streams."""
+    from samebits.outputs import RequestOutputKind
+
+    engine = _engine(deployment)
+    asked: list[bool] = []
+    real = engine.runner.launch
+
+    def spy(sched_out, **kw):
+        asked.append(kw["device_digests"])
+        return real(sched_out, **kw)
+
+    engine.runner.launch = spy
+    kinds = (
+        [RequestOutputKind[k] for k in ("FINAL_ONLY", "DELTA")]
+        if kind == "mixed"
+        else [RequestOutputKind[kind]]
+    )
+    for i, prompt in enumerate(_prompts(engine.vocab_size, 2)):
+        params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+        engine.add_request(str(i), prompt, params, output_kind=kinds[i % len(kinds)])
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert asked and set(asked) == {kind == "FINAL_ONLY"}

@@ -12,7 +12,7 @@ import pytest
 from samebits import SamplingParams
 from samebits.deployment import build_deployment
 from samebits.engine.engine import LLMEngine
-from samebits.outputs import logits_digest
+from samebits.outputs import RequestOutputKind, logits_digest
 
 pytestmark = pytest.mark.gpu
 VOCAB = 128256
@@ -96,9 +96,9 @@ def test_device_sha256_equals_hashlib(cuda, vocab, gpu_record):
     gpu_record(f"device SHA-256, vocab {vocab}", "70 rows == hashlib")
 
 
-def _run(engine: LLMEngine, jobs) -> dict:
+def _run(engine: LLMEngine, jobs, kind: RequestOutputKind = RequestOutputKind.CUMULATIVE) -> dict:
     for i, (prompt, params) in enumerate(jobs):
-        engine.add_request(str(i), prompt, params)
+        engine.add_request(str(i), prompt, params, output_kind=kind)
     done = {}
     while engine.has_unfinished_requests():
         for out in engine.step():
@@ -187,11 +187,12 @@ def test_device_digests_are_the_host_digests_of_the_returned_rows(dep8b, gpu_rec
          SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True, return_logits=i % 2 == 0))
         for i in range(12)
     ]  # fmt: skip
-    outs = {}
+    outs, hashed = {}, {}
     for on_device in (True, False):
         engine = LLMEngine.from_deployment(dep8b, num_kv_blocks=1024, max_num_seqs=16)
         engine.runner.device_digests = on_device
-        outs[on_device] = _run(engine, jobs)
+        outs[on_device] = _run(engine, jobs, RequestOutputKind.FINAL_ONLY)
+        hashed[on_device] = engine.runner.num_device_digest_steps
         del engine
     dev, host = outs[True], outs[False]
     checked = 0
@@ -200,5 +201,6 @@ def test_device_digests_are_the_host_digests_of_the_returned_rows(dep8b, gpu_rec
         if out.logits is not None:
             assert out.logits_digests == [logits_digest(np.asarray(r)) for r in out.logits]
             checked += len(out.logits)
-    assert checked == 36
-    gpu_record("engine digests on the device == hashlib", f"{checked} returned rows; 12 requests")
+    assert checked == 36 and hashed[True] >= 6 and hashed[False] == 0
+    gpu_record("engine digests on the device == hashlib",
+               f"{checked} returned rows; 12 requests; {hashed[True]} steps hashed on the device")  # fmt: skip

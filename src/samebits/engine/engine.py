@@ -51,6 +51,9 @@ KV_BLOCKS_PER_SEQUENCE_SLOT = 4
 # step's host rows, 512 KB per 128k-vocab row) before a step waits for the oldest. An
 # output waits for its own digests, so this bounds memory, never what is reported.
 DIGEST_STEPS_AHEAD = 4
+# The same bound for digests computed on the device (32 bytes per row come back; each step
+# holds a device copy of its rows until hashed): one step per digest stream.
+DEVICE_DIGEST_STEPS_AHEAD = 8
 
 # What add_request takes as a prompt: token ids, text, or a vLLM-style dict of either.
 PromptInput = str | list[int] | tuple[int, ...] | dict[str, object]
@@ -388,14 +391,24 @@ class LLMEngine:
         return sched_out, self._start(sched_out)
 
     def _start(self, sched_out, feed: StepResult | None = None) -> StepResult:
-        """Launch on the runner; a ModelRunner that hashes the rows on the device is told
-        whether the rows are needed on the host at all (`_needs_host_rows`; a hint that
-        changes no value); otherwise the digests need them, copied at launch."""
+        """Launch on the runner. A ModelRunner that can hash the rows on the device does so
+        for a step whose outputs are not streamed (the device digest arrives a few steps
+        later: `DIGEST_STREAMS`; a streamed output waits for its digests, hashed on the host
+        in about a millisecond), and is told whether the rows are needed on the host at all
+        (`_needs_host_rows`). Hints only: the digests are the same strings either way."""
         if not getattr(self.runner, "feeds_tokens", False):
             return launch_step(self.runner, sched_out)
-        on_device = getattr(self.runner, "device_digests", False)
+        on_device = getattr(self.runner, "device_digests", False) and not self._streams(sched_out)
         copy_rows = not on_device or self._needs_host_rows(sched_out)
-        return self.runner.launch(sched_out, feed=feed, copy_rows=copy_rows)
+        return self.runner.launch(
+            sched_out, feed=feed, copy_rows=copy_rows, device_digests=on_device
+        )
+
+    def _streams(self, sched_out) -> bool:
+        """Whether a request sampling in the step reports before it finishes (not FINAL_ONLY)."""
+        states = (self._states.get(s.request_id) for s in sched_out.scheduled if s.sample)
+        final = RequestOutputKind.FINAL_ONLY
+        return any(st.output_kind is not final for st in states if st is not None)
 
     def _needs_host_rows(self, sched_out) -> bool:
         """Whether a request of the step reads its rows on the host: prompt logprobs,
@@ -474,18 +487,20 @@ class LLMEngine:
             self._states[rid].digests.append(digest)
             if not isinstance(digest, str):
                 pending.append(digest)
-        self._bound_digests_ahead(pending)
+        self._bound_digests_ahead(
+            pending, DIGEST_STEPS_AHEAD if device is None else DEVICE_DIGEST_STEPS_AHEAD
+        )
         items = [(rid, rows[rid]) for rid in live if self._states[rid].needs_rows]
         record = lambda rid, row: self._record(rid, row, sampled[rid])  # noqa: E731
         for (rid, _), err in zip(items, map_rows(record, items), strict=True):
             if err is not None:
                 self._fail(rid, err)
 
-    def _bound_digests_ahead(self, pending: list) -> None:
-        """Keep the digests of at most DIGEST_STEPS_AHEAD steps in flight (each holds its
-        step's host rows or device buffers): wait for the oldest beyond that."""
+    def _bound_digests_ahead(self, pending: list, limit: int) -> None:
+        """Keep the digests of at most `limit` steps in flight (each holds its step's host
+        rows or device buffers): wait for the oldest beyond that."""
         self._digest_steps.append(pending)
-        while len(self._digest_steps) > DIGEST_STEPS_AHEAD:
+        while len(self._digest_steps) > limit:
             resolved(self._digest_steps.popleft())
 
     def pop_failures(self) -> dict[str, Exception]:

@@ -10,6 +10,7 @@ changes a row's bits.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 import torch
@@ -142,22 +143,27 @@ class ModelRunner:
         each `all_rows` chunk in `chunk_rows` (see StepLogits)."""
         return self.launch(sched_out).rows()
 
-    feeds_tokens = True  # `launch` takes `feed=` (a step scheduled ahead) and `copy_rows=`
-    # on a GPU: the rows' SHA-256 computed on the device (kernels/triton/sha256.py). Off by
-    # default until the kernel has run on the H200 (tested on the CPU interpreter only).
-    device_digests = False
+    feeds_tokens = True  # `launch` takes `feed=` (a step ahead), `copy_rows=`, `device_digests=`
+    # on a GPU: the rows' SHA-256 computed on the device (kernels/triton/sha256.py), for the
+    # steps whose launch asks for it (the engine: those with no streamed output).
+    device_digests = True
+    num_device_digest_steps = 0  # steps launched with device digests
 
     def launch(
-        self, sched_out, feed: StepResult | None = None, copy_rows: bool = True
-    ) -> StepResult:
+        self, sched_out, feed: StepResult | None = None, copy_rows: bool = True,
+        device_digests: bool | None = None,
+    ) -> StepResult:  # fmt: skip
         """Start the step and return (see `step_result`): on a GPU the forward is queued on
         the stream and this returns before it ends; on the CPU it has run. `feed`: the
         previous step, for a step scheduled ahead (`Scheduler.schedule_ahead`: one
         PLACEHOLDER_TOKEN per request), whose input tokens are then `feed.tokens()`, gathered
         on the device in the stream's order (after the previous step's argmax). `copy_rows`
         False: the rows cross to the host only if `rows()` asks (a hint; any value is
-        correct). On a GPU with `device_digests`, `digests()` come from the device."""
-        hints = StepHints(copy_rows, self.device_digests)
+        correct). On a GPU with `device_digests` (default: the runner's), `digests()` come
+        from the device."""
+        on_device = self.device_digests if device_digests is None else device_digests
+        hints = StepHints(copy_rows, on_device and self.device.type == "cuda")
+        self.num_device_digest_steps += hints.device_digests
         scheduled = sched_out.scheduled
         if not scheduled:
             return ReadyStep(StepLogits())
@@ -292,13 +298,20 @@ class DeviceStep:
         return self._rows
 
 
+# Steps whose device digests run side by side, one stream each in turn: a lane hashes its row
+# serially (about 20 ms for a 128k-vocab row on the H200, three decode steps), so the digests
+# of consecutive steps must overlap each other, not queue on one stream.
+DIGEST_STREAMS = 8
+_DIGEST_LAUNCHES = itertools.count()
+
+
 class _DeviceDigests:
-    """The SHA-256 of every row of a step, computed on the digest stream and copied back."""
+    """The SHA-256 of every row of a step, computed on a digest stream and copied back."""
 
     def __init__(self, source: torch.Tensor, ready: torch.cuda.Event) -> None:
         from samebits.kernels.triton.sha256 import sha256_rows
 
-        side = _side_stream(source.device, "digest")
+        side = _side_stream(source.device, f"digest{next(_DIGEST_LAUNCHES) % DIGEST_STREAMS}")
         side.wait_event(ready)
         with torch.cuda.stream(side):
             self._words = _to_pinned(sha256_rows(source))
@@ -338,7 +351,7 @@ _SIDE_STREAMS: dict[tuple[torch.device, str], torch.cuda.Stream] = {}
 
 
 def _side_stream(device: torch.device, role: str) -> torch.cuda.Stream:
-    """One side stream per device and role: "copy" (rows to the host), "digest"."""
+    """One side stream per device and role: "copy" (rows to the host), "digest0" .."""
     key = (device, role)
     if key not in _SIDE_STREAMS:
         _SIDE_STREAMS[key] = torch.cuda.Stream(device)

@@ -128,6 +128,22 @@ def _word(p, index, num_words, live, pad):
 
 
 @triton.jit
+def _block(p, blk, num_words, live, pad):
+    """The 16 message words of block `blk` (past the message: the padding, then zeros)."""
+    base = blk * 16
+    return (
+        _word(p, base + 0, num_words, live, pad), _word(p, base + 1, num_words, live, pad),
+        _word(p, base + 2, num_words, live, pad), _word(p, base + 3, num_words, live, pad),
+        _word(p, base + 4, num_words, live, pad), _word(p, base + 5, num_words, live, pad),
+        _word(p, base + 6, num_words, live, pad), _word(p, base + 7, num_words, live, pad),
+        _word(p, base + 8, num_words, live, pad), _word(p, base + 9, num_words, live, pad),
+        _word(p, base + 10, num_words, live, pad), _word(p, base + 11, num_words, live, pad),
+        _word(p, base + 12, num_words, live, pad), _word(p, base + 13, num_words, live, pad),
+        _word(p, base + 14, num_words, live, pad), _word(p, base + 15, num_words, live, pad),
+    )
+
+
+@triton.jit
 def sha256_rows_kernel(rows_ptr, out_ptr, k_ptr, num_rows, num_words, row_stride,
                        BLOCK_R: tl.constexpr):  # fmt: skip
     """out[r, 0:8] = SHA-256 state words of row r (int32 bit patterns of the big-endian
@@ -148,23 +164,18 @@ def sha256_rows_kernel(rows_ptr, out_ptr, k_ptr, num_rows, num_words, row_stride
     pad = _const(k_ptr, 72)
     bits = (num_words * 32).to(tl.uint32)
     num_blocks = (num_words + 2) // 16 + 1  # the data, the 0x80 word and the 64-bit length
+    # the next block's words are loaded before the current block is compressed, so their
+    # memory latency overlaps the 64 rounds
+    n0, n1, n2, n3, n4, n5, n6, n7, n8, n9, n10, n11, n12, n13, n14, n15 = _block(
+        p, 0, num_words, live, pad
+    )
     for blk in range(num_blocks):
-        w0 = _word(p, blk * 16 + 0, num_words, live, pad)
-        w1 = _word(p, blk * 16 + 1, num_words, live, pad)
-        w2 = _word(p, blk * 16 + 2, num_words, live, pad)
-        w3 = _word(p, blk * 16 + 3, num_words, live, pad)
-        w4 = _word(p, blk * 16 + 4, num_words, live, pad)
-        w5 = _word(p, blk * 16 + 5, num_words, live, pad)
-        w6 = _word(p, blk * 16 + 6, num_words, live, pad)
-        w7 = _word(p, blk * 16 + 7, num_words, live, pad)
-        w8 = _word(p, blk * 16 + 8, num_words, live, pad)
-        w9 = _word(p, blk * 16 + 9, num_words, live, pad)
-        w10 = _word(p, blk * 16 + 10, num_words, live, pad)
-        w11 = _word(p, blk * 16 + 11, num_words, live, pad)
-        w12 = _word(p, blk * 16 + 12, num_words, live, pad)
-        w13 = _word(p, blk * 16 + 13, num_words, live, pad)
-        w14 = _word(p, blk * 16 + 14, num_words, live, pad)
-        w15 = _word(p, blk * 16 + 15, num_words, live, pad)
+        w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15 = (
+            n0, n1, n2, n3, n4, n5, n6, n7, n8, n9, n10, n11, n12, n13, n14, n15
+        )
+        n0, n1, n2, n3, n4, n5, n6, n7, n8, n9, n10, n11, n12, n13, n14, n15 = _block(
+            p, blk + 1, num_words, live, pad
+        )
         w15 = tl.where(blk == num_blocks - 1, zero + bits, w15)
         h0, h1, h2, h3, h4, h5, h6, h7 = _compress(
             h0, h1, h2, h3, h4, h5, h6, h7, w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11,

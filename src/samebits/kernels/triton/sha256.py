@@ -48,9 +48,10 @@ def sha256_constants() -> np.ndarray:
 _CONSTANTS: dict[torch.device, torch.Tensor] = {}
 
 
-def sha256_rows(rows: torch.Tensor) -> torch.Tensor:
+def sha256_rows(rows: torch.Tensor, rows_per_program: int = ROWS_PER_PROGRAM) -> torch.Tensor:
     """The SHA-256 state words [B, 8] (int32 bit patterns) of each float32 row of `rows`
-    [B, V] (row-contiguous), queued on the current stream."""
+    [B, V] (row-contiguous), queued on the current stream. `rows_per_program` (a power of two)
+    only spreads the rows over more or fewer programs: the words never depend on it."""
     if rows.dtype != torch.float32 or rows.dim() != 2 or rows.stride(1) != 1:
         raise ValueError(f"sha256_rows needs row-contiguous float32 [B, V], got {rows.dtype}")
     device = rows.device
@@ -58,10 +59,10 @@ def sha256_rows(rows: torch.Tensor) -> torch.Tensor:
         _CONSTANTS[device] = torch.from_numpy(sha256_constants()).to(device)
     out = torch.empty((rows.shape[0], 8), dtype=torch.int32, device=device)
     if rows.shape[0]:
-        grid = (triton.cdiv(rows.shape[0], ROWS_PER_PROGRAM),)
+        grid = (triton.cdiv(rows.shape[0], rows_per_program),)
         sha256_rows_kernel[grid](
             rows.view(torch.int32), out, _CONSTANTS[device], rows.shape[0], rows.shape[1],
-            rows.stride(0), BLOCK_R=ROWS_PER_PROGRAM, num_warps=1,
+            rows.stride(0), BLOCK_R=rows_per_program, num_warps=1,
         )  # fmt: skip
     return out
 
