@@ -211,7 +211,7 @@ def run_plan(loaded, plan: str, args: argparse.Namespace, jobs_a, jobs_b, eager:
     """Workloads (a) and (b) on one engine; on the invariant plan also without digests and
     the alone check."""
     llm, build_s = build_llm(loaded, plan, args.device, eager)
-    llm.engine.runner.device_digests = args.device_digests
+    llm.engine.runner.device_digests = not args.host_digests
     run_engine(llm, jobs_b[:4])  # warm-up: compile kernels
     a, b = run_engine(llm, jobs_a), run_engine(llm, jobs_b)
     out = {"build_s": build_s, "a_tok_s": a["tok_s"], "a_wall_s": a["wall_s"],
@@ -330,8 +330,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-hf", action="store_true", help="skip HF transformers generate")
     p.add_argument("--graphs", default="on", choices=("on", "off", "both"),
                    help="cuda decode graphs: on (default), off (enforce_eager), both ways")  # fmt: skip
-    p.add_argument("--device-digests", action="store_true",
-                   help="the engines hash rows with the device SHA-256 (default: host)")  # fmt: skip
+    p.add_argument("--host-digests", action="store_true",
+                   help="unstreamed outputs' rows hashed on the host (default: the device SHA-256)")  # fmt: skip
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
 
