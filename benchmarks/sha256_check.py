@@ -26,7 +26,7 @@ def _timed(fn) -> float:
     return time.perf_counter() - start, out
 
 
-def check(rows_n: int, vocab: int, per_program: int = 32) -> dict:
+def check(rows_n: int, vocab: int, per_program: int | None = None) -> dict:
     rows = torch.randn((rows_n, vocab), device="cuda")
     first, _ = _timed(lambda: sha256_rows(rows, per_program))
     again, words = _timed(lambda: sha256_rows(rows, per_program))
@@ -68,8 +68,10 @@ if __name__ == "__main__":
     print(json.dumps(check(70, 128256)), flush=True)
     for rows_n, vocab, per in (
         (64, 128256, 32),
-        (64, 128256, 8),
+        (64, 128256, 64),
         (256, 128256, 32),
+        (256, 128256, 64),
+        (256, 128256, 128),
         (64, 151937, 32),
     ):
         print(json.dumps(check(rows_n, vocab, per)), flush=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from samebits.config import DEFAULT_NUM_KV_BLOCKS
 from samebits.engine.engine import LLMEngine
 from samebits.engine.runner import cold_logits
+from samebits.outputs import RequestOutputKind
 from samebits.sampling import SamplingParams
 from samebits.spec import (
     RequestView,
@@ -26,6 +27,8 @@ from samebits.spec import (
     reference_view,
     view_from_output,
 )
+
+FINAL = RequestOutputKind.FINAL_ONLY  # only final outputs are read
 
 CATEGORIES = ("batch", "chunk", "prefill_vs_decode", "prefix", "pressure", "arrivals", "sampling")
 
@@ -73,7 +76,8 @@ def run_scenario(deployment, scenario: Scenario) -> tuple[list[RequestView | Non
     """Run the jobs through a fresh engine; returns one view per job (None if aborted).
     The cache is DEFAULT_NUM_KV_BLOCKS unless the scenario sizes it (on every device: a
     scenario is about bits, not memory, and a GPU engine per scenario must not claim
-    `gpu_memory_utilization` of the device each time)."""
+    `gpu_memory_utilization` of the device each time). Only final outputs are read, so the
+    requests are FINAL_ONLY (on a GPU their digests are then hashed on the device)."""
     kwargs = {"num_kv_blocks": DEFAULT_NUM_KV_BLOCKS, **scenario.engine}
     engine = LLMEngine.from_deployment(deployment, **kwargs)
     jobs = scenario.jobs
@@ -82,7 +86,7 @@ def run_scenario(deployment, scenario: Scenario) -> tuple[list[RequestView | Non
     while step <= max(j.arrival for j in jobs) or engine.has_unfinished_requests():
         for i, job in enumerate(jobs):
             if job.arrival == step:
-                engine.add_request(str(i), list(job.prompt), job.params)
+                engine.add_request(str(i), list(job.prompt), job.params, output_kind=FINAL)
             if job.abort_at == step:
                 engine.abort_request(str(i))
         for out in engine.step():

@@ -31,11 +31,13 @@ def test_digests_equal_hashlib_for_every_tail(words):
     assert got[1] == hashlib.sha256(rows[1].astype("<f4").tobytes()).hexdigest()
 
 
-def test_more_rows_than_one_program_and_a_strided_batch():
-    rows = _rows(40, 20, 1)
-    wide = np.zeros((40, 24), dtype=np.float32)
+@pytest.mark.parametrize("per_program", [None, 32, 64])
+def test_more_rows_than_one_program_and_a_strided_batch(per_program):
+    """Rows spread over one or more programs (the last one part full) hash the same."""
+    rows = _rows(70, 20, 1)
+    wide = np.zeros((70, 24), dtype=np.float32)
     wide[:, :20] = rows
-    got = hex_digests(sha256_rows(torch.from_numpy(wide)[:, :20]).numpy())
+    got = hex_digests(sha256_rows(torch.from_numpy(wide)[:, :20], per_program).numpy())
     assert got == [logits_digest(row) for row in rows]
 
 
