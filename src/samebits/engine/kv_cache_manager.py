@@ -46,6 +46,9 @@ class KVCacheManager:
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         self.num_cached_blocks: dict[str, int] = {}
         self._holders: dict[str, Request] = {}
+        # get_block_ids' answer per request, dropped whenever its table changes
+        # (allocate_slots, free): a decode step reads every running table
+        self._block_ids: dict[str, tuple[int, ...]] = {}
 
     @property
     def num_free_blocks(self) -> int:
@@ -101,6 +104,8 @@ class KVCacheManager:
             self._holders[request.request_id] = request
         table.extend(new_computed_blocks)
         table.extend(new_blocks)
+        if new_computed_blocks or new_blocks:
+            self._block_ids.pop(request.request_id, None)
         return new_blocks
 
     def _check_allocation(
@@ -140,13 +145,23 @@ class KVCacheManager:
         before its head (the head is the part other requests can share)."""
         rid = request.request_id
         table = self.req_to_blocks.pop(rid, [])
+        self._block_ids.pop(rid, None)
         self.num_cached_blocks.pop(rid, None)
         self._holders.pop(rid, None)
         self.block_pool.free_blocks(reversed(table))
 
     def get_block_ids(self, request_id: str) -> tuple[int, ...]:
         """Physical block ids of the request's table (empty when it holds none)."""
-        return tuple(block.block_id for block in self.req_to_blocks.get(request_id, ()))
+        ids = self._block_ids.get(request_id)
+        if ids is None:
+            ids = tuple(block.block_id for block in self.req_to_blocks.get(request_id, ()))
+            if request_id in self.req_to_blocks:
+                self._block_ids[request_id] = ids
+        return ids
+
+    def num_blocks(self, request_id: str) -> int:
+        """Length of the request's table (0 when it holds none)."""
+        return len(self.req_to_blocks.get(request_id, ()))
 
     def held_request_ids(self) -> tuple[str, ...]:
         """Ids of the requests that currently hold a block table (allocation order)."""
@@ -158,6 +173,9 @@ class KVCacheManager:
         holders: dict[int, int] = {}
         for rid, table in self.req_to_blocks.items():
             self._check_table(self._holders[rid], table)
+            cached = self._block_ids.get(rid)
+            if cached is not None and cached != tuple(block.block_id for block in table):
+                raise AssertionError(f"request {rid!r}: stale cached block ids {cached}")
             for block in table:
                 holders[block.block_id] = holders.get(block.block_id, 0) + 1
         for block in self.block_pool.blocks:

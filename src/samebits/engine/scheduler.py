@@ -328,7 +328,7 @@ class Scheduler:
 
     def _blocks_to_grow(self, request: Request, num_tokens: int) -> int:
         """New blocks the request's table needs to cover `num_tokens` positions."""
-        held = len(self.kv_cache_manager.get_block_ids(request.request_id))
+        held = self.kv_cache_manager.num_blocks(request.request_id)
         return max(cdiv(num_tokens, self.block_size) - held, 0)
 
     def _scheduled_ahead(self, request: Request) -> ScheduledRequest:
