@@ -38,11 +38,11 @@ def instrument(llm, clock: OpClock) -> list:
     for name in PY_OPS:
         setattr(model.ops, name, clock.wrap(f"py {name}", getattr(model.ops, name)))
     model.forward = clock.wrap("forward", model.forward)
-    engine.runner.execute = clock.wrap("execute", engine.runner.execute)
+    engine.runner.launch = clock.wrap("execute", engine.runner.launch)  # runs it on the CPU
     for name in ("sample", "logits_digest", "map_rows"):
         setattr(engine_module, name, clock.wrap(f"host {name}", getattr(engine_module, name)))
     engine._sample = clock.wrap("host row work", engine._sample)
-    engine._advance = clock.wrap("host advance", engine._advance)
+    engine._emit = clock.wrap("host advance", engine._emit)  # detokenizer + output, per row
     sched = engine.scheduler
     last: list = [None]
     schedule = clock.wrap("host schedule", sched.schedule)
@@ -85,7 +85,7 @@ def breakdown(ms: dict[str, float]) -> list[tuple[str, float]]:
         ("runner: batch building, logits to numpy", g("execute") - g("forward")),
         ("host: sampler (float64 pass, argmax)", sampler),
         ("host: SHA-256 logits digests", digest),
-        ("host: other row work (logprobs, bookkeeping)", row_work - sampler - digest),
+        ("host: other row work (logprobs, bookkeeping)", row_work - sampler),
         ("host: row-worker hand-off (map_rows wall - row work)", g("host map_rows") - row_work),
         ("host: scheduler (schedule + update)", g("host schedule") + g("host update")),
         ("host: detokenizer + outputs", g("host advance")),
@@ -101,13 +101,15 @@ def profile_decode(llm, prompts: list[list[int]], max_tokens: int) -> tuple[list
     mean per-step breakdown of the pure decode steps (every request one token) and their count.
     """
     from samebits import SamplingParams
+    from samebits.outputs import RequestOutputKind
 
     clock = OpClock()
     last = instrument(llm, clock)
     engine = llm.engine
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    final = RequestOutputKind.FINAL_ONLY  # as LLM.generate, the benchmark's path
     for i, prompt in enumerate(prompts):
-        engine.add_request(f"profile-{i}", prompt, params)
+        engine.add_request(f"profile-{i}", prompt, params, output_kind=final)
     sums: dict[str, float] = {}
     steps = 0
     while engine.has_unfinished_requests():

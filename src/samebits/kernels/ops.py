@@ -4,6 +4,7 @@ Both implement `samebits.kernels.backend.Ops` and are registered there."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 
@@ -114,12 +115,20 @@ class InvariantOps(TorchPlacement):
         rowwise.silu_mul(gate_up.numpy(), out.numpy())
         return out
 
+    def prepare_batch(self, batch: FlatBatch) -> FlatBatch:
+        """For the C attention: its tables and their addresses, once for all layers."""
+        if self.attention_kernel != "sbattn":
+            return batch
+        tables = sbattn.attention_tables(batch.positions, batch.query_req, batch.block_tables)
+        return dataclasses.replace(batch, attn=tables)
+
     def attention(self, q, k_cache, v_cache, batch: FlatBatch, scale: float) -> torch.Tensor:
         out = torch.empty_like(q)
         if self.attention_kernel == "sbattn":
+            tables = batch.attn if isinstance(batch.attn, sbattn.AttentionTables) else None
             sbattn.paged_attention(
                 q, k_cache, v_cache, batch.positions, batch.query_req, batch.block_tables,
-                batch.block_size, self.key_tile, scale, out, self.num_threads,
+                batch.block_size, self.key_tile, scale, out, self.num_threads, tables,
             )  # fmt: skip
             return out
         cpu_attention.paged_attention(

@@ -6,6 +6,8 @@ each item is computed entirely by one thread, so neither the split nor the batch
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
@@ -20,22 +22,40 @@ def supports(head_dim: int, group: int, key_tile: int) -> bool:
     return bool(native.library().sb_attention_limits(head_dim, group, key_tile))
 
 
-def paged_attention(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: np.ndarray,
-    query_req: np.ndarray, block_tables: np.ndarray, block_size: int, key_tile: int,
-    scale: float, out: torch.Tensor, threads: int,
-) -> None:  # fmt: skip
-    """out[n, h] = softmax(q[n,h] . K[0..t]) V[0..t], t = positions[n]; all float32 contiguous."""
-    n_tokens, n_heads, dim = q.shape
-    n_kv = k_cache.shape[1]
+@dataclass(frozen=True)
+class AttentionTables:
+    """A forward's attention metadata as the C kernel reads it, built once for all layers
+    (`InvariantOps.prepare_batch`): int64 contiguous arrays (kept alive here), their
+    addresses, and the (query head, key) pair count per query head."""
+
+    positions: np.ndarray
+    query_req: np.ndarray
+    block_tables: np.ndarray
+    pointers: tuple[int, int, int, int]  # positions, query_req, block_tables, table width
+    pairs_per_head: int
+
+
+def attention_tables(positions, query_req, block_tables) -> AttentionTables:
     pos = np.ascontiguousarray(positions, dtype=np.int64)
     req = np.ascontiguousarray(query_req, dtype=np.int64)
     tables = np.ascontiguousarray(block_tables, dtype=np.int64)
-    args = (
-        q.data_ptr(), n_heads, dim, k_cache.data_ptr(), v_cache.data_ptr(), n_kv,
-        pos.ctypes.data, req.ctypes.data, tables.ctypes.data, tables.shape[1], block_size,
-        key_tile, scale, out.data_ptr(),
+    pointers = (pos.ctypes.data, req.ctypes.data, tables.ctypes.data, tables.shape[1])
+    return AttentionTables(pos, req, tables, pointers, int(pos.sum()) + len(pos))
+
+
+def paged_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: np.ndarray,
+    query_req: np.ndarray, block_tables: np.ndarray, block_size: int, key_tile: int,
+    scale: float, out: torch.Tensor, threads: int, tables: AttentionTables | None = None,
+) -> None:  # fmt: skip
+    """out[n, h] = softmax(q[n,h] . K[0..t]) V[0..t], t = positions[n]; all float32 contiguous.
+    `tables`: the same metadata prepared once per forward (else built here)."""
+    n_tokens, n_heads, dim = q.shape
+    if tables is None:
+        tables = attention_tables(positions, query_req, block_tables)
+    pos, req, table, width = tables.pointers
+    use = threads if tables.pairs_per_head * n_heads >= PARALLEL_MIN_PAIRS else 1
+    native.library().sb_attention(
+        q.data_ptr(), n_heads, dim, k_cache.data_ptr(), v_cache.data_ptr(), k_cache.shape[1],
+        pos, req, table, width, block_size, key_tile, scale, out.data_ptr(), n_tokens, use,
     )  # fmt: skip
-    pairs = (int(pos.sum()) + n_tokens) * n_heads
-    use = threads if pairs >= PARALLEL_MIN_PAIRS else 1
-    native.library().sb_attention(*args, n_tokens, use)
