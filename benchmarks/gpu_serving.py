@@ -269,6 +269,23 @@ def release() -> None:
         print(f"after release: {(total - free) / 2**30:.1f} GiB in use", flush=True)
 
 
+def digest_cost(loaded, args: argparse.Namespace, jobs_a, jobs_b) -> dict:
+    """Only the digests' cost on the invariant plan: (a) and (b) with the default digests,
+    then with no digests, in turn."""
+    llm, _ = build_llm(loaded, "invariant", args.device)
+    llm.engine.runner.device_digests = not args.host_digests
+    run_engine(llm, jobs_b[:4])
+    out: dict = {"device_digests": llm.engine.runner.device_digests}
+    for _rep in range(1):
+        for w, jobs in (("a", jobs_a), ("b", jobs_b)):
+            out.setdefault(f"{w}_tok_s", []).append(run_engine(llm, jobs)["tok_s"])
+            out.setdefault(f"{w}_tok_s_without_digests", []).append(
+                without_digests(llm, jobs)["tok_s"]
+            )
+    out["held_outputs"] = llm.engine.num_held_outputs
+    return out
+
+
 def run(args: argparse.Namespace) -> dict:
     import torch
 
@@ -280,6 +297,9 @@ def run(args: argparse.Namespace) -> dict:
     jobs_a = workload_a(vocab, args.requests, args.quick)
     jobs_b = workload_b(vocab, args.quick)
     result: dict = {"preset": args.preset, "device": args.device, "quick": args.quick}
+    if args.digest_cost:
+        result["digest_cost"] = digest_cost(loaded, args, jobs_a, jobs_b)
+        return result
     modes = {"on": (False,), "off": (True,), "both": (False, True)}[args.graphs]
     for plan in ("invariant", "fast"):
         for eager in modes:
@@ -332,6 +352,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="cuda decode graphs: on (default), off (enforce_eager), both ways")  # fmt: skip
     p.add_argument("--host-digests", action="store_true",
                    help="unstreamed outputs' rows hashed on the host (default: the device SHA-256)")  # fmt: skip
+    p.add_argument("--digest-cost", action="store_true",
+                   help="only the invariant plan's (a) and (b) with and without digests")  # fmt: skip
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
 
@@ -341,6 +363,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     logging.getLogger("samebits.graphs").setLevel(logging.INFO)  # capture time, fallbacks
     result = run(args)
+    if args.digest_cost:
+        print(json.dumps(result["digest_cost"]))
+        return 0
     result["summary"] = summary(result)
     print(json.dumps(result["summary"], indent=1))
     out = Path(args.out or Path(os.environ.get("OUT", "."), "gpu_serving.json"))

@@ -18,6 +18,7 @@
 #   steps      device argmax and async scheduling (tests/gpu/test_gpu_steps.py)
 #   info       samebits info / generate --device cuda on a tiny Qwen3 checkpoint
 #   serving    benchmarks/gpu_serving.py --sample 8 $SERVING_ARGS (issue 13 workloads)
+#   digestcost gpu_serving.py --digest-cost (the invariant plan, (a) and (b) with and without digests)
 #   rate       benchmarks/server_rate_sweep.py (issue 13 (c): 4, 16, 64 req/s through the server)
 #   ops        benchmarks/gpu_ops.py
 #   agree      benchmarks/gpu_agreement.py
@@ -50,6 +51,7 @@ for job in "$@"; do
     info) python3 -c "import sys; sys.path.insert(0, 'tests'); from tiny_models import make_tiny_checkpoint as m; m('/tmp/tiny_qwen3', 'qwen3')" &&
           python3 -m samebits.cli info --device cuda --model /tmp/tiny_qwen3 2>&1 | tee "$OUT/info_cuda.txt" | tail -25 &&
           python3 -m samebits.cli generate "Hello there" --device cuda --model /tmp/tiny_qwen3 --max-tokens 8 --seed 1 --no-chat ;;
+    digestcost) timeout 170 python3 benchmarks/gpu_serving.py --digest-cost --no-hf --out "$OUT/gpu_digest_cost.json" 2>&1 | tail -3 ;;
     serving) timeout 560 python3 benchmarks/gpu_serving.py --sample 8 ${SERVING_ARGS:-} --out "$OUT/gpu_serving.json" 2>&1 | tail -30 ;;
     rate) for plan in invariant fast; do  # one process per plan: each engine takes 85% of the GPU
             timeout 280 python3 benchmarks/server_rate_sweep.py --plans $plan \

@@ -64,3 +64,42 @@ def test_digests_in_flight_across_steps_stay_exact(tiny_llama_dir, monkeypatch):
     for out in llm.generate_stream(prompts, params, output_kind=RequestOutputKind.DELTA):
         streamed.setdefault(out.request_id, []).extend(out.outputs[0].logits_digests)
     assert sorted(streamed.values()) == sorted(o.outputs[0].logits_digests for o in ref)
+
+
+def test_final_outputs_held_for_slow_digests_are_reported_later_and_equal(
+    tiny_llama_dir, monkeypatch
+):
+    """A finished FINAL_ONLY request whose digests are still computing is held (the step does
+    not wait for them) and reported by a later step: every output equals the inline engine's,
+    each request is reported once, an aborted held request is dropped, and the engine reports
+    unfinished work until the held outputs are out."""
+    import time
+
+    import samebits.engine.engine as engine_module
+
+    params = [SamplingParams(max_tokens=2 + i, temperature=0.0, seed=i) for i in range(6)]
+    prompts = [f"prompt number {i}" for i in range(6)]
+    ref = LLM(str(tiny_llama_dir), num_kv_blocks=64).generate(prompts, params)
+    real = engine_module.logits_digest
+    monkeypatch.setattr(row_workers, "PARALLEL_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(engine_module, "logits_digest", lambda row: time.sleep(0.05) or real(row))
+    llm = LLM(str(tiny_llama_dir), num_kv_blocks=64)
+    got = llm.generate(prompts, params)
+    assert llm.engine.num_held_outputs >= 3
+    assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in ref]
+    assert [o.outputs[0].logits_digests for o in got] == [o.outputs[0].logits_digests for o in ref]
+    assert [o.outputs[0].text for o in got] == [o.outputs[0].text for o in ref]
+
+    engine = llm.engine
+    final = RequestOutputKind.FINAL_ONLY
+    for i, prompt in enumerate(prompts[:2]):
+        engine.add_request(f"h{i}", prompt, params[0], output_kind=final)
+    reported: list[str] = []
+    while not engine._held and engine.scheduler.has_unfinished_requests():
+        reported += [o.request_id for o in engine.step()]
+    held = list(engine._held)
+    assert held and engine.has_unfinished_requests()
+    engine.abort_request(held[0])
+    while engine.has_unfinished_requests():
+        reported += [o.request_id for o in engine.step()]
+    assert held[0] not in reported and sorted(reported) == sorted({"h0", "h1"} - {held[0]})

@@ -26,7 +26,7 @@ from samebits.config import (
 )
 from samebits.detokenizer import IncrementalDetokenizer, find_stop_string, truncate_at_stop
 from samebits.engine.request import Request, RequestStatus
-from samebits.engine.row_workers import digest_later, map_rows, resolved
+from samebits.engine.row_workers import all_done, digest_later, map_rows, resolved
 from samebits.engine.scheduler import Scheduler
 from samebits.engine.step_result import StepLogits, StepResult, launch_step
 from samebits.outputs import CompletionOutput, RequestOutput, RequestOutputKind, logits_digest
@@ -126,6 +126,10 @@ class LLMEngine:
         self._grammar_tokenizer: GrammarTokenizer | None = None
         self._inflight: tuple[Any, StepResult] | None = None  # async scheduling: step n+1
         self._digest_steps: deque[list] = deque()  # digests still being computed
+        # finished FINAL_ONLY requests whose digests are still computing: their output is
+        # built by a later step (in finishing order) instead of stalling this one
+        self._held: dict[str, None] = {}
+        self.num_held_outputs = 0
         self.async_scheduling = bool(config and config.runtime_config.async_scheduling)
         self.lookahead = True
         self.num_steps_ahead = 0  # steps scheduled ahead of their predecessor's tokens
@@ -333,17 +337,24 @@ class LLMEngine:
             raise ValueError(f"logit_bias token id {bad[0]} is out of range [0, {self.vocab_size})")
 
     def abort_request(self, request_id: str) -> None:
-        """Stop a request and free its blocks; unknown ids are ignored."""
+        """Stop a request and free its blocks; unknown ids are ignored (a finished request
+        whose output was held for its digests is dropped)."""
+        self._held.pop(request_id, None)
         if self._states.pop(request_id, None) is not None:
             self.scheduler.finish_request(request_id, RequestStatus.FINISHED_ABORTED)
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished_requests()
+        """Whether a request still runs, waits, or has a held final output."""
+        return self.scheduler.has_unfinished_requests() or bool(self._held)
 
     # ------------------------------------------------------------------ stepping
     def step(self) -> list[RequestOutput]:
         """Schedule, run one forward pass, sample, and report every request that advanced
-        (a FINAL_ONLY request only when it finished), as its `output_kind` asks.
+        (a FINAL_ONLY request only when it finished), as its `output_kind` asks. A finished
+        FINAL_ONLY request whose digests are still computing (the device SHA-256 takes a few
+        steps) is held: a later step reports it, once they are done, so no step waits on a
+        request's last digests while the device could run the next one; a step with nothing
+        left to run waits for them. `has_unfinished_requests` is True while one is held.
 
         With `async_scheduling` the next step is scheduled and launched as soon as this
         step's tokens are known and its stop conditions applied, before this step's outputs
@@ -357,7 +368,7 @@ class LLMEngine:
         """
         launched, self._inflight = self._inflight or self._launch(), None
         if launched is None:
-            return []
+            return self._release_held(wait=True)
         sched_out, result = launched
         ahead = self._launch_ahead(sched_out, result)
         sampled = self._sample_tokens(sched_out, result)
@@ -380,8 +391,9 @@ class LLMEngine:
             if out is not None:
                 outputs.append(out)
         for rid in finished:
-            self._states.pop(rid, None)
-        return outputs
+            if rid not in self._held:
+                self._states.pop(rid, None)
+        return outputs + self._release_held(wait=False)
 
     def _launch(self) -> tuple[Any, StepResult] | None:
         """Schedule a step and start it on the runner (None: nothing to run)."""
@@ -533,14 +545,37 @@ class LLMEngine:
 
     def _emit(self, rid: str, token: int, finished: set[str]) -> RequestOutput | None:
         """Detokenize the new token (unless `_check_stop` did) and build the request's output
-        (None for an unfinished FINAL_ONLY request)."""
+        (None for an unfinished FINAL_ONLY request, and for a finished one whose digests are
+        still computing on the device or the row workers: held, built by a later step)."""
         st = self._states[rid]
         if st.detok.num_tokens < len(st.request.output_token_ids):
             self._append_text(rid, token)
         done = rid in finished
-        if not done and st.output_kind is RequestOutputKind.FINAL_ONLY:
-            return None
+        if st.output_kind is RequestOutputKind.FINAL_ONLY:
+            if not done:
+                return None
+            if not all_done(st.digests):
+                self._held[rid] = None
+                self.num_held_outputs += 1
+                return None
         return self._output(rid, done)
+
+    def _release_held(self, wait: bool) -> list[RequestOutput]:
+        """The final outputs of the held requests, in the order they finished, up to the first
+        whose digests are still computing (`wait`: all, waiting for their digests)."""
+        ready = []
+        for rid in self._held:
+            if not (wait or all_done(self._states[rid].digests)):
+                break
+            ready.append(rid)
+        outputs = []
+        for rid in ready:
+            del self._held[rid]
+            out = self._isolated(rid, self._output, rid, True)
+            self._states.pop(rid, None)
+            if out is not None:
+                outputs.append(out)
+        return outputs
 
     def _prompt_logprobs(self, rid: str, start: int, rows: np.ndarray) -> Exception | None:
         """Fold a chunk's rows into the request's prompt logprobs: the row at prompt position

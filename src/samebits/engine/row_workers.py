@@ -57,3 +57,8 @@ def digest_later(digest: Callable[[np.ndarray], str], row: np.ndarray) -> str | 
 def resolved(digests: Sequence[str | Future[str]]) -> list[str]:
     """The digests, waiting for those still being computed (an exception propagates)."""
     return [d if isinstance(d, str) else d.result() for d in digests]
+
+
+def all_done(digests: Sequence[str | Future[str]]) -> bool:
+    """Whether every digest is computed (never waits)."""
+    return all(isinstance(d, str) or d.done() for d in digests)

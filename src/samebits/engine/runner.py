@@ -320,6 +320,9 @@ class _DeviceDigests:
         source.record_stream(side)
         self._hex: list[str] | None = None
 
+    def done(self) -> bool:
+        return self._hex is not None or self._done.query()
+
     def hex(self) -> list[str]:
         if self._hex is None:
             from samebits.kernels.triton.sha256 import hex_digests
@@ -337,6 +340,9 @@ class _RowDigest:
 
     def result(self) -> str:
         return self._step.hex()[self._index]
+
+    def done(self) -> bool:
+        return self._step.done()
 
 
 def _to_pinned(tensor: torch.Tensor) -> torch.Tensor:
