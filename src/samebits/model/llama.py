@@ -39,6 +39,14 @@ class _Layer:
         self.k_norm = _optional(ops, w.get(f"{attn}.k_norm.weight"))
 
 
+def sblayer_possible(ops) -> bool:
+    """Whether the op set runs the C kernels sblayer.c chains (linear and attention)."""
+    return (
+        getattr(ops, "linear_kernel", None) == "sbgemm"
+        and getattr(ops, "attention_kernel", None) == "sbattn"
+    )
+
+
 def _optional(ops, t: torch.Tensor | None) -> torch.Tensor | None:
     return None if t is None else ops.weight(t)
 
@@ -108,7 +116,10 @@ class DecoderModel:
         eps = self.cfg.rms_norm_eps
         residual = self.embed.index_select(0, batch.input_ids).float().contiguous()
         x = self.ops.rms_norm(residual, self.layers[0].ln1, eps)
-        for i, layer in enumerate(self.layers):
+        fused = self._fused_layers(kv)
+        if fused is not None:  # the same kernels in one C call per layer (same bits)
+            mlp = fused.run(x, residual, batch)
+        for i, layer in enumerate(self.layers if fused is None else ()):
             attn = self._attention(layer, x, batch, kv, i)
             x, residual = self.ops.add_rms_norm(layer.o(attn), residual, layer.ln2, eps)
             mlp = layer.down(self.ops.silu_mul(layer.gate_up(x)))
@@ -123,6 +134,21 @@ class DecoderModel:
             eps,
         )[0]
         return self.lm_head(last)
+
+    fuse_layers = True  # sblayer.c where it covers the model (tests switch it off)
+
+    def _fused_layers(self, kv: KVCache):
+        """The layers as one C call each (`kernels/cpu/sblayer.py`) for this KV cache, or
+        None (op by op): built once per cache."""
+        if not self.fuse_layers or self.ops.device.type != "cpu":
+            return None
+        cached = getattr(self, "_fused", None)
+        if cached is None or cached[0] is not kv:
+            from samebits.kernels.cpu.sblayer import FusedLayers
+
+            cached = (kv, FusedLayers.build(self, kv) if sblayer_possible(self.ops) else None)
+            self._fused = cached
+        return cached[1]
 
     def _attention(self, layer: _Layer, x, batch: FlatBatch, kv: KVCache, i: int) -> torch.Tensor:
         cfg = self.cfg

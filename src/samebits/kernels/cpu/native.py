@@ -1,5 +1,6 @@
-"""Native (C) kernels of the invariant plan: sbgemm.c (linear), sbattn.c (attention) and
-sbrow.c (RMSNorm, SiLU-mul), all running their threads on the worker pool of sbpool.c.
+"""Native (C) kernels of the invariant plan: sbgemm.c (linear), sbattn.c (attention),
+sbrow.c (RMSNorm, SiLU-mul) and sblayer.c (a decoder layer calling them), all running their
+threads on the worker pool of sbpool.c.
 
 The C sources are compiled once per machine with the system C compiler (-march=native) into
 the user cache directory and loaded with ctypes; `available()` says whether that worked and
@@ -23,7 +24,9 @@ from functools import lru_cache
 from pathlib import Path
 
 _HERE = Path(__file__).parent
-SOURCES = tuple(_HERE / name for name in ("sbgemm.c", "sbattn.c", "sbrow.c", "sbpool.c"))
+SOURCES = tuple(
+    _HERE / name for name in ("sbgemm.c", "sbattn.c", "sbrow.c", "sblayer.c", "sbpool.c")
+)
 HEADERS = (_HERE / "sbpool.h", _HERE / "sbexp.h")
 CFLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-ffp-contract=off", "-pthread")
 _L, _P, _F, _D = ctypes.c_long, ctypes.c_void_p, ctypes.c_float, ctypes.c_double

@@ -1,0 +1,110 @@
+/* One decoder layer of the invariant plan in one call: the same kernels, in the same order,
+ * on the same values as the op-by-op forward in model/llama.py (qkv linear, q / k / v split,
+ * RoPE, KV store, paged attention, o linear, residual add + RMSNorm, gate_up linear, SiLU-mul,
+ * down linear, residual add + the next layer's RMSNorm), so every output bit is the same; only
+ * the ~12 Python calls per layer and their allocations are gone. Layers with a qkv bias or
+ * q / k norms, and linears whose width is padded (except qkv), keep the op-by-op path
+ * (`kernels/cpu/sblayer.py` decides). Thread counts follow the Python wrappers' thresholds;
+ * they never change a bit (each kernel's split is invariant). */
+#include "sbpool.h"
+
+void sb_gemm(const float *x, long M, long K, const unsigned char *w, long format, long Np,
+             float *y, long threads);
+void sb_attention(const float *q, long n_heads, long dim, const float *k_cache,
+                  const float *v_cache, long n_kv, const long *positions, const long *query_req,
+                  const long *block_tables, long width, long block_size, long key_tile,
+                  float scale, float *out, long n_tokens, long threads);
+void sb_silu_mul(const float *gate_up, long rows, long inter, float *out, long threads);
+void sb_add_rms_norm(const float *x, float *residual, long rows, long dim, const float *w,
+                     double eps, float *out, long threads);
+
+#define GEMM_MIN_MACS (1L << 18)  /* sbgemm.py PARALLEL_MIN_MACS */
+#define ROW_MIN_ELEMENTS (1L << 13) /* sbrow.py PARALLEL_MIN_ELEMENTS */
+#define ATTN_MIN_PAIRS (1L << 13)   /* sbattn.py PARALLEL_MIN_PAIRS */
+
+/* A linear: strips in `format`, K inputs, Np (padded) outputs. */
+struct sb_lin {
+    const unsigned char *w;
+    long format, k, np;
+};
+
+/* What does not change between forwards: one layer's weights and KV cache. */
+struct sb_layer_weights {
+    struct sb_lin qkv, o, gate_up, down;
+    const float *ln2, *next_ln; /* next_ln: the next layer's input norm; 0 for the last */
+    float *k_cache, *v_cache;   /* [slots, n_kv, dim] */
+};
+
+/* One forward's shapes, batch metadata and buffers (all float32 / int64, contiguous). */
+struct sb_layer_io {
+    long n, hidden, n_heads, n_kv, dim, inter, threads;
+    double eps;
+    float scale;
+    const long *positions, *query_req, *block_tables, *slot_mapping;
+    long width, block_size, key_tile, attn_pairs; /* attn_pairs: sum(positions) + n */
+    const float *cos, *sin;                       /* [max_positions, dim / 2] */
+    float *x, *residual; /* x: this layer's normed input; then the next layer's */
+    float *qkv, *q, *k, *attn, *o, *gate_up, *act, *down;
+};
+
+static long use_threads(long work, long min_work, long threads) {
+    return work >= min_work && threads > 1 ? threads : 1;
+}
+
+static void linear(const struct sb_lin *l, const float *x, long rows, float *y, long threads) {
+    sb_gemm(x, rows, l->k, l->w, l->format, l->np, y,
+            use_threads(rows * l->k * l->np, GEMM_MIN_MACS, threads));
+}
+
+/* In place rotate-half RoPE of rows [count, dim] of token t (rowwise.rope's arithmetic: each
+ * product rounded, then the difference / sum rounded; -ffp-contract=off). */
+static void rope_rows(float *x, long count, long dim, const float *cos, const float *sin,
+                      long pos) {
+    long half = dim / 2;
+    const float *c = cos + pos * half, *s = sin + pos * half;
+    for (long r = 0; r < count; r++) {
+        float *row = x + r * dim;
+        for (long i = 0; i < half; i++) {
+            float a = row[i], b = row[i + half];
+            row[i] = a * c[i] - b * s[i];
+            row[i + half] = b * c[i] + a * s[i];
+        }
+    }
+}
+
+/* q, k out of the qkv rows (rotated), k and v into the cache at each token's slot. */
+static void split_rope_store(const struct sb_layer_weights *w, const struct sb_layer_io *io) {
+    long hd = io->n_heads * io->dim, kvd = io->n_kv * io->dim;
+    for (long t = 0; t < io->n; t++) {
+        const float *row = io->qkv + t * w->qkv.np;
+        float *q = io->q + t * hd, *k = io->k + t * kvd;
+        for (long i = 0; i < hd; i++) q[i] = row[i];
+        for (long i = 0; i < kvd; i++) k[i] = row[hd + i];
+        rope_rows(q, io->n_heads, io->dim, io->cos, io->sin, io->positions[t]);
+        rope_rows(k, io->n_kv, io->dim, io->cos, io->sin, io->positions[t]);
+        float *kc = w->k_cache + io->slot_mapping[t] * kvd;
+        float *vc = w->v_cache + io->slot_mapping[t] * kvd;
+        for (long i = 0; i < kvd; i++) kc[i] = k[i];
+        for (long i = 0; i < kvd; i++) vc[i] = row[hd + kvd + i];
+    }
+}
+
+void sb_decoder_layer(const struct sb_layer_weights *w, const struct sb_layer_io *io) {
+    long n = io->n, th = io->threads, rows = n * io->hidden;
+    linear(&w->qkv, io->x, n, io->qkv, th);
+    split_rope_store(w, io);
+    sb_attention(io->q, io->n_heads, io->dim, w->k_cache, w->v_cache, io->n_kv, io->positions,
+                 io->query_req, io->block_tables, io->width, io->block_size, io->key_tile,
+                 io->scale, io->attn, n,
+                 use_threads(io->attn_pairs * io->n_heads, ATTN_MIN_PAIRS, th));
+    linear(&w->o, io->attn, n, io->o, th);
+    long row_th = use_threads(rows, ROW_MIN_ELEMENTS, th);
+    sb_add_rms_norm(io->o, io->residual, n, io->hidden, w->ln2, io->eps, io->x, row_th);
+    linear(&w->gate_up, io->x, n, io->gate_up, th);
+    sb_silu_mul(io->gate_up, n, io->inter, io->act,
+                use_threads(n * io->inter, ROW_MIN_ELEMENTS, th));
+    linear(&w->down, io->act, n, io->down, th);
+    if (w->next_ln)
+        sb_add_rms_norm(io->down, io->residual, n, io->hidden, w->next_ln, io->eps, io->x,
+                        row_th);
+}
