@@ -27,6 +27,7 @@ def instrument(llm, clock: OpClock) -> list:
         setattr(lib, name, clock.wrap(f"C {name}", getattr(lib, name)))
     engine = llm.engine
     model = engine.runner.model
+    model.fuse_layers = False  # op by op: the per-kernel breakdown (sblayer.c hides its calls)
     linears = [getattr(layer, name) for layer in model.layers for name in LINEARS]
     for linear in [*linears, model.lm_head]:
         if hasattr(linear, "_gemm"):  # SbLinear keeps the entry point it was built with

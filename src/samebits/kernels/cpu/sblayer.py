@@ -80,6 +80,7 @@ class FusedLayers:
                 layer.ln2.data_ptr(), nxt, kv.k[i].data_ptr(), kv.v[i].data_ptr(),
             ))  # fmt: skip
         self._call = _entry()
+        self._qkv_width = layers[0].qkv.np
 
     @classmethod
     def build(cls, model, kv) -> FusedLayers | None:
@@ -98,9 +99,8 @@ class FusedLayers:
         model, cfg = self.model, self.model.cfg
         n, hd = x.shape[0], cfg.num_attention_heads * cfg.head_dim
         kvd = cfg.num_key_value_heads * cfg.head_dim
-        layer = model.layers[0]
         sizes = {
-            "qkv": layer.qkv.np, "q": hd, "k": kvd, "attn": hd, "o": cfg.hidden_size,
+            "qkv": self._qkv_width, "q": hd, "k": kvd, "attn": hd, "o": cfg.hidden_size,
             "gate_up": 2 * cfg.intermediate_size, "act": cfg.intermediate_size,
             "down": cfg.hidden_size,
         }  # fmt: skip
