@@ -130,6 +130,8 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.sb_attention.argtypes = [_P, _L, _L, _P, _P, _L, _P, _P, _P, _L, _L, _L, _F, _P, _L, _L]
     lib.sb_attention.restype = None
     lib.sb_attention_limits.argtypes = [_L, _L, _L]
+    lib.sb_attention_set_grouped.argtypes = [_L]
+    lib.sb_attention_set_grouped.restype = None
     lib.sb_silu_mul.argtypes = [_P, _L, _L, _P, _L]
     lib.sb_silu_mul.restype = None
     lib.sb_rms_norm.argtypes = [_P, _L, _L, _P, _D, _P, _L]

@@ -113,6 +113,78 @@ DEFINE_HEAD(16)
 typedef void (*head_fn)(const float *, const float *, const float *, long, long, const long *,
                         long, long, long, float, float *);
 
+/* All G query heads of one KV head with dim = NV * EW, their accumulators in registers: each
+ * key and value row is read once for the G heads. Per head, exactly the operations of
+ * attend_head_NV in the same order (the scores, the tile's max, alpha, the exp, then for j
+ * ascending l += p and acc += p * v), so the same bits; only the heads are interleaved. */
+#define DEFINE_GROUP(NV, G)                                                                  \
+    static void attend_group_##NV##_##G(const float *q, const float *k_cache,                \
+                                        const float *v_cache, long n_kv, long kvh,           \
+                                        const long *table, long t, long block_size,          \
+                                        long key_tile, float scale, float *out) {            \
+        const long dim = NV * EW;                                                            \
+        evec acc[G][NV];                                                                     \
+        float m[G], l[G], scores[G][MAX_TILE], probs[G][MAX_TILE];                           \
+        const float *krows[MAX_TILE], *vrows[MAX_TILE];                                      \
+        for (int g = 0; g < G; g++) {                                                        \
+            m[g] = -INFINITY;                                                                \
+            l[g] = 0.0f;                                                                     \
+            for (int c = 0; c < NV; c++) acc[g][c] = ESET1(0.0f);                            \
+        }                                                                                    \
+        for (long start = 0; start <= t; start += key_tile) {                                \
+            long end = start + key_tile < t + 1 ? start + key_tile : t + 1, n = end - start; \
+            tile_rows(k_cache, table, start, end, block_size, n_kv, kvh, dim, krows);        \
+            tile_rows(v_cache, table, start, end, block_size, n_kv, kvh, dim, vrows);        \
+            for (long j = 0; j < n; j++)                                                     \
+                for (int g = 0; g < G; g++)                                                  \
+                    scores[g][j] = dot16(q + g * dim, krows[j], dim) * scale;                \
+            for (int g = 0; g < G; g++) {                                                    \
+                float mt = m[g];                                                             \
+                for (long j = 0; j < n; j++) mt = scores[g][j] > mt ? scores[g][j] : mt;     \
+                float alpha = sb_exp(m[g] - mt);                                             \
+                l[g] = l[g] * alpha;                                                         \
+                for (int c = 0; c < NV; c++) acc[g][c] = EMUL(acc[g][c], ESET1(alpha));      \
+                m[g] = mt;                                                                   \
+                exp_shifted(scores[g], n, mt, probs[g]);                                     \
+            }                                                                                \
+            for (long j = 0; j < n; j++) {                                                   \
+                evec v[NV];                                                                  \
+                for (int c = 0; c < NV; c++) v[c] = ELOAD(vrows[j] + c * EW);                \
+                for (int g = 0; g < G; g++) {                                                \
+                    evec p = ESET1(probs[g][j]);                                             \
+                    l[g] = l[g] + probs[g][j];                                               \
+                    for (int c = 0; c < NV; c++) acc[g][c] = EFMA(p, v[c], acc[g][c]);       \
+                }                                                                            \
+            }                                                                                \
+        }                                                                                    \
+        for (int g = 0; g < G; g++)                                                          \
+            for (int c = 0; c < NV; c++)                                                     \
+                ESTORE(out + g * dim + c * EW, EDIV(acc[g][c], ESET1(l[g])));                \
+    }
+
+DEFINE_GROUP(4, 2)
+DEFINE_GROUP(4, 3)
+DEFINE_GROUP(4, 4)
+DEFINE_GROUP(8, 2)
+
+typedef void (*group_fn)(const float *, const float *, const float *, long, long,
+                         const long *, long, long, long, float, float *);
+
+static int grouped_heads = 1; /* 0: one query head at a time (tests compare the two) */
+
+/* Tests only (never changes a bit): whether attend_items may take the grouped kernels. */
+void sb_attention_set_grouped(long on) { grouped_heads = on != 0; }
+
+/* The register-resident kernel for all `group` heads of a KV head at this dim, or 0. */
+static group_fn group_kernel(long dim, long group) {
+    if (!grouped_heads) return 0;
+    if (dim == 4 * EW && group == 2) return attend_group_4_2;
+    if (dim == 4 * EW && group == 3) return attend_group_4_3;
+    if (dim == 4 * EW && group == 4) return attend_group_4_4;
+    if (dim == 8 * EW && group == 2) return attend_group_8_2;
+    return 0;
+}
+
 /* The register-resident per-head kernel for this dim, or 0 (then attend_group runs). */
 static head_fn head_kernel(long dim) {
     if (dim == 4 * EW) return attend_head_4;
@@ -184,11 +256,17 @@ static void attend_items(void *ctx, long lane_begin, long lane_end) {
     const struct attn_args *a = ctx;
     long group = a->n_heads / a->n_kv;
     head_fn head = head_kernel(a->dim);
+    group_fn grouped = group_kernel(a->dim, group);
     for (long lane = lane_begin; lane < lane_end; lane++) {
         for (long item = lane; item < a->n_items; item += a->stride) {
             long n = item / a->n_kv, kvh = item % a->n_kv;
             long off = (n * a->n_heads + kvh * group) * a->dim;
             const long *table = a->block_tables + a->query_req[n] * a->width;
+            if (grouped) {
+                grouped(a->q + off, a->k_cache, a->v_cache, a->n_kv, kvh, table, a->positions[n],
+                        a->block_size, a->key_tile, a->scale, a->out + off);
+                continue;
+            }
             if (!head) {
                 attend_group(a->q + off, group, a->dim, a->k_cache, a->v_cache, a->n_kv, kvh,
                              table, a->positions[n], a->block_size, a->key_tile, a->scale,
