@@ -217,20 +217,22 @@ def profile_main(args: Args) -> None:
 
     from samebits import LLM, SamplingParams
 
-    for n in (1, args.concurrent):
-        llm = LLM(
-            num_threads=args.threads, enable_prefix_caching=False,
-            max_num_seqs=max(16, n), max_num_batched_tokens=512,
-        )  # fmt: skip
-        warm = common.random_prompts(n, args.prompt_len, args.seed + 1000)
-        llm.generate(warm, SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))
-        before = common.loadavg()
-        prompts = common.random_prompts(n, args.prompt_len, args.seed)
-        rows, steps = step_profile.profile_decode(llm, prompts, args.max_tokens)
-        print(f"\nbatch {n}: {steps} decode steps, mean ms per step (load {before} -> "
-              f"{common.loadavg()})")  # fmt: skip
-        for label, ms in rows:
-            print(f"| {label} | {ms:.2f} |")
+    for fused in (True, False):
+        for n in (1, args.concurrent):
+            llm = LLM(
+                num_threads=args.threads, enable_prefix_caching=False,
+                max_num_seqs=max(16, n), max_num_batched_tokens=512,
+            )  # fmt: skip
+            warm = common.random_prompts(n, args.prompt_len, args.seed + 1000)
+            llm.generate(warm, SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))
+            before = common.loadavg()
+            prompts = common.random_prompts(n, args.prompt_len, args.seed)
+            rows, steps = step_profile.profile_decode(llm, prompts, args.max_tokens, fused)
+            path = "fused layers (as run)" if fused else "op by op (per kernel)"
+            print(f"\nbatch {n}, {path}: {steps} decode steps, mean ms per step (load {before} "
+                  f"-> {common.loadavg()})")  # fmt: skip
+            for label, ms in rows:
+                print(f"| {label} | {ms:.2f} |")
 
 
 def parse_args(argv: list[str] | None = None) -> Args:

@@ -97,15 +97,54 @@ def breakdown(ms: dict[str, float]) -> list[tuple[str, float]]:
     return rows
 
 
-def profile_decode(llm, prompts: list[list[int]], max_tokens: int) -> tuple[list, int]:
+def instrument_fused(llm, clock: OpClock) -> list:
+    """Wrap the step, the forward, the fused layers (one `sblayer.c` call each, timed as one
+    part) and the lm_head; the model must have run once (its fused layers are built)."""
+    engine = llm.engine
+    model = engine.runner.model
+    fused = model._fused_layers(engine.runner.kv_cache)
+    if fused is None:
+        raise RuntimeError("this model runs op by op (sblayer.c does not cover it)")
+    fused.run = clock.wrap("layers", fused.run)
+    model.lm_head = clock.wrap("lm_head", model.lm_head)
+    model.forward = clock.wrap("forward", model.forward)
+    sched = engine.scheduler
+    last: list = [None]
+    schedule = sched.schedule
+
+    def recording_schedule():
+        last[0] = schedule()
+        return last[0]
+
+    sched.schedule = recording_schedule
+    engine.step = clock.wrap("step", engine.step)
+    return last
+
+
+def fused_breakdown(ms: dict[str, float]) -> list[tuple[str, float]]:
+    g = lambda k: ms.get(k, 0.0)  # noqa: E731
+    return [
+        ("kernels: all decoder layers (sblayer.c, one call per layer)", g("layers")),
+        ("kernel: lm_head (sbgemm, Q8_0 expanded in-kernel)", g("lm_head")),
+        ("python: rest of forward (embedding, first norm, final norm)",
+         g("forward") - g("layers") - g("lm_head")),
+        ("host: runner, sampler, digests, scheduler, outputs", g("step") - g("forward")),
+        ("TOTAL per decode step", g("step")),
+    ]  # fmt: skip
+
+
+def profile_decode(
+    llm, prompts: list[list[int]], max_tokens: int, fused: bool = False
+) -> tuple[list, int]:
     """Run `prompts` to completion (greedy, ignore_eos) step by step, instrumented. Returns the
-    mean per-step breakdown of the pure decode steps (every request one token) and their count.
+    mean per-step breakdown of the pure decode steps (every request one token) and their count:
+    per kernel op by op, or (`fused`) the path `LLM.generate` takes, its layers as one part.
     """
     from samebits import SamplingParams
     from samebits.outputs import RequestOutputKind
 
     clock = OpClock()
-    last = instrument(llm, clock)
+    last = (instrument_fused if fused else instrument)(llm, clock)
     engine = llm.engine
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     final = RequestOutputKind.FINAL_ONLY  # as LLM.generate, the benchmark's path
@@ -122,4 +161,4 @@ def profile_decode(llm, prompts: list[list[int]], max_tokens: int) -> tuple[list
             for k, v in clock.totals.items():
                 sums[k] = sums.get(k, 0.0) + v
     ms = {k: v * 1e3 / max(steps, 1) for k, v in sums.items()}
-    return breakdown(ms), steps
+    return (fused_breakdown if fused else breakdown)(ms), steps
