@@ -355,7 +355,7 @@ def profile_decode(llm, prompts: list[list[int]], max_tokens: int) -> dict[str, 
     clock = OpClock()
     instrument_engine(llm, clock)
     engine = llm.engine
-    last = _record_schedule(engine.scheduler)
+    last = record_schedule(engine.scheduler)
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     for i, prompt in enumerate(prompts):
         engine.add_request(f"profile-{i}", prompt, params)
@@ -373,7 +373,7 @@ def profile_decode(llm, prompts: list[list[int]], max_tokens: int) -> dict[str, 
     return {k: (breakdown(sums[k], max(steps[k], 1)), steps[k]) for k in sums}
 
 
-def _record_schedule(scheduler) -> list:
+def record_schedule(scheduler) -> list:
     """Make `scheduler.schedule` keep its latest output in the returned one-item list."""
     last: list = [None]
     schedule = scheduler.schedule

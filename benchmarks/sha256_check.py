@@ -18,7 +18,7 @@ from samebits.kernels.triton.sha256 import hex_digests, sha256_rows  # noqa: E40
 from samebits.outputs import logits_digest  # noqa: E402
 
 
-def _timed(fn) -> float:
+def _timed(fn) -> tuple[float, object]:
     torch.cuda.synchronize()
     start = time.perf_counter()
     out = fn()
@@ -26,7 +26,7 @@ def _timed(fn) -> float:
     return time.perf_counter() - start, out
 
 
-def check(rows_n: int, vocab: int, per_program: int | None = None) -> dict:
+def check(rows_n: int, vocab: int, per_program: int = 32) -> dict:
     rows = torch.randn((rows_n, vocab), device="cuda")
     first, _ = _timed(lambda: sha256_rows(rows, per_program))
     again, words = _timed(lambda: sha256_rows(rows, per_program))

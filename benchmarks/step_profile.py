@@ -9,7 +9,7 @@ that ran the wrapped calls (the sampler may run on row-worker threads).
 
 from __future__ import annotations
 
-from common import OpClock
+from common import OpClock, record_schedule
 
 C_KERNELS = ("sb_gemm", "sb_attention", "sb_rms_norm", "sb_add_rms_norm", "sb_silu_mul")
 PY_OPS = ("rms_norm", "add_rms_norm", "head_rms_norm", "rope", "silu_mul", "attention")
@@ -45,14 +45,8 @@ def instrument(llm, clock: OpClock) -> list:
     engine._sample = clock.wrap("host row work", engine._sample)
     engine._emit = clock.wrap("host advance", engine._emit)  # detokenizer + output, per row
     sched = engine.scheduler
-    last: list = [None]
-    schedule = clock.wrap("host schedule", sched.schedule)
-
-    def recording_schedule():
-        last[0] = schedule()
-        return last[0]
-
-    sched.schedule = recording_schedule
+    sched.schedule = clock.wrap("host schedule", sched.schedule)
+    last = record_schedule(sched)
     sched.update_from_output = clock.wrap("host update", sched.update_from_output)
     engine.step = clock.wrap("step", engine.step)
     return last
@@ -108,15 +102,7 @@ def instrument_fused(llm, clock: OpClock) -> list:
     fused.run = clock.wrap("layers", fused.run)
     model.lm_head = clock.wrap("lm_head", model.lm_head)
     model.forward = clock.wrap("forward", model.forward)
-    sched = engine.scheduler
-    last: list = [None]
-    schedule = sched.schedule
-
-    def recording_schedule():
-        last[0] = schedule()
-        return last[0]
-
-    sched.schedule = recording_schedule
+    last = record_schedule(engine.scheduler)
     engine.step = clock.wrap("step", engine.step)
     return last
 

@@ -163,10 +163,10 @@ class ModelRunner:
         from the device."""
         on_device = self.device_digests if device_digests is None else device_digests
         hints = StepHints(copy_rows, on_device and self.device.type == "cuda")
-        self.num_device_digest_steps += hints.device_digests
         scheduled = sched_out.scheduled
         if not scheduled:
             return ReadyStep(StepLogits())
+        self.num_device_digest_steps += hints.device_digests
         fed = self._fed(scheduled, feed) if feed is not None else None
         rows = self.graphs.run(scheduled, fed) if self.graphs is not None else None
         if rows is not None:  # one row per request, in batch order; overwritten by a replay

@@ -39,14 +39,6 @@ class _Layer:
         self.k_norm = _optional(ops, w.get(f"{attn}.k_norm.weight"))
 
 
-def sblayer_possible(ops) -> bool:
-    """Whether the op set runs the C kernels sblayer.c chains (linear and attention)."""
-    return (
-        getattr(ops, "linear_kernel", None) == "sbgemm"
-        and getattr(ops, "attention_kernel", None) == "sbattn"
-    )
-
-
 def _optional(ops, t: torch.Tensor | None) -> torch.Tensor | None:
     return None if t is None else ops.weight(t)
 
@@ -146,7 +138,7 @@ class DecoderModel:
         if cached is None or cached[0] is not kv:
             from samebits.kernels.cpu.sblayer import FusedLayers
 
-            cached = (kv, FusedLayers.build(self, kv) if sblayer_possible(self.ops) else None)
+            cached = (kv, FusedLayers.build(self, kv))
             self._fused = cached
         return cached[1]
 

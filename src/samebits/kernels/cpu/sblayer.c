@@ -4,8 +4,8 @@
  * down linear, residual add + the next layer's RMSNorm), so every output bit is the same; only
  * the ~12 Python calls per layer and their allocations are gone. Layers with a qkv bias or
  * q / k norms, and linears whose width is padded (except qkv), keep the op-by-op path
- * (`kernels/cpu/sblayer.py` decides). Thread counts follow the Python wrappers' thresholds;
- * they never change a bit (each kernel's split is invariant). */
+ * (`kernels/cpu/sblayer.py` decides). Thread counts follow the Python wrappers' thresholds
+ * (passed in the io record); they never change a bit (each kernel's split is invariant). */
 #include "sbpool.h"
 
 void sb_gemm(const float *x, long M, long K, const unsigned char *w, long format, long Np,
@@ -17,10 +17,6 @@ void sb_attention(const float *q, long n_heads, long dim, const float *k_cache,
 void sb_silu_mul(const float *gate_up, long rows, long inter, float *out, long threads);
 void sb_add_rms_norm(const float *x, float *residual, long rows, long dim, const float *w,
                      double eps, float *out, long threads);
-
-#define GEMM_MIN_MACS (1L << 18)  /* sbgemm.py PARALLEL_MIN_MACS */
-#define ROW_MIN_ELEMENTS (1L << 13) /* sbrow.py PARALLEL_MIN_ELEMENTS */
-#define ATTN_MIN_PAIRS (1L << 13)   /* sbattn.py PARALLEL_MIN_PAIRS */
 
 /* A linear: strips in `format`, K inputs, Np (padded) outputs. */
 struct sb_lin {
@@ -45,15 +41,17 @@ struct sb_layer_io {
     const float *cos, *sin;                       /* [max_positions, dim / 2] */
     float *x, *residual; /* x: this layer's normed input; then the next layer's */
     float *qkv, *q, *k, *attn, *o, *gate_up, *act, *down;
+    long gemm_min_macs, row_min_elements, attn_min_pairs; /* the wrappers' PARALLEL_MIN_* */
 };
 
 static long use_threads(long work, long min_work, long threads) {
     return work >= min_work && threads > 1 ? threads : 1;
 }
 
-static void linear(const struct sb_lin *l, const float *x, long rows, float *y, long threads) {
+static void linear(const struct sb_lin *l, const float *x, long rows, float *y,
+                   const struct sb_layer_io *io) {
     sb_gemm(x, rows, l->k, l->w, l->format, l->np, y,
-            use_threads(rows * l->k * l->np, GEMM_MIN_MACS, threads));
+            use_threads(rows * l->k * l->np, io->gemm_min_macs, io->threads));
 }
 
 /* In place rotate-half RoPE of rows [count, dim] of token t (rowwise.rope's arithmetic: each
@@ -91,19 +89,19 @@ static void split_rope_store(const struct sb_layer_weights *w, const struct sb_l
 
 void sb_decoder_layer(const struct sb_layer_weights *w, const struct sb_layer_io *io) {
     long n = io->n, th = io->threads, rows = n * io->hidden;
-    linear(&w->qkv, io->x, n, io->qkv, th);
+    linear(&w->qkv, io->x, n, io->qkv, io);
     split_rope_store(w, io);
     sb_attention(io->q, io->n_heads, io->dim, w->k_cache, w->v_cache, io->n_kv, io->positions,
                  io->query_req, io->block_tables, io->width, io->block_size, io->key_tile,
                  io->scale, io->attn, n,
-                 use_threads(io->attn_pairs * io->n_heads, ATTN_MIN_PAIRS, th));
-    linear(&w->o, io->attn, n, io->o, th);
-    long row_th = use_threads(rows, ROW_MIN_ELEMENTS, th);
+                 use_threads(io->attn_pairs * io->n_heads, io->attn_min_pairs, th));
+    linear(&w->o, io->attn, n, io->o, io);
+    long row_th = use_threads(rows, io->row_min_elements, th);
     sb_add_rms_norm(io->o, io->residual, n, io->hidden, w->ln2, io->eps, io->x, row_th);
-    linear(&w->gate_up, io->x, n, io->gate_up, th);
+    linear(&w->gate_up, io->x, n, io->gate_up, io);
     sb_silu_mul(io->gate_up, n, io->inter, io->act,
-                use_threads(n * io->inter, ROW_MIN_ELEMENTS, th));
-    linear(&w->down, io->act, n, io->down, th);
+                use_threads(n * io->inter, io->row_min_elements, th));
+    linear(&w->down, io->act, n, io->down, io);
     if (w->next_ln)
         sb_add_rms_norm(io->down, io->residual, n, io->hidden, w->next_ln, io->eps, io->x,
                         row_th);

@@ -15,7 +15,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from samebits.kernels.cpu import native
+from samebits.kernels.cpu import native, sbattn, sbgemm, sbrow
 from samebits.kernels.cpu.sbattn import AttentionTables, attention_tables
 from samebits.kernels.cpu.sbgemm import FORMATS, SbLinear
 
@@ -42,6 +42,7 @@ class _IO(ctypes.Structure):
         ("cos", _P), ("sin", _P), ("x", _P), ("residual", _P),
         ("qkv", _P), ("q", _P), ("k", _P), ("attn", _P), ("o", _P), ("gate_up", _P),
         ("act", _P), ("down", _P),
+        ("gemm_min_macs", _L), ("row_min_elements", _L), ("attn_min_pairs", _L),
     ]  # fmt: skip
 
 
@@ -119,6 +120,7 @@ class FusedLayers:
             tables.pairs_per_head, model.cos.data_ptr(), model.sin.data_ptr(),
             x.data_ptr(), residual.data_ptr(),
             *(buffers[name].data_ptr() for name in sizes),
+            sbgemm.PARALLEL_MIN_MACS, sbrow.PARALLEL_MIN_ELEMENTS, sbattn.PARALLEL_MIN_PAIRS,
         )  # fmt: skip
         buffers["tables"] = tables
         return io, buffers

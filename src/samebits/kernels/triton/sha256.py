@@ -14,11 +14,10 @@ import triton
 
 from samebits.kernels.triton._sha256_kernel import sha256_rows_kernel
 
-# A program hashes up to 32 * MAX_WARPS rows, one lane each. One warp per program: on the
-# H200 a lane's 64-round chain is latency bound (19 ms for a 128k-vocab row) and warps that
-# share an SM slow each other down (256 rows in one 8-warp program cut workload (a) of
-# `gpu_serving.py` from 7,376 to 1,974 tok/s, its digests then waited on).
-MAX_WARPS = 1
+# One warp of 32 lanes per program, one row per lane: on the H200 a lane's 64-round chain is
+# latency bound (19 ms for a 128k-vocab row); 256 rows in one 8-warp program cut workload (a)
+# of `gpu_serving.py` from 7,376 to 1,974 tok/s (its digests then waited on).
+ROWS_PER_PROGRAM = 32
 
 
 def _primes(n: int) -> list[int]:
@@ -52,19 +51,10 @@ def sha256_constants() -> np.ndarray:
 _CONSTANTS: dict[torch.device, torch.Tensor] = {}
 
 
-def rows_per_program(num_rows: int) -> int:
-    """Rows per program for `num_rows` rows: 32 times the fewest warps (a power of two, at
-    most MAX_WARPS) that hold them."""
-    warps = 1
-    while warps < MAX_WARPS and 32 * warps < num_rows:
-        warps *= 2
-    return 32 * warps
-
-
-def sha256_rows(rows: torch.Tensor, per_program: int | None = None) -> torch.Tensor:
+def sha256_rows(rows: torch.Tensor, per_program: int = ROWS_PER_PROGRAM) -> torch.Tensor:
     """The SHA-256 state words [B, 8] (int32 bit patterns) of each float32 row of `rows`
     [B, V] (row-contiguous), queued on the current stream. `per_program` (32 times a power of
-    two; default `rows_per_program`) only spreads the rows over programs: the words never
+    two) only spreads the rows over programs: the words never
     depend on it."""
     if rows.dtype != torch.float32 or rows.dim() != 2 or rows.stride(1) != 1:
         raise ValueError(f"sha256_rows needs row-contiguous float32 [B, V], got {rows.dtype}")
@@ -73,7 +63,6 @@ def sha256_rows(rows: torch.Tensor, per_program: int | None = None) -> torch.Ten
         _CONSTANTS[device] = torch.from_numpy(sha256_constants()).to(device)
     out = torch.empty((rows.shape[0], 8), dtype=torch.int32, device=device)
     if rows.shape[0]:
-        per_program = per_program or rows_per_program(rows.shape[0])
         grid = (triton.cdiv(rows.shape[0], per_program),)
         sha256_rows_kernel[grid](
             rows.view(torch.int32), out, _CONSTANTS[device], rows.shape[0], rows.shape[1],
