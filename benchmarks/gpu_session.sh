@@ -19,6 +19,7 @@
 #   info       samebits info / generate --device cuda on a tiny Qwen3 checkpoint
 #   serving    benchmarks/gpu_serving.py --sample 8 $SERVING_ARGS (issue 13 workloads)
 #   digestcost gpu_serving.py --digest-cost (the invariant plan, (a) and (b) with and without digests)
+#   breakdown  benchmarks/gpu_step_breakdown.py (torch.profiler of batch-64 decode steps by kernel category)
 #   rate       benchmarks/server_rate_sweep.py (issue 13 (c): 4, 16, 64 req/s through the server)
 #   ops        benchmarks/gpu_ops.py
 #   agree      benchmarks/gpu_agreement.py
@@ -53,6 +54,7 @@ for job in "$@"; do
           python3 -m samebits.cli generate "Hello there" --device cuda --model /tmp/tiny_qwen3 --max-tokens 8 --seed 1 --no-chat ;;
     digestcost) timeout 170 python3 benchmarks/gpu_serving.py --digest-cost --no-hf --out "$OUT/gpu_digest_cost.json" 2>&1 | tail -3 ;;
     serving) timeout 560 python3 benchmarks/gpu_serving.py --sample 8 ${SERVING_ARGS:-} --out "$OUT/gpu_serving.json" 2>&1 | tail -30 ;;
+    breakdown) timeout 300 python3 benchmarks/gpu_step_breakdown.py --trace ${BREAKDOWN_ARGS:-} --out "$OUT/gpu_step_breakdown.json" 2>&1 | grep -v USDT | tail -40 ;;
     rate) for plan in invariant fast; do  # one process per plan: each engine takes 85% of the GPU
             timeout 280 python3 benchmarks/server_rate_sweep.py --plans $plan \
               --out "$OUT/server_rate_sweep_$plan.json" 2>&1 | tail -12; done ;;
