@@ -29,6 +29,7 @@ Writes JSON to --out (default $OUT/gpu_serving.json or ./gpu_serving.json).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -60,9 +61,13 @@ def workload_b(vocab: int, quick: bool, seed: int = 1) -> list[tuple[list[int], 
 
 
 def run_engine(llm, jobs: Sequence[tuple[list[int], int]]) -> dict:
-    """Generate every job at once (greedy, EOS ignored); tokens/s over the whole call."""
+    """Generate every job at once (greedy, EOS ignored); tokens/s over the whole call. Cold:
+    the prefix cache is dropped first, so a workload run twice (with and without digests, ...)
+    computes its prompts both times (before 2026-12-01 a second run hit the cache)."""
     from samebits import SamplingParams
 
+    if not llm.reset_prefix_cache():
+        raise RuntimeError("the engine still runs requests; cannot start a cold run")
     params = [SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True, seed=i)
               for i, (_, m) in enumerate(jobs)]  # fmt: skip
     start = time.perf_counter()
@@ -133,18 +138,43 @@ def _computed(engine) -> list:
     return [r.all_token_ids[: r.num_computed_tokens] for r in engine.scheduler.running]
 
 
-def without_digests(llm, jobs) -> dict:
-    """A workload with `logits_digest` replaced by a no-op (cost measurement only)."""
-    import samebits.engine.engine as engine_module
+class _NoDeviceDigests:
+    """Stands in for the runner's device SHA-256 of a step: no kernel, no copy, "" digests."""
 
-    real, runner = engine_module.logits_digest, llm.engine.runner
+    def __init__(self, source, ready) -> None:
+        self._rows = source.shape[0]
+
+    def done(self) -> bool:
+        return True
+
+    def hex(self) -> list[str]:
+        return [""] * self._rows
+
+
+@contextlib.contextmanager
+def no_digests(llm):
+    """No digest work at all inside (cost measurement only, never done outside benchmarks):
+    on a GPU the device digests become `_NoDeviceDigests` (the rows then never cross to the
+    host), on the CPU `logits_digest` becomes a no-op."""
+    import samebits.engine.engine as engine_module
+    import samebits.engine.runner as runner_module
+
+    real, real_device = engine_module.logits_digest, runner_module._DeviceDigests
     engine_module.logits_digest = lambda row: ""
-    before, runner.device_digests = runner.device_digests, False
+    runner_module._DeviceDigests = _NoDeviceDigests
+    runner, before = llm.engine.runner, llm.engine.runner.device_digests
+    runner.device_digests = True
     try:
-        return run_engine(llm, jobs)
+        yield
     finally:
-        engine_module.logits_digest = real
+        engine_module.logits_digest, runner_module._DeviceDigests = real, real_device
         runner.device_digests = before
+
+
+def without_digests(llm, jobs) -> dict:
+    """A workload run with `no_digests`."""
+    with no_digests(llm):
+        return run_engine(llm, jobs)
 
 
 def other_digests(llm, jobs) -> dict:
@@ -276,11 +306,49 @@ def digest_cost(loaded, args: argparse.Namespace, jobs_a, jobs_b) -> dict:
     llm.engine.runner.device_digests = not args.host_digests
     run_engine(llm, jobs_b[:4])
     out: dict = {"device_digests": llm.engine.runner.device_digests}
+    steps = step_timeline(llm.engine)
     for w, jobs in (("a", jobs_a), ("b", jobs_b)):
+        steps.clear()
         out[f"{w}_tok_s"] = run_engine(llm, jobs)["tok_s"]
+        out[f"{w}_steps"] = timeline_summary(steps)
+        steps.clear()
         out[f"{w}_tok_s_without_digests"] = without_digests(llm, jobs)["tok_s"]
+        out[f"{w}_steps_without_digests"] = timeline_summary(steps)
     out["held_outputs"] = llm.engine.num_held_outputs
     return out
+
+
+def step_timeline(engine) -> list[tuple[float, int, int]]:
+    """Make `engine.step` append (wall ms, batch size, batched tokens) to the returned list
+    (a step that ran nothing, e.g. one waiting for held outputs, has batch size 0)."""
+    steps: list[tuple[float, int, int]] = []
+    step = engine.step
+
+    def timed_step():
+        before, tokens = engine.num_steps, engine.num_batched_tokens_total
+        start = time.perf_counter()
+        outs = step()
+        ms = (time.perf_counter() - start) * 1e3
+        ran = engine.num_steps > before
+        steps.append((ms, engine.last_batch_size if ran else 0,
+                      engine.num_batched_tokens_total - tokens))  # fmt: skip
+        return outs
+
+    engine.step = timed_step
+    return steps
+
+
+def timeline_summary(steps: list[tuple[float, int, int]]) -> dict:
+    """Seconds and step counts by kind: mixed (a prompt chunk: tokens > batch), decode by
+    batch size (1-64, 65-128, 129-256), idle (nothing ran: waiting on held outputs)."""
+    kinds: dict[str, list[float]] = {}
+    for ms, batch, tokens in steps:
+        kind = ("idle" if batch == 0 else "mixed" if tokens > batch
+                else f"decode_b{'1-64' if batch <= 64 else '65-128' if batch <= 128 else '129-256'}")  # fmt: skip
+        kinds.setdefault(kind, []).append(ms)
+    return {k: {"steps": len(v), "s": round(sum(v) / 1e3, 3),
+                "median_ms": round(sorted(v)[len(v) // 2], 2), "max_ms": round(max(v), 1)}
+            for k, v in sorted(kinds.items())}  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> dict:

@@ -94,9 +94,15 @@ def summarize(events: list[dict], steps: int, wall_ms: float) -> dict:
         "stream_busy_ms_per_step": {str(s): b for s, b in busy.items()},
         "compute_stream": compute,
         "compute_idle_ms_per_step": (wall_ms / steps - busy[compute]) if compute else None,
-        "top_kernels": [{"name": n[:120], "calls_per_step": len(d) / steps,
-                         "us_per_call": sum(d) / len(d), "ms_per_step": sum(d) / 1e3 / steps}
-                        for n, d in top],  # fmt: skip
+        "top_kernels": [
+            {
+                "name": n[:120],
+                "calls_per_step": len(d) / steps,
+                "us_per_call": sum(d) / len(d),
+                "ms_per_step": sum(d) / 1e3 / steps,
+            }
+            for n, d in top
+        ],  # fmt: skip
     }
 
 
@@ -123,21 +129,23 @@ def profile_steps(llm, steps: int, device: str):
         start = time.perf_counter()
         for _ in range(steps):
             llm.engine.step()
+        wall = (time.perf_counter() - start) * 1e3  # the host loop: bound by the device
         if device == "cuda":
-            torch.cuda.synchronize()
-        wall = (time.perf_counter() - start) * 1e3
+            torch.cuda.synchronize()  # the last digests; not in `wall`
     return prof, wall
 
 
 def run(args: argparse.Namespace) -> dict:
     import torch
+    from gpu_serving import build_llm, no_digests
 
-    from gpu_serving import build_llm
     from samebits.model.random_init import random_model
 
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     loaded = random_model(args.preset, seed=0, device=args.device, dtype=dtype)
     llm, _ = build_llm(loaded, "invariant", args.device, enforce_eager=args.eager)
+    if args.no_digests:  # for good: this process only measures
+        no_digests(llm).__enter__()
     start_requests(llm, args.batch, args.prompt, args.warm + args.steps + 8)
     while any(r.num_computed_tokens < args.prompt for r in llm.engine.scheduler.running) or (
         llm.engine.scheduler.waiting
@@ -147,7 +155,7 @@ def run(args: argparse.Namespace) -> dict:
         llm.engine.step()
     prof, wall = profile_steps(llm, args.steps, args.device)
     out = {"preset": args.preset, "batch": args.batch, "prompt": args.prompt, "warm": args.warm,
-           "eager": args.eager, "device": args.device,
+           "eager": args.eager, "device": args.device, "no_digests": args.no_digests,
            **summarize(device_events(prof), args.steps, wall)}  # fmt: skip
     if args.trace:
         path = Path(args.out).with_suffix(".trace.json")
@@ -169,6 +177,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warm", type=int, default=64, help="decode steps before profiling")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--eager", action="store_true", help="no CUDA graphs")
+    p.add_argument("--no-digests", action="store_true", help="digests replaced by a no-op")
     p.add_argument("--trace", action="store_true", help="also write the chrome trace (gzip)")
     default = Path(os.environ.get("OUT", ".")) / "gpu_step_breakdown.json"
     p.add_argument("--out", default=str(default))

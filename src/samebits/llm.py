@@ -46,6 +46,11 @@ class LLM:
     def fingerprint(self) -> str:
         return self.engine.fingerprint
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget the engine's prefix cache while nothing runs (see
+        `LLMEngine.reset_prefix_cache`); returns whether it was dropped."""
+        return self.engine.reset_prefix_cache()
+
     def generate(
         self, prompts: Prompt | Sequence[Prompt],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,

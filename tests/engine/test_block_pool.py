@@ -166,3 +166,19 @@ def test_integrity_catches_unregistered_hash() -> None:
     [block.block_hash] = _hashes(1)
     with pytest.raises(AssertionError, match="map does not give to it"):
         pool.check_integrity()
+
+
+def test_reset_prefix_cache_only_when_no_block_is_held() -> None:
+    pool = BlockPool(3)
+    blocks = pool.get_new_blocks(2)
+    hashes = _hashes(2)
+    pool.cache_full_blocks(blocks, hashes)
+    assert not pool.reset_prefix_cache()  # held: nothing forgotten
+    assert pool.get_cached_block(hashes[0]) is blocks[0]
+    pool.free_blocks(reversed(blocks))
+    order = list(pool.free_block_queue)
+    assert pool.reset_prefix_cache()
+    assert pool.get_cached_block(hashes[0]) is None and pool.get_cached_block(hashes[1]) is None
+    assert all(b.block_hash is None for b in pool.blocks)
+    assert list(pool.free_block_queue) == order
+    pool.check_integrity()

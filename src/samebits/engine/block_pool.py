@@ -79,6 +79,16 @@ class BlockPool:
             del self.cached_block_hash_to_block[block.block_hash.digest]
         block.block_hash = None
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block (vLLM's name), only when no block is held (every
+        `ref_cnt == 0`); returns whether it did. The free queue's order is kept."""
+        if self.num_free_blocks != self.num_blocks:
+            return False
+        for block in self.blocks:
+            block.block_hash = None
+        self.cached_block_hash_to_block.clear()
+        return True
+
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Take one more reference on each block (a prefix hit); a free block leaves the queue."""
         for block in blocks:

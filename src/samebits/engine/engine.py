@@ -336,6 +336,14 @@ class LLMEngine:
         if bad:
             raise ValueError(f"logit_bias token id {bad[0]} is out of range [0, {self.vocab_size})")
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget the prefix cache (benchmarks' cold runs; vLLM's name). Only while no request
+        runs or waits (their blocks stay put); returns whether the cache was dropped. No
+        value changes either way: a hit and a recomputation give the same bits."""
+        if self.scheduler.has_unfinished_requests() or self._inflight is not None:
+            return False
+        return self.scheduler.kv_cache_manager.reset_prefix_cache()
+
     def abort_request(self, request_id: str) -> None:
         """Stop a request and free its blocks; unknown ids are ignored (a finished request
         whose output was held for its digests is dropped)."""

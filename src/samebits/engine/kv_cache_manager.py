@@ -57,6 +57,10 @@ class KVCacheManager:
     def get_usage(self) -> float:
         return self.block_pool.get_usage()
 
+    def reset_prefix_cache(self) -> bool:
+        """Drop the prefix cache when no request holds a block (see `BlockPool`)."""
+        return self.block_pool.reset_prefix_cache()
+
     def update_block_hashes(self, request: Request) -> None:
         """Extend `request.block_hashes` to every full block of its known tokens."""
         prefix_hash.extend_block_hashes(

@@ -128,6 +128,10 @@ class ModelRunner:
         graphs = graphs or GraphConfig()
         sink = 1 if graphs.enabled else 0
         self.kv_cache = model.new_kv_cache((num_blocks + sink) * block_size)
+        if self.device.type == "cuda" and self.device_digests:
+            from samebits.kernels.triton.sha256 import warm_up
+
+            warm_up(self.device)  # a step never waits for the SHA-256 kernel's compiler
         self.graphs: DecodeGraphRunner | None = None
         if graphs.enabled:
             if max_model_len is None:

@@ -143,7 +143,7 @@ def _block(p, blk, num_words, live, pad):
     )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_rows", "num_words", "row_stride"])
 def sha256_rows_kernel(rows_ptr, out_ptr, k_ptr, num_rows, num_words, row_stride,
                        BLOCK_R: tl.constexpr):  # fmt: skip
     """out[r, 0:8] = SHA-256 state words of row r (int32 bit patterns of the big-endian

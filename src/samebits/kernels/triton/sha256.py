@@ -71,6 +71,14 @@ def sha256_rows(rows: torch.Tensor, per_program: int = ROWS_PER_PROGRAM) -> torc
     return out
 
 
+def warm_up(device: torch.device) -> None:
+    """Compile the kernel now (a few seconds on the H200): the engine calls this at start, so
+    no step waits for the compiler. Its integer arguments are not specialized, so this one
+    binary serves every row count, vocabulary and stride."""
+    sha256_rows(torch.zeros((1, 64), dtype=torch.float32, device=device))
+    torch.cuda.synchronize(device)
+
+
 def hex_digests(words: np.ndarray) -> list[str]:
     """Hex digests of `sha256_rows`'s output copied to the host ([B, 8] int32)."""
     big_endian = np.ascontiguousarray(words).view(np.uint32).astype(">u4")
