@@ -428,12 +428,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     logging.getLogger("samebits.graphs").setLevel(logging.INFO)  # capture time, fallbacks
     result = run(args)
+    out = Path(args.out or Path(os.environ.get("OUT", "."), "gpu_serving.json"))
     if args.digest_cost:
+        out.write_text(json.dumps(result, indent=1))
         print(json.dumps(result["digest_cost"]))
         return 0
     result["summary"] = summary(result)
     print(json.dumps(result["summary"], indent=1))
-    out = Path(args.out or Path(os.environ.get("OUT", "."), "gpu_serving.json"))
     out.write_text(json.dumps(result, indent=1, default=str))
     summary_ok = result["summary"].get("invariant_eager_alone_mismatches", 0) == 0
     return 0 if result["summary"]["alone_mismatches"] == 0 and summary_ok else 1
