@@ -41,9 +41,18 @@ SPLIT = [(128, 128, 8, 3, 8), (128, 128, 8, 4, 8), (64, 128, 4, 4, 8), (128, 64,
          (64, 256, 8, 3, 8), (64, 64, 4, 4, 8), (64, 128, 4, 3, 8)]  # fmt: skip
 
 
+# 32 < M <= 256 (decode batches; 2026-12-01): narrower tiles for more programs on 132 SMs,
+# one m-tile for the whole batch (each weight tile read once), deeper pipelines.
+DECODE = [(64, 16, 4, 8, 8), (64, 32, 4, 6, 8), (64, 32, 4, 8, 8), (64, 32, 2, 8, 8),
+          (64, 64, 4, 4, 8), (64, 64, 4, 6, 8), (32, 64, 4, 4, 8), (64, 64, 8, 4, 8),
+          (64, 128, 4, 4, 8), (128, 32, 4, 6, 8), (128, 64, 4, 4, 8), (128, 64, 8, 5, 8)]  # fmt: skip
+
+
 def configs_for(m: int, splits: int) -> list[tuple]:
     if m <= 32:
         return SMALL
+    if m <= 256:
+        return DECODE
     if splits > 1:
         return SPLIT
     return S1_LARGE if m >= 512 else S1_MID

@@ -188,3 +188,27 @@ def test_block_size_outside_the_certified_pages_refuses(monkeypatch, capsys):
 
     monkeypatch.delenv(gate.ENV_ALLOW)
     gate.check_block_size(CpuDeployment(), 64)  # no certificate component: not gated
+
+
+def test_certify_reuses_only_proofs_of_the_same_specialization(tmp_path):
+    """A second certification keeps the certificates whose kernel source, launches and goal
+    are unchanged, and proves again one whose recorded launch differs (as after a launch-table
+    change); `reuse=False` proves everything."""
+    pytest.importorskip("z3")
+    from samebits.analysis.kernel_prover.certify import certify_units
+
+    unit = dict(key="rows.silu_mul.128", kind="rows", op="silu_mul", inner=128)
+    (first,) = certify_units([unit], tmp_path)
+    assert first["reused"] == []
+    (again,) = certify_units([unit], tmp_path)
+    assert again["reused"] == again["specs"] and again["proved"]
+    assert again["certificates"] == first["certificates"]
+    path = tmp_path / "rows.silu_mul.128.json"
+    data = json.loads(path.read_text())
+    data["certificates"][0]["right_launch"][0]["grid"] = [999]
+    path.write_text(json.dumps(data))
+    (redone,) = certify_units([unit], tmp_path)
+    assert redone["reused"] == [] and redone["proved"]
+    assert redone["certificates"][0]["right_launch"] == first["certificates"][0]["right_launch"]
+    (forced,) = certify_units([unit], tmp_path, reuse=False)
+    assert forced["reused"] == []

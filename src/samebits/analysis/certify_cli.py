@@ -34,6 +34,9 @@ def add_certify_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--shipped", action="store_true",
                    help="prove and write the package's shipped certificate set")  # fmt: skip
     p.add_argument("--jobs", type=int, default=1, help="units proved in parallel (processes)")
+    p.add_argument("--force", action="store_true",
+                   help="prove every unit, also those whose certificate is valid, and every "
+                   "specialization (no earlier proof reused)")  # fmt: skip
 
 
 def model_dims(spec: str) -> dict:
@@ -81,10 +84,10 @@ def units_of(models) -> list[dict]:
 
 
 def _prove_one(args):
-    unit, out = args
+    unit, out, reuse = args
     from samebits.analysis.kernel_prover.certify import certify_units
 
-    rec = certify_units([unit], out)[0]
+    rec = certify_units([unit], out, reuse=reuse)[0]
     return unit["key"], rec["proved"], rec["wall_s"], rec["results"]
 
 
@@ -113,7 +116,11 @@ def certify_main(args: argparse.Namespace) -> int:
         return 1 if bad else 0
     out = gate.SHIPPED_DIR if args.shipped else Path(args.out)
     units = units_of(models)
-    jobs = [(u, str(out)) for u in units]
+    if not args.force:  # a unit whose certificate there is valid today is not proved again
+        valid = [u for u in units if gate.check_unit(u, out)[0] is None]
+        units = [u for u in units if u not in valid]
+        print(f"{len(valid)} units already valid in {out} (--force proves them again)")
+    jobs = [(u, str(out), not args.force) for u in units]
     if args.jobs > 1:
         from concurrent.futures import ProcessPoolExecutor
 

@@ -156,21 +156,67 @@ def certify(
     return certs
 
 
-def certify_units(units: list[dict], out_dir: Path | str, log=None) -> list[dict]:
+def _previous_certificates(path: Path) -> dict[str, dict]:
+    """The proved certificates of a unit's earlier record at `path`, by specialization name,
+    each with its assumptions as {name: text} again (a record names the texts once)."""
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    texts = rec.get("assumptions", {})
+    return {c["specialization"]: dict(c, assumptions={n: texts.get(n, "") for n in c["assumptions"]})
+            for c in rec.get("certificates", [])
+            if c.get("result", {}).get("status") == "proved"}  # fmt: skip
+
+
+def reusable(previous: dict | None, spec) -> bool:
+    """Whether an earlier certificate proves `spec` as it is today: proved, and the same kernel
+    source (SHA-256), the same two launches and the same goal. Such a proof is the one the
+    gate accepts for an unchanged unit, so a unit whose launch list changed re-proves only its
+    new specializations (the prover version a certificate names stays its own)."""
+    if previous is None:
+        return False
+    left, right = _launches(spec)
+    sha = KernelSource.parse((KERNEL_DIR / spec.kernel_file).read_text(), spec.kernel_file).sha256
+    return (
+        previous.get("kernel_source_sha256") == sha
+        and previous.get("left_launch") == _jsonable(left)
+        and previous.get("right_launch") == _jsonable(right)
+        and previous.get("goal") == spec.goal.to_dict()
+    )
+
+
+def _unit_certificates(unit: dict, previous: dict[str, dict], log) -> tuple[list, list]:
+    """(certificates, names reused) for every specialization of `unit`."""
+    certs, reused = [], []
+    for spec in unit_specs(unit):
+        old = previous.get(spec.name)
+        if reusable(old, spec):
+            certs.append(old)
+            reused.append(spec.name)
+            continue
+        result, path, sha = prove_spec(spec)
+        certs.append(certificate(spec, result, Path(path).name, sha))
+        if log:
+            log(f"{result.status:22s} {result.wall_s:7.2f}s  {spec.name}")
+    return certs, reused
+
+
+def certify_units(
+    units: list[dict], out_dir: Path | str, log=None, reuse: bool = True
+) -> list[dict]:
     """Prove every specialization of each unit; write ``<unit key>.json`` (the unit, its
     specialization as the engine launches it today, the kernel source SHA-256 and every
-    certificate) to ``out_dir``. Returns the unit records."""
+    certificate) to ``out_dir``. A specialization already proved in the unit's earlier record
+    there (`reusable`) keeps its certificate unless `reuse` is False. Returns the unit records."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     records = []
     for unit in units:
         t0 = time.perf_counter()
-        certs = []
-        for spec in unit_specs(unit):
-            result, path, sha = prove_spec(spec)
-            certs.append(certificate(spec, result, Path(path).name, sha))
-            if log:
-                log(f"{result.status:22s} {result.wall_s:7.2f}s  {spec.name}")
+        path = out / f"{unit['key']}.json"
+        previous = _previous_certificates(path) if reuse else {}
+        certs, reused = _unit_certificates(unit, previous, log)
         kfile = U.kernel_file(unit)
         assumptions = {}
         for c in certs:  # named once per unit (each certificate lists the names it rests on)
@@ -184,12 +230,13 @@ def certify_units(units: list[dict], out_dir: Path | str, log=None) -> list[dict
             "specs": [c["specialization"] for c in certs],
             "results": {c["specialization"]: c["result"]["status"] for c in certs},
             "proved": all(c["result"]["status"] == "proved" for c in certs),
+            "reused": reused,
             "wall_s": round(time.perf_counter() - t0, 2),
             "prover": {"name": PROVER_NAME, "version": PROVER_VERSION,
                        "source_sha256": _prover_digest()},
             "assumptions": assumptions,
             "certificates": certs,
         }  # fmt: skip
-        (out / f"{unit['key']}.json").write_text(json.dumps(record, indent=1) + "\n")
+        path.write_text(json.dumps(record, indent=1) + "\n")
         records.append(record)
     return records
