@@ -72,6 +72,15 @@ class Ops(Protocol):
 
     def store_kv(self, kv: KVCache, layer: int, batch: FlatBatch, k, v) -> None: ...
 
+    def qkv_rope_store(
+        self, qkv: torch.Tensor, batch: FlatBatch, cos, sin, kv: KVCache, layer: int,
+        heads: int, kv_heads: int, head_dim: int,
+    ) -> torch.Tensor:  # fmt: skip
+        """The attention input of a layer without q/k norms: split ``qkv [n, (heads +
+        2 * kv_heads) * head_dim]``, RoPE q and k, store k and v at ``batch.slot_mapping`` of
+        layer ``layer``'s cache; returns q ``[n, heads, head_dim]`` contiguous. The same bits
+        as split + ``rope`` (q, k) + ``store_kv`` (an op set may fuse them)."""
+
     def prepare_batch(self, batch: FlatBatch) -> FlatBatch:
         """Per-forward metadata (e.g. attention tile maps), computed once for all layers."""
 

@@ -47,6 +47,18 @@ class TorchPlacement:
         kv.k[layer].index_copy_(0, batch.slot_mapping, k)
         kv.v[layer].index_copy_(0, batch.slot_mapping, v)
 
+    def qkv_rope_store(
+        self, qkv: torch.Tensor, batch: FlatBatch, cos, sin, kv: KVCache, layer: int,
+        heads: int, kv_heads: int, head_dim: int,
+    ) -> torch.Tensor:  # fmt: skip
+        """Op by op: split, ``rope`` of contiguous q and k, ``store_kv`` (the reference a
+        fused override must match bit for bit)."""
+        q, k, v = split_qkv(qkv, heads, kv_heads, head_dim)
+        self.rope(q, batch, cos, sin)
+        self.rope(k, batch, cos, sin)
+        self.store_kv(kv, layer, batch, k, v)
+        return q
+
     def prepare_batch(self, batch: FlatBatch) -> FlatBatch:
         return batch
 
@@ -204,6 +216,18 @@ class FastOps(TorchPlacement):
             o = F.scaled_dot_product_attention(qr, k, v, attn_mask=mask, scale=scale)
             out[lo:hi] = o.transpose(0, 1)
         return out
+
+
+def split_qkv(
+    qkv: torch.Tensor, heads: int, kv_heads: int, head_dim: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``qkv [n, (heads + 2 * kv_heads) * head_dim]`` -> q, k (contiguous copies, to be
+    rotated in place) and v (a view) as ``[n, heads or kv_heads, head_dim]``."""
+    n, hd, kvd = qkv.shape[0], heads * head_dim, kv_heads * head_dim
+    q = qkv[:, :hd].reshape(n, heads, head_dim).contiguous()
+    k = qkv[:, hd : hd + kvd].reshape(n, kv_heads, head_dim).contiguous()
+    v = qkv[:, hd + kvd :].reshape(n, kv_heads, head_dim)
+    return q, k, v
 
 
 def _request_slots(batch: FlatBatch, r: int) -> torch.Tensor:

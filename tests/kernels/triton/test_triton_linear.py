@@ -6,7 +6,7 @@ import pytest
 import torch
 from triton_bits import differing_rows, same_bits
 
-from samebits.kernels.triton.launches import COLUMN_TABLE, NARROW_MID_ROW, SPLIT_TABLE, Launch
+from samebits.kernels.triton.launches import COLUMN_TABLE, NARROW_ROWS, SPLIT_TABLE, Launch
 from samebits.kernels.triton.linear import TritonLinear, choose_launch, linear, split_plan
 
 # (role, n, k): splits 4, 2, 1; odd N; K not a multiple of 64; BK = 32 for small K.
@@ -69,7 +69,7 @@ def test_every_launch_table_row_same_bits():
     x, w, b = _operands(40, 512, True, rows=40, seed=2)
     plan = split_plan(40, 512, "down")
     ref = linear(x, w, b, plan, torch.float32, Launch("split_grid", 16, 64, 4, 4))
-    for _, _, bm, bn, warps, stages, group in {*COLUMN_TABLE, NARROW_MID_ROW, *SPLIT_TABLE}:
+    for _, _, bm, bn, warps, stages, group in {*COLUMN_TABLE, *NARROW_ROWS.values(), *SPLIT_TABLE}:
         for kind in ("split_grid", "ranges", "tma"):
             y = linear(x, w, b, plan, torch.float32, Launch(kind, bm, bn, warps, stages, group))
             assert same_bits(y, ref), f"{kind} {bm}x{bn}: rows {differing_rows(y, ref)}"

@@ -21,7 +21,14 @@ from samebits.kernels.triton.linear import (
     linear,
     split_plan,
 )
-from samebits.kernels.triton.rows import add_rms_norm, head_rms_norm, rms_norm, rope, silu_mul
+from samebits.kernels.triton.rows import (
+    add_rms_norm,
+    head_rms_norm,
+    qkv_rope_store,
+    rms_norm,
+    rope,
+    silu_mul,
+)
 
 __all__ = [
     "KEY_BLOCK",
@@ -37,6 +44,7 @@ __all__ = [
     "head_rms_norm",
     "linear",
     "paged_attention",
+    "qkv_rope_store",
     "rms_norm",
     "rope",
     "silu_mul",

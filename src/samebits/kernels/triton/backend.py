@@ -77,6 +77,14 @@ class TritonOps(TorchPlacement):
     def rope(self, x, batch: FlatBatch, cos, sin) -> None:
         rows.rope(x, batch.device_positions(), cos, sin)
 
+    def qkv_rope_store(self, qkv, batch: FlatBatch, cos, sin, kv, layer: int, heads: int,
+                       kv_heads: int, head_dim: int) -> torch.Tensor:  # fmt: skip
+        """One kernel per layer (`rows.qkv_rope_store`): the same bits as the op-by-op default."""
+        return rows.qkv_rope_store(
+            qkv, batch.device_positions(), batch.slot_mapping, cos, sin, kv.k[layer],
+            kv.v[layer], heads,
+        )  # fmt: skip
+
     def silu_mul(self, gate_up):
         return rows.silu_mul(gate_up)
 

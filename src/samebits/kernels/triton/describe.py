@@ -12,7 +12,7 @@ from samebits.kernels.triton.attention_meta import (
     DECODE_BLOCK_M,
     PREFILL_BLOCK_M,
 )
-from samebits.kernels.triton.launches import COLUMN_TABLE, NARROW_MID_ROW, SPLIT_TABLE, WIDE_N
+from samebits.kernels.triton.launches import COLUMN_TABLE, NARROW_ROWS, SPLIT_TABLE, WIDE_N
 from samebits.kernels.triton.splitplan import MIN_STEPS_PER_RANGE, SPLIT_CANDIDATES, SplitPlan
 
 
@@ -34,6 +34,10 @@ def _launch_table(table) -> str:
     return f"{rows}, larger:{_cell(table[-1])}"
 
 
+def _narrow_rows() -> str:
+    return ", ".join(f"M<={m}:{_cell(row)}" for m, row in sorted(NARROW_ROWS.items()))
+
+
 def describe() -> dict[str, str]:
     """One line per op: kernel and static config (numerics first, launch choices after)."""
     return {
@@ -41,12 +45,14 @@ def describe() -> dict[str, str]:
             "triton split-plan linear: splits per role "
             f"{dict(SPLIT_CANDIDATES)} (>= {MIN_STEPS_PER_RANGE} BK steps per range), BK=64 "
             "(32 if K<64), tl.dot fp32 accumulate; launches by M: S=1 "
-            f"{_launch_table(COLUMN_TABLE)} (N<{WIDE_N}: 64<M<=256 {_cell(NARROW_MID_ROW)}); "
+            f"{_launch_table(COLUMN_TABLE)} (N<{WIDE_N}: {_narrow_rows()}); "
             f"S>1 {_launch_table(SPLIT_TABLE)}; tma rows run as pointer loads without TMA"
         ),
         "rms_norm": "triton row program (also add_rms_norm, head_rms_norm): block=next_pow2(width), "
         "warps=min(8,max(1,block//256)), tl.sum of squares, div_rn/sqrt_rn",
-        "rope": "triton token program: rotate-half, fp32, elementwise",
+        "rope": "triton token program: rotate-half, fp32, elementwise; without q/k norms fused "
+        "with the qkv split and the K/V store (qkv_rope_store: one program per token, the same "
+        "RoPE expression, K/V to the token's slot; evidence: test)",
         "silu_mul": "triton (row, 1024-column block) program: silu(g)*u fp32, elementwise",
         "attention": (
             f"triton paged attention: key tiles of {KEY_BLOCK} at absolute positions, online "

@@ -17,28 +17,40 @@ TMA = "tma"
 LAUNCH_KINDS = (SPLIT_GRID, RANGES, TMA)
 
 # Rows (max M, kind, block_m, block_n, num_warps, num_stages, group_n); the first row whose max M
-# >= m is used. Measured on the H200 (`benchmarks/linear_sweep.py`, 2026-11-30, CUDA-graph
-# timing, Llama-3-8B shapes; `benchmarks/results/2026-11-30-h200-linear-sweep*.json`):
-# - column weights (S = 1): pointer loads at M <= 64 (qkv 1.10-1.17x cuBLAS, gate_up 1.0x);
-#   above, TMA descriptor loads in grouped tile order (qkv / gate_up 1.01-1.04x at M >= 2048,
-#   where the pointer kernel ran 1.20-1.35x). Narrow weights (N < WIDE_N, e.g. qkv) at
-#   64 < M <= 256 keep 64x64 tiles: 128x128 tiles leave most SMs idle (qkv M=128: 24 vs 33 us).
-# - split plans (S > 1): the split-K grid at M <= 128 (0.93-1.2x); above, the TMA kernel with
-#   the ranges in one k loop (o 1.18-1.25x, down 1.09-1.18x at M >= 512), where the grid's
-#   partials (S*M*N*8 bytes) cost 1.5-2.1x and in-program ranges as nested loops 2.5x;
-#   64x128 tiles with 4 warps ran 1.45-1.55x at M = 512 (a second fp32 tile per thread).
+# >= m is used. Measured on the H200 (`benchmarks/linear_sweep.py`, CUDA-graph timing with a cold
+# L2, Llama-3-8B shapes; `benchmarks/results/2026-11-30-h200-linear-sweep*.json` and, for
+# 16 < M <= 256, `...-2026-12-01-h200-linear-sweep-decode.json`):
+# - column weights (S = 1): pointer loads at M <= 16; at 16 < M <= 64 TMA descriptor loads with
+#   one 64-row m-tile (the weight read once) and narrow tiles for more programs: qkv 64x32 /
+#   8 stages 21.1 us (was 24.8 with 64x64 pointer tiles, cuBLAS 20.0), gate_up 64x128 66.9 us
+#   (was 71.3, cuBLAS 68.8); above, TMA in grouped tile order (qkv / gate_up 1.01-1.04x cuBLAS
+#   at M >= 2048, where the pointer kernel ran 1.20-1.35x). Narrow weights (N < WIDE_N, e.g.
+#   qkv) keep 64-wide tiles up to M = 128 (128x128 tiles leave most SMs idle: qkv M=128: 24 vs
+#   33 us) and take 128x64 at 128 < M <= 256 (32.6 vs 36.9 us); wide ones 128x64 at
+#   64 < M <= 128 (gate_up 75.4 vs 77.3 us).
+# - split plans (S > 1): the split-K grid at M <= 128 (64x64 tiles at 16 < M <= 64: o 16.7 us,
+#   down 42.5, were 17.7 / 46.5 with 32x64); 128 < M <= 256 the TMA kernel with 128x64 tiles,
+#   8 warps, 5 stages (o 26.6 / down 69.3 us, were 32.6 / 86.9 with 128x128); above, 128x128
+#   (o 1.18-1.25x, down 1.09-1.18x cuBLAS at M >= 512), where the grid's partials
+#   (S*M*N*8 bytes) cost 1.5-2.1x and in-program ranges as nested loops 2.5x.
 COLUMN_TABLE: tuple[tuple, ...] = (
     (16, RANGES, 16, 32, 4, 6, 1),
-    (64, RANGES, 64, 64, 4, 6, 1),
+    (64, TMA, 64, 128, 4, 4, 8),
+    (128, TMA, 128, 64, 4, 4, 8),
     (256, TMA, 128, 128, 8, 4, 8),
     (1 << 62, TMA, 128, 256, 8, 4, 8),
 )
-NARROW_MID_ROW = (256, TMA, 64, 64, 4, 6, 1)  # replaces the 64 < M <= 256 row when N < WIDE_N
+NARROW_ROWS = {  # replace the rows of these max M when N < WIDE_N
+    64: (64, TMA, 64, 32, 4, 8, 8),
+    128: (128, TMA, 64, 64, 4, 6, 1),
+    256: (256, TMA, 128, 64, 4, 4, 8),
+}
 WIDE_N = 16384
 SPLIT_TABLE: tuple[tuple, ...] = (
     (16, SPLIT_GRID, 16, 32, 4, 4, 1),
-    (64, SPLIT_GRID, 32, 64, 4, 4, 1),
+    (64, SPLIT_GRID, 64, 64, 4, 4, 1),
     (128, SPLIT_GRID, 64, 128, 4, 4, 1),
+    (256, TMA, 128, 64, 8, 5, 8),
     (1 << 62, TMA, 128, 128, 8, 4, 8),
 )
 # Without TMA (compute capability < 9, or K * itemsize not a multiple of 16), a TMA row runs
@@ -71,7 +83,7 @@ def launch_table(plan: SplitPlan) -> tuple[tuple, ...]:
     if plan.splits > 1:
         return SPLIT_TABLE
     if plan.n < WIDE_N:
-        return tuple(NARROW_MID_ROW if row[0] == 256 else row for row in COLUMN_TABLE)
+        return tuple(NARROW_ROWS.get(row[0], row) for row in COLUMN_TABLE)
     return COLUMN_TABLE
 
 

@@ -1,4 +1,5 @@
-"""Row-local ops on the GPU: RMSNorm (plain, fused residual add, per-head), RoPE, SiLU-and-mul.
+"""Row-local ops on the GPU: RMSNorm (plain, fused residual add, per-head), RoPE, the fused
+qkv split + RoPE + KV store, SiLU-and-mul.
 
 Invariant: one program per row (RoPE: per token; SiLU: per row and fixed column block) with a
 layout that depends only on the row width, so every row's bits are independent of M and of
@@ -10,9 +11,17 @@ from __future__ import annotations
 import torch
 import triton
 
-from samebits.kernels.triton._row_kernels import rms_norm_kernel, rope_kernel, silu_mul_kernel
+from samebits.kernels.triton._row_kernels import (
+    qkv_rope_store_kernel,
+    rms_norm_kernel,
+    rope_kernel,
+    silu_mul_kernel,
+)
 
-__all__ = ["add_rms_norm", "head_rms_norm", "rms_norm", "rope", "row_num_warps", "silu_mul"]
+__all__ = [
+    "add_rms_norm", "head_rms_norm", "qkv_rope_store", "rms_norm", "rope", "row_num_warps",
+    "silu_mul",
+]  # fmt: skip
 
 SILU_BLOCK = 1024
 SILU_WARPS = 4
@@ -79,6 +88,50 @@ def rope(x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch
         x, positions, cos, sin, HEADS=heads, HALF=d // 2, BLOCK_H=triton.next_power_of_2(heads),
         BLOCK_D=triton.next_power_of_2(d // 2), num_warps=ROPE_WARPS,
     )  # fmt: skip
+
+
+def qkv_rope_store(
+    qkv: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, cos: torch.Tensor,
+    sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, heads: int,
+) -> torch.Tensor:  # fmt: skip
+    """``qkv [M, (heads + 2 * kv_heads) * D]`` -> q ``[M, heads, D]`` (new, contiguous) with
+    RoPE at ``positions``; RoPE'd k and raw v written to row ``slots[t]`` of ``k_cache`` /
+    ``v_cache`` ``[S, kv_heads, D]``. One launch; the same bits as ``rope`` of contiguous q
+    and k copies followed by ``index_copy_`` into the caches. Tokens with distinct slots
+    write disjoint cache rows; tokens sharing a slot (a CUDA graph's padding rows, all aimed
+    at the sink block no real token reads) leave it holding one of them, as index_copy_ does."""
+    _check_qkv_rope_store(qkv, positions, slots, cos, sin, k_cache, v_cache, heads)
+    m = qkv.shape[0]
+    _, kv_heads, d = k_cache.shape
+    q = torch.empty((m, heads, d), device=qkv.device, dtype=qkv.dtype)
+    if m == 0:
+        return q
+    qkv_rope_store_kernel[(m,)](
+        qkv, positions, slots, cos, sin, q, k_cache, v_cache, HEADS=heads, KV_HEADS=kv_heads,
+        HALF=d // 2, BLOCK_H=triton.next_power_of_2(heads),
+        BLOCK_KV=triton.next_power_of_2(kv_heads), BLOCK_D=triton.next_power_of_2(d // 2),
+        BLOCK_V=triton.next_power_of_2(kv_heads * d), num_warps=ROPE_WARPS,
+    )  # fmt: skip
+    return q
+
+
+def _check_qkv_rope_store(qkv, positions, slots, cos, sin, k_cache, v_cache, heads) -> None:
+    _require_contiguous("qkv_rope_store", qkv, positions, slots, cos, sin, k_cache, v_cache)
+    _, kv_heads, d = k_cache.shape
+    if d % 2 or cos.shape[-1] != d // 2 or sin.shape != cos.shape:
+        raise ValueError(f"qkv_rope_store needs even D and cos/sin [P, {d // 2}]")
+    if qkv.dim() != 2 or qkv.shape[1] != (heads + 2 * kv_heads) * d:
+        raise ValueError(
+            f"qkv_rope_store: qkv {tuple(qkv.shape)} is not [M, {heads}+2*{kv_heads} heads x {d}]"
+        )
+    if v_cache.shape != k_cache.shape or {k_cache.dtype, v_cache.dtype} != {qkv.dtype}:
+        raise ValueError("qkv_rope_store: k/v caches of one shape, in qkv's dtype")
+    if (
+        slots.dtype != torch.int64
+        or slots.shape != (qkv.shape[0],)
+        or positions.shape != slots.shape
+    ):
+        raise ValueError("qkv_rope_store: one int64 slot and one position per token")
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
