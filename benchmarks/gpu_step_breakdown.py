@@ -144,8 +144,9 @@ def run(args: argparse.Namespace) -> dict:
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     loaded = random_model(args.preset, seed=0, device=args.device, dtype=dtype)
     llm, _ = build_llm(loaded, "invariant", args.device, enforce_eager=args.eager)
-    if args.no_digests:  # for good: this process only measures
-        no_digests(llm).__enter__()
+    if args.no_digests:  # for good: this process only measures (kept referenced: a dropped
+        args.keep = no_digests(llm)  # context manager's generator would restore the digests)
+        args.keep.__enter__()
     start_requests(llm, args.batch, args.prompt, args.warm + args.steps + 8)
     while any(r.num_computed_tokens < args.prompt for r in llm.engine.scheduler.running) or (
         llm.engine.scheduler.waiting
