@@ -19,38 +19,38 @@ LAUNCH_KINDS = (SPLIT_GRID, RANGES, TMA)
 # Rows (max M, kind, block_m, block_n, num_warps, num_stages, group_n); the first row whose max M
 # >= m is used. Measured on the H200 (`benchmarks/linear_sweep.py`, CUDA-graph timing with a cold
 # L2, Llama-3-8B shapes; `benchmarks/results/2026-11-30-h200-linear-sweep*.json` and, for
-# 16 < M <= 256, `...-2026-12-01-h200-linear-sweep-decode.json`):
+# 16 < M <= 256, `...-2026-12-01-h200-linear-sweep-decode.json`), then in the engine
+# (`benchmarks/gpu_step_breakdown.py`, `...-2026-12-01-h200-step-breakdown-*.json`):
 # - column weights (S = 1): pointer loads at M <= 16; at 16 < M <= 64 TMA descriptor loads with
 #   one 64-row m-tile (the weight read once) and narrow tiles for more programs: qkv 64x32 /
 #   8 stages 21.1 us (was 24.8 with 64x64 pointer tiles, cuBLAS 20.0), gate_up 64x128 66.9 us
 #   (was 71.3, cuBLAS 68.8); above, TMA in grouped tile order (qkv / gate_up 1.01-1.04x cuBLAS
 #   at M >= 2048, where the pointer kernel ran 1.20-1.35x). Narrow weights (N < WIDE_N, e.g.
-#   qkv) keep 64-wide tiles up to M = 128 (128x128 tiles leave most SMs idle: qkv M=128: 24 vs
-#   33 us) and take 128x64 at 128 < M <= 256 (32.6 vs 36.9 us); wide ones 128x64 at
-#   64 < M <= 128 (gate_up 75.4 vs 77.3 us).
+#   qkv) keep 64x64 tiles at 64 < M <= 256 (128x128 tiles leave most SMs idle: qkv M=128: 24
+#   vs 33 us).
 # - split plans (S > 1): the split-K grid at M <= 128 (64x64 tiles at 16 < M <= 64: o 16.7 us,
-#   down 42.5, were 17.7 / 46.5 with 32x64); 128 < M <= 256 the TMA kernel with 128x64 tiles,
-#   8 warps, 5 stages (o 26.6 / down 69.3 us, were 32.6 / 86.9 with 128x128); above, 128x128
+#   down 42.5, were 17.7 / 46.5 with 32x64); above, the TMA kernel with the ranges in one k loop
 #   (o 1.18-1.25x, down 1.09-1.18x cuBLAS at M >= 512), where the grid's partials
 #   (S*M*N*8 bytes) cost 1.5-2.1x and in-program ranges as nested loops 2.5x.
+# - Not taken at 128 < M <= 256: tiles of 128x64 ran o / down / qkv 18-20% faster alone, but
+#   one wave of them shares SMs with the device SHA-256's long-running programs: a batch-256
+#   engine step took 15.8 ms with them and digests, 14.7 ms with the 128x128 tiles (without
+#   digests 14.5 vs 14.6 ms).
 COLUMN_TABLE: tuple[tuple, ...] = (
     (16, RANGES, 16, 32, 4, 6, 1),
     (64, TMA, 64, 128, 4, 4, 8),
-    (128, TMA, 128, 64, 4, 4, 8),
     (256, TMA, 128, 128, 8, 4, 8),
     (1 << 62, TMA, 128, 256, 8, 4, 8),
 )
 NARROW_ROWS = {  # replace the rows of these max M when N < WIDE_N
     64: (64, TMA, 64, 32, 4, 8, 8),
-    128: (128, TMA, 64, 64, 4, 6, 1),
-    256: (256, TMA, 128, 64, 4, 4, 8),
+    256: (256, TMA, 64, 64, 4, 6, 1),
 }
 WIDE_N = 16384
 SPLIT_TABLE: tuple[tuple, ...] = (
     (16, SPLIT_GRID, 16, 32, 4, 4, 1),
     (64, SPLIT_GRID, 64, 64, 4, 4, 1),
     (128, SPLIT_GRID, 64, 128, 4, 4, 1),
-    (256, TMA, 128, 64, 8, 5, 8),
     (1 << 62, TMA, 128, 128, 8, 4, 8),
 )
 # Without TMA (compute capability < 9, or K * itemsize not a multiple of 16), a TMA row runs
