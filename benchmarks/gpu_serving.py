@@ -93,14 +93,18 @@ def alone_check(llm, jobs, outs, sample: int) -> dict:
     return {"compared": len(picks), "mismatching": bad}
 
 
-def decode_step_ms(llm, batch: int, steps: int = 16) -> float:
-    """Median wall time of an engine step once `batch` requests are all decoding."""
+def decode_step_ms(llm, batch: int, steps: int = 16, streamed: bool = False) -> float:
+    """Median wall time of an engine step once `batch` requests are all decoding. FINAL_ONLY
+    requests, as (b)'s (`LLM.generate`; digests on the device), or with `streamed` CUMULATIVE
+    ones (what the server's streams see: each step's digests hashed on the host)."""
     from samebits import SamplingParams
+    from samebits.outputs import RequestOutputKind
 
     engine = llm.engine
     params = SamplingParams(max_tokens=steps + 4, temperature=0.0, ignore_eos=True, seed=0)
+    kind = RequestOutputKind.CUMULATIVE if streamed else RequestOutputKind.FINAL_ONLY
     for i in range(batch):
-        engine.add_request(f"step-{i}", [5 + i % 50] * 64, params)
+        engine.add_request(f"step-{i}", [5 + i % 50] * 64, params, output_kind=kind)
     while any(len(t) < 64 for t in _computed(engine)):
         engine.step()
     times = []
@@ -247,6 +251,7 @@ def run_plan(loaded, plan: str, args: argparse.Namespace, jobs_a, jobs_b, eager:
     out = {"build_s": build_s, "a_tok_s": a["tok_s"], "a_wall_s": a["wall_s"],
            "b_tok_s": b["tok_s"], "b_wall_s": b["wall_s"],
            "decode_step_ms_b64": decode_step_ms(llm, 64),
+           "decode_step_ms_b64_streamed": decode_step_ms(llm, 64, streamed=True),
            "graph_replay_ms_b64": graph_replay_ms(llm, 64)}  # fmt: skip
     if plan == "invariant":
         llm.engine.async_scheduling = False
