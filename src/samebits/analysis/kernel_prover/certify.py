@@ -54,6 +54,24 @@ ASSUMPTIONS = {
     ">= cols (the descriptor's zero padding; offsets are non-negative)",
 }
 
+# named only by the certificates whose goal uses them (scatter outputs; a reference path)
+SCATTER_ASSUMPTIONS = {
+    "slot-injective": "the slot mapping of a launch is injective over its rows: two rows "
+    "(tokens) of one launch have different slots, the KV-cache manager's invariant (each "
+    "token of a step is written to its own cache row). Rows that share a slot are padding rows "
+    "(a CUDA graph's padded batch, all aimed at one sink slot) whose writes no row reads: "
+    "which of them the sink holds is not part of any output. Used for the K/V cache outputs "
+    "(`Goal.scatter`), where row r's element (slot[r], c) is compared; the prover also checks "
+    "that every cache store stays in the cache row of the slot of a row of the launch",
+}
+REFERENCE_ASSUMPTIONS = {
+    "reference-path": "the torch ops of the op-by-op path are the bit copies stated as Triton "
+    "text in kernel_prover/reference.py: `.contiguous()` of a column slice of qkv "
+    "(split_copy_kernel) and `index_copy_(0, slot_mapping, src)` (index_copy_kernel; with "
+    "`slot-injective` no two rows write one slot); the path's RoPE is the kernel file's "
+    "rope_kernel, launched as `rows.rope` launches it",
+}
+
 
 def _jsonable(v):
     if isinstance(v, Lin):
@@ -99,6 +117,11 @@ def certificate(spec, result: Result, path: str, sha: str) -> dict:
     if isinstance(spec, AttentionSpec):
         assumptions.pop("tl.sum-layout")
         assumptions.update(ATTENTION_ASSUMPTIONS)
+    else:
+        if spec.goal.scatter:
+            assumptions.update(SCATTER_ASSUMPTIONS)
+        if spec.goal.reference:
+            assumptions.update(REFERENCE_ASSUMPTIONS)
     return {
         "specialization": spec.name,
         "kernel_file": path,

@@ -154,6 +154,7 @@ class KernelSource:
     filename: str
     functions: dict = field(default_factory=dict)
     constants: dict = field(default_factory=dict)
+    files: dict = field(default_factory=dict)  # kernel name -> file, for added functions
 
     @staticmethod
     def parse(source: str, filename: str = "<kernel>") -> KernelSource:
@@ -174,6 +175,18 @@ class KernelSource:
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.source.encode()).hexdigest()
+
+    def with_functions(self, other: KernelSource) -> KernelSource:
+        """This file's functions plus ``other``'s (a goal's reference kernels); the source and
+        its SHA-256 stay this file's."""
+        ks = KernelSource(self.source, self.filename, dict(self.functions), dict(self.constants),
+                          dict(self.files))  # fmt: skip
+        for name, fn in other.functions.items():
+            if name in ks.functions:
+                raise Unsupported(other.filename, f"{name} is also defined in {self.filename}")
+            ks.functions[name] = fn
+            ks.files[name] = other.filename
+        return ks
 
 
 def _is_jit(d: ast.expr) -> bool:
@@ -433,7 +446,7 @@ class _Program:
         self.pids: list = [None] * len(grid)
         self.lanes: dict = {}  # lane key -> size
         self.seq = itertools.count()
-        self.file = ex.src.filename
+        self.file = ex.src.files.get(call.kernel, ex.src.filename)
 
     def where(self, node) -> str:
         return f"{self.file}:{getattr(node, 'lineno', '?')}"
@@ -1291,52 +1304,65 @@ def _read(self: _Program, array: str, idx: Lin, mask, dtype: str, node):
             return hit
     earlier = [s for s in self.ex.stores if s.array == array and s.call < self.ci]
     if earlier:
-        cands = []
-        for st in earlier:
-            sub = witness(st, idx)
-            if sub is None:
-                raise Unsupported(
-                    self.where(node), f"cannot invert the store to {array} at {st.where}"
-                )
-            f = z3.And(_active(st, sub, idx))
-            s = z3.Solver()
-            s.set("timeout", 20000)
-            s.add(*ambient)
-            s.push()
-            s.add(f)
-            res = s.check()
-            s.pop()
-            if res == z3.unsat:
-                continue
-            val = st.value
-            val = T.subst_term(val, sub) if isinstance(val, Term) else T.subst_lin(val, sub)
-            s.add(z3.Not(f))
-            if s.check() == z3.unsat:
-                return val
-            cands.append((f, val))
-        s = z3.Solver()
-        s.set("timeout", 20000)
-        s.add(*ambient)
-        s.add(z3.Not(z3.Or([f for f, _ in cands] or [z3.BoolVal(False)])))
-        if s.check() != z3.unsat:
-            raise Unsupported(
-                self.where(node), f"{array}[{idx}] may be read where no program wrote it"
-            )
-        # the writer depends on the element: a select over the candidate writers
-        out = cands[-1][1]
-        for f, val in reversed(cands[:-1]):
-            out = (
-                T.ite(("z3", f), val, out)
-                if isinstance(val, Term)
-                else T.ite_int(("z3", f), val, out)
-            )
-        return out
+        # the latest call that wrote the element is the one the read sees (stream order)
+        calls = sorted({s.call for s in earlier}, reverse=True)
+        groups = [[s for s in earlier if s.call == c] for c in calls]
+        return _resolve(self, groups, array, idx, ambient, node)
     if self.ex.remap is not None:
         array, idx = self.ex.remap(array, idx, ambient, self.where(node))
     if dtype in FLOAT_RANK:
         return T.read(array, idx, dtype)
     f = z3.Function(f"mem.{array}", z3.IntSort(), z3.IntSort())
     return Lin.var(f(idx.z3()))
+
+
+def _resolve(self: _Program, groups: list, array: str, idx: Lin, ambient: list, node):
+    """The value of ``array[idx]`` written by the stores of ``groups`` (one list per kernel
+    call, latest first): the writer of the latest call that wrote it; where that call may not
+    have written it, the earlier calls' value (a select)."""
+    group, rest = groups[0], groups[1:]
+    cands = []
+    for st in group:
+        sub = witness(st, idx)
+        if sub is None:
+            raise Unsupported(self.where(node), f"cannot invert the store to {array} at {st.where}")
+        f = z3.And(_active(st, sub, idx))
+        s = z3.Solver()
+        s.set("timeout", 20000)
+        s.add(*ambient)
+        s.push()
+        s.add(f)
+        res = s.check()
+        s.pop()
+        if res == z3.unsat:
+            continue
+        val = st.value
+        val = T.subst_term(val, sub) if isinstance(val, Term) else T.subst_lin(val, sub)
+        s.add(z3.Not(f))
+        if s.check() == z3.unsat:
+            return val
+        cands.append((f, val))
+    covered = z3.Or([f for f, _ in cands] or [z3.BoolVal(False)])
+    s = z3.Solver()
+    s.set("timeout", 20000)
+    s.add(*ambient)
+    s.add(z3.Not(covered))
+    if s.check() != z3.unsat:
+        if not rest:
+            raise Unsupported(
+                self.where(node), f"{array}[{idx}] may be read where no program wrote it"
+            )
+        out = _resolve(self, rest, array, idx, [*ambient, z3.Not(covered)], node)
+        if not cands:
+            return out
+    else:
+        out = cands.pop()[1]
+    # the writer depends on the element: a select over the candidate writers
+    for f, val in reversed(cands):
+        out = (
+            T.ite(("z3", f), val, out) if isinstance(val, Term) else T.ite_int(("z3", f), val, out)
+        )
+    return out
 
 
 _Program.pids_or_zero = _pids_or_zero

@@ -10,6 +10,7 @@ arithmetic is provably equal, every other node by congruence (the only float fac
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -42,9 +43,23 @@ class Goal:
     kind: str
     outputs: dict
     rows: dict = field(default_factory=dict)
+    # scatter outputs {array: (slot array, row width)}: row r of the launch writes row
+    # slot[r] of the array (a KV cache). Compared element (slot[r], c) against (slot[r], c);
+    # the slot mapping is assumed injective over the rows of a launch (`slot-injective`).
+    scatter: dict = field(default_factory=dict)
+    # the right execution is a reference path whose helper kernels (torch copies as Triton
+    # text, reference.py) are added to the kernel file's functions
+    reference: str = ""
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "outputs": self.outputs, "rows": self.rows}
+        out = {"kind": self.kind, "outputs": self.outputs, "rows": self.rows}
+        if self.scatter:  # absent for the goals without scatter outputs (older records)
+            out["scatter"] = {k: list(v) for k, v in self.scatter.items()}
+        if self.reference:
+            from samebits.analysis.kernel_prover import reference
+
+            out["reference"] = {"name": self.reference, "source_sha256": reference.sha256()}
+        return out
 
 
 @dataclass
@@ -134,33 +149,60 @@ def _prove(src, goal, left_calls, right_calls, m_left, stats) -> None:
                 return f"{array}@right-outside-row", idx
             raise Unsupported(where, f"cannot decide whether {array}[{idx}] stays in its row")
 
+    if goal.reference:
+        from samebits.analysis.kernel_prover import reference
+
+        src = src.with_functions(reference.source(goal.reference))
     left = Execution("L", src, left_calls).run()
     right = Execution("R", src, right_calls, remap=remap).run()
     stats["paths"] = [left.paths, right.paths]
     stats["layout_reductions"] = sorted({repr(x) for x in left.layouts | right.layouts})
     base = [*left.facts, *right.facts, r >= 0, r < m_left.z3(), m_left.z3() >= 1]
     compared = 0
-    for out, width in goal.outputs.items():
+    outputs = [(out, width, None) for out, width in goal.outputs.items()]
+    outputs += [(out, width, slot) for out, (slot, width) in goal.scatter.items()]
+    for out, width, slot in outputs:
         c = z3.Int(f"elem.c.{out}")
         elem = [*base, c >= 0, c < width]
         col = Lin.var(c)
-        t_left = elem_r.scale(width).add(col)
-        t_right = col if goal.kind == BATCH else t_left
+        inj = logical = None
+        if slot is None:
+            t_left = elem_r.scale(width).add(col)
+            t_right = col if goal.kind == BATCH else t_left
+        else:
+            # element (slot[r], c): the right execution's slot read is row r's (BATCH: the
+            # slot mapping is a row input), so both target the same physical element
+            if goal.kind == BATCH and goal.rows.get(slot) != 1:
+                raise Unsupported("goal", f"{out}: the slot mapping {slot} must be a row input")
+            fn = z3.Function(f"mem.{slot}", z3.IntSort(), z3.IntSort())
+            t_left = t_right = Lin.var(fn(r)).scale(width).add(col)
+            inj = _injectivity(slot, m_left)
+            logical = (slot, width, elem_r.scale(width).add(col))
+            for ex, side in ((left, "left"), (right, "right")):
+                _scatter_rows(ex, out, slot, width, base, m_left, side)
+                _unique(ex, out, side, inj)
         for ex, target, side in ((left, t_left, "left"), (right, t_right, "right")):
-            _coverage(ex, out, target, elem, side)
-            _unique(ex, out, side)
-        for sl in _final(left, out):
-            for sr in _final(right, out):
+            _coverage(ex, out, target, elem, side, logical)
+            if slot is None:
+                _unique(ex, out, side)
+        for sl in _last_writes(left, out):
+            for sr in _last_writes(right, out):
                 facts = [*elem, *_active(sl, {}, t_left), *_active(sr, {}, t_right)]
+                if inj is not None:
+                    facts += inj([sl.offset, sr.offset, t_left])
                 s = z3.Solver()
                 s.add(*facts)
                 if s.check() == z3.unsat:
                     continue
                 compared += 1
                 _compare(sl, sr, facts, out)
+    goal_arrays = set(goal.outputs) | set(goal.scatter)
     for ex, side in ((left, "left"), (right, "right")):
-        for array in sorted({st.array for st in ex.stores} - set(goal.outputs)):
-            _unique(ex, array, side)
+        # every other (array, call): intermediates, and outputs rewritten by a later call
+        for array in sorted({st.array for st in ex.stores}):
+            calls = sorted({st.call for st in ex.stores_of(array)})
+            for ci in calls[:-1] if array in goal_arrays else calls:
+                _unique(ex, array, side, call=ci)
     if compared == 0:
         # coverage holds vacuously when the facts are inconsistent: refuse to certify that
         raise Unsupported("goal", "no pair of stores was compared (inconsistent facts?)")
@@ -168,6 +210,7 @@ def _prove(src, goal, left_calls, right_calls, m_left, stats) -> None:
 
 
 def _final(ex: Execution, array: str) -> list[Store]:
+    """The stores of ``array``, all of one kernel call (the attention goals)."""
     stores = ex.stores_of(array)
     calls = {s.call for s in stores}
     if len(calls) > 1:
@@ -175,13 +218,29 @@ def _final(ex: Execution, array: str) -> list[Store]:
     return stores
 
 
-def _coverage(ex: Execution, array: str, target: Lin, elem: list, side: str) -> None:
-    stores = _final(ex, array)
+def _last_writes(ex: Execution, array: str, call: int | None = None) -> list[Store]:
+    """The stores of ``array`` by its last writing call (or by ``call``): in stream order the
+    last call that writes an element determines it (an in-place kernel after a copy, as in an
+    op-by-op reference path), so coverage and uniqueness are proved for that call."""
+    stores = ex.stores_of(array)
+    if not stores:
+        return []
+    last = max(s.call for s in stores) if call is None else call
+    return [s for s in stores if s.call == last]
+
+
+def _coverage(ex: Execution, array: str, target: Lin, elem: list, side: str, logical=None) -> None:
+    """The element ``target`` is written by some store of the final call. ``logical`` (scatter
+    outputs: slot array, width, ``r * width + c``): the writer is found in row coordinates
+    (the store's ``slot[e] * width`` read as ``e * width``), then checked physically."""
+    stores = _last_writes(ex, array)
     if not stores:
         raise Refuted({"reason": f"{side} execution never writes {array}"})
     covers = []
     for st in stores:
-        sub = witness(st, target)
+        sub = witness(st, target) if logical is None else witness(
+            _row_store(st, logical[0]), logical[2]
+        )  # fmt: skip
         if sub is None:
             raise Unsupported(st.where, f"store offset of {array} is not a mixed-radix index")
         covers.append(z3.And(_active(st, sub, target)))
@@ -201,8 +260,10 @@ def _coverage(ex: Execution, array: str, target: Lin, elem: list, side: str) -> 
         raise Unsupported(stores[0].where, f"coverage of {array}: solver {res}")
 
 
-def _unique(ex: Execution, array: str, side: str) -> None:
-    stores = _final(ex, array)
+def _unique(ex: Execution, array: str, side: str, inj=None, call: int | None = None) -> None:
+    """No element of ``array`` is written by two (program, lane)s of its final call (or of
+    ``call``). ``inj``: the slot mapping's injectivity instances (scatter outputs)."""
+    stores = _last_writes(ex, array, call)
     for i, a in enumerate(stores):
         for b in stores[i:]:
             ren = {k: ex.fresh("u") for k in b.wvars}
@@ -211,6 +272,8 @@ def _unique(ex: Execution, array: str, side: str) -> None:
             s.add(*ex.facts)
             s.add(*_active(a, {}, a.offset))
             s.add(*_active(b, ren, a.offset))
+            if inj is not None:
+                s.add(*inj([a.offset, T.subst_lin(b.offset, ren)]))
             if a is b:
                 s.add(z3.Or([Lin(((k, 1),), 0).z3() != ren[k].z3() for k in a.wvars] or [False]))
             if s.check() == z3.sat:
@@ -221,6 +284,117 @@ def _unique(ex: Execution, array: str, side: str) -> None:
                         "model": _model_dict(s.model(), ["L.", "R."]),
                     }
                 )
+
+
+# --- scatter outputs (a KV cache written at slot[row]) ------------------------------------
+
+
+def _mem_apps(e) -> bool:
+    """``e`` contains an integer read from memory (``mem.<array>(index)``)."""
+    stack, seen = [e], set()
+    while stack:
+        x = stack.pop()
+        if x.get_id() in seen:
+            continue
+        seen.add(x.get_id())
+        if z3.is_app(x) and x.decl().name().startswith("mem."):
+            return True
+        stack.extend(x.children())
+    return False
+
+
+def _mem_atoms(x: Lin) -> list:
+    """The top-level integer reads of ``x``: (atom key, coefficient, array, index z3)."""
+    out = []
+    for k, c in x.terms:
+        e = T.atom(k)
+        if z3.is_app(e) and e.num_args() == 1 and e.decl().name().startswith("mem."):
+            out.append((k, c, e.decl().name()[4:], e.arg(0)))
+    return out
+
+
+def _slot_split(st: Store, slot: str, width: int, side: str):
+    """``st.offset`` as ``slot[e] * width + rest``: (atom key, e Lin, rest Lin)."""
+    atoms = _mem_atoms(st.offset)
+    keys = {a[0] for a in atoms}
+    nested = [k for k, _ in st.offset.terms if k not in keys and _mem_apps(T.atom(k))]
+    if len(atoms) != 1 or nested:
+        raise Unsupported(st.where, f"store offset of {st.array} is not {slot}[row] * {width} + "
+                          f"column: {st.offset}")  # fmt: skip
+    k, coef, name, arg = atoms[0]
+    if name != slot:
+        raise Refuted(
+            {
+                "reason": f"the {side} execution stores {st.array} at a slot read from {name}, "
+                f"not from its rows of {slot}",
+                "store": st.where,
+            }
+        )
+    if coef != width:
+        raise Unsupported(st.where, f"store offset of {st.array}: {slot}[row] * {coef}, the "
+                          f"cache row is {width} wide")  # fmt: skip
+    return k, Lin.of_z3(arg), st.offset.add(Lin(((k, coef),), 0), -1)
+
+
+def _row_store(st: Store, slot: str) -> Store:
+    """The store in row coordinates: ``slot[e] * width + rest`` read as ``e * width + rest``
+    (used to find the writer of an element constructively; every check is physical)."""
+    atoms = [a for a in _mem_atoms(st.offset) if a[2] == slot]
+    if len(atoms) != 1:
+        return st
+    k, coef, _, arg = atoms[0]
+    off = st.offset.add(Lin(((k, coef),), 0), -1).add(Lin.of_z3(arg).scale(coef))
+    return dataclasses.replace(st, offset=off)
+
+
+def _scatter_rows(ex: Execution, array: str, slot: str, width: int, base: list, m: Lin,
+                  side: str) -> None:  # fmt: skip
+    """Every store to ``array`` writes inside the cache row of the slot of a row of the launch:
+    its offset is ``slot[e] * width + rest`` with ``0 <= rest < width`` and ``0 <= e < M``
+    (only there does the injectivity assumption hold) wherever the store is active. Every
+    call's stores, not only the last writer's: a cache row outside the launch's slots holds
+    other tokens' keys and values."""
+    for st in ex.stores_of(array):
+        _, e, rest = _slot_split(st, slot, width, side)
+        s = z3.Solver()
+        s.set("timeout", 60000)
+        s.add(*ex.facts, *base, *_active(st, {}, st.offset))
+        inside = [rest.z3() >= 0, rest.z3() < width, e.z3() >= 0, e.z3() < m.z3()]
+        s.add(z3.Not(z3.And(inside)))
+        res = s.check()
+        if res == z3.sat:
+            raise Refuted(
+                {
+                    "reason": f"the {side} execution may store {array} outside the cache row of "
+                    f"the slot of a row of the launch ({st.where}: column {rest}, slot of row "
+                    f"{e})",
+                    "model": _model_dict(s.model(), ["L.", "R.", "elem."]),
+                }
+            )
+        if res != z3.unsat:
+            raise Unsupported(st.where, f"slot row of {array}: solver {res}")
+
+
+def _injectivity(slot: str, m: Lin):
+    """Instances of assumption `slot-injective` for the slot reads in some offsets: two rows
+    of the launch (``0 <= a, b < M``) that differ have different slots."""
+    mz = m.z3()
+
+    def facts(lins: list) -> list:
+        apps = {}
+        for x in lins:
+            for k, _, name, arg in _mem_atoms(x):
+                if name == slot:
+                    apps[k] = (T.atom(k), arg)
+        vals = list(apps.values())
+        out = []
+        for i, (sa, a) in enumerate(vals):
+            for sb, b in vals[i + 1 :]:
+                rows = z3.And(a >= 0, a < mz, b >= 0, b < mz, a != b)
+                out.append(z3.Implies(rows, sa != sb))
+        return out
+
+    return facts
 
 
 class _Mismatch(Exception):

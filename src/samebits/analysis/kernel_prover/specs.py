@@ -206,6 +206,83 @@ def rope_calls(heads: int, d: int, m) -> list[KernelCall]:
     return [KernelCall("rope_kernel", (mm,), args, ROPE_WARPS)]
 
 
+def qkv_rope_store_calls(heads: int, kv_heads: int, d: int, m) -> list[KernelCall]:
+    """`rows.qkv_rope_store`'s launch: one program per token; q row out, K/V at the slot."""
+    from samebits.kernels.triton.rows import ROPE_WARPS
+
+    mm = m if isinstance(m, Lin) else Lin((), m)
+    args = dict(qkv_ptr=ArrayArg("qkv", ACT), pos_ptr=ArrayArg("pos", "i64"),
+                slot_ptr=ArrayArg("slot", "i64"), cos_ptr=ArrayArg("cos", "fp32"),
+                sin_ptr=ArrayArg("sin", "fp32"), q_ptr=ArrayArg("q", ACT),
+                k_ptr=ArrayArg("k_cache", ACT), v_ptr=ArrayArg("v_cache", ACT), HEADS=heads,
+                KV_HEADS=kv_heads, HALF=d // 2, BLOCK_H=_next_pow2(heads),
+                BLOCK_KV=_next_pow2(kv_heads), BLOCK_D=_next_pow2(d // 2),
+                BLOCK_V=_next_pow2(kv_heads * d))  # fmt: skip
+    return [KernelCall("qkv_rope_store_kernel", (mm,), args, ROPE_WARPS)]
+
+
+def qkv_rope_store_goal(kind: str, heads: int, kv_heads: int, d: int, reference: str = ""):
+    """q: an ordinary row output; the K and V caches: scatter outputs at ``slot[row]``."""
+    w = kv_heads * d
+    rows = {"qkv": (heads + 2 * kv_heads) * d, "pos": 1, "slot": 1} if kind == BATCH else {}
+    scatter = {"k_cache": ("slot", w), "v_cache": ("slot", w)}
+    return Goal(kind, {"q": heads * d}, rows, scatter, reference)
+
+
+def per_op_qkv_calls(heads: int, kv_heads: int, d: int, m) -> list[KernelCall]:
+    """The op-by-op path the fused kernel replaces (`ops.TorchPlacement.qkv_rope_store`):
+    split (contiguous q, k), `rope` of q and of k in place (`rows.rope`'s launch), `store_kv`
+    (index_copy_ of k and of the v view); the torch ops are reference.py's copy kernels."""
+    from samebits.kernels.triton.rows import ROPE_WARPS
+
+    mm = m if isinstance(m, Lin) else Lin((), m)
+    qw, kw = heads * d, kv_heads * d
+    stride = qw + 2 * kw
+    qkv, q, k = ArrayArg("qkv", ACT), ArrayArg("q", ACT), ArrayArg("k", ACT)
+    slot = ArrayArg("slot", "i64")
+
+    def copy(kernel, src, dst, offset, width, **extra):
+        args = dict(src_ptr=src, dst_ptr=dst, SRC_STRIDE=stride if src is qkv else width,
+                    OFFSET=offset, WIDTH=width, BLOCK=_next_pow2(width), **extra)  # fmt: skip
+        return KernelCall(kernel, (mm,), args, 4)
+
+    def rope(x, h):
+        args = dict(x_ptr=x, pos_ptr=ArrayArg("pos", "i64"), cos_ptr=ArrayArg("cos", "fp32"),
+                    sin_ptr=ArrayArg("sin", "fp32"), HEADS=h, HALF=d // 2,
+                    BLOCK_H=_next_pow2(h), BLOCK_D=_next_pow2(d // 2))  # fmt: skip
+        return KernelCall("rope_kernel", (mm,), args, ROPE_WARPS)
+
+    return [
+        copy("split_copy_kernel", qkv, q, 0, qw),
+        copy("split_copy_kernel", qkv, k, qw, kw),
+        rope(q, heads),
+        rope(k, kv_heads),
+        copy("index_copy_kernel", k, ArrayArg("k_cache", ACT), 0, kw, slot_ptr=slot),
+        copy("index_copy_kernel", qkv, ArrayArg("v_cache", ACT), qw + kw, kw, slot_ptr=slot),
+    ]
+
+
+def qkv_rope_store_specs(model: str, heads: int, kv_heads: int, d: int) -> list[Spec]:
+    """Goal 1 (batch invariance: q rows, K/V cache rows at the row's slot) and equivalence
+    with the op-by-op path (split, rope_kernel of q and k, index_copy_ into the caches)."""
+    desc = {"model": model, "op": "qkv_rope_store", "heads": heads, "kv_heads": kv_heads,
+            "head_dim": d}  # fmt: skip
+    m, m2 = _m_symbol(), _m_symbol()
+    return [
+        Spec(f"{model}.qkv_rope_store.batch", "_row_kernels.py",
+             qkv_rope_store_goal(BATCH, heads, kv_heads, d),
+             qkv_rope_store_calls(heads, kv_heads, d, m),
+             qkv_rope_store_calls(heads, kv_heads, d, 1), m,
+             {**desc, "M": "symbolic (left) vs 1 (right)"}),
+        Spec(f"{model}.qkv_rope_store.equiv.per-op", "_row_kernels.py",
+             qkv_rope_store_goal(LAUNCH, heads, kv_heads, d, "qkv-rope-store"),
+             qkv_rope_store_calls(heads, kv_heads, d, m2),
+             per_op_qkv_calls(heads, kv_heads, d, m2), m2,
+             {**desc, "M": "symbolic", "right": "op by op: split, rope_kernel (q, k), "
+              "index_copy_ (k, v) (reference.py)"}),
+    ]  # fmt: skip
+
+
 def row_specs(model: str, dims: dict | None = None) -> list[Spec]:
     c = dims or MODELS[model]
     h, d = c["hidden"], c["head_dim"]
@@ -227,6 +304,9 @@ def row_specs(model: str, dims: dict | None = None) -> list[Spec]:
         spec(f"rope_{which}", Goal(BATCH, {"x": w}, {"x": w, "pos": 1}),
              lambda m, heads=heads: rope_calls(heads, d, m),
              {"op": "rope", "heads": heads, "head_dim": d})  # fmt: skip
+    if not c["head_norm"]:
+        # the fused qkv split + RoPE + K/V store (models without q/k norms)
+        out += qkv_rope_store_specs(model, c["heads"], c["kv_heads"], d)
     if c["head_norm"]:
         for which, heads in (("q", c["heads"]), ("k", c["kv_heads"])):
             # head_rms_norm: rows are (token, head) pairs, in place; the batch row is a token
@@ -265,6 +345,9 @@ def unit_specs(unit: dict) -> list:
     if unit["kind"] == "linear":
         prefix = f"u.{unit['role']}" + (".bias" if unit["bias"] else "")
         specs = linear_specs("u", unit["bias"], shapes=[(unit["role"], unit["n"], unit["k"])])
+    elif unit["kind"] == "rows" and unit["op"] == "qkv_rope_store":
+        prefix = "u.qkv_rope_store"
+        specs = qkv_rope_store_specs("u", unit["heads"], unit["kv_heads"], unit["head_dim"])
     elif unit["kind"] == "rows":
         op = unit["op"]
         w = unit.get("width") or unit.get("head_dim") or 0

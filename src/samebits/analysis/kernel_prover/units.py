@@ -1,7 +1,8 @@
 """Certification units: what a deployment's GPU plan launches, named and described without Z3.
 
 A *unit* is one kernel specialization family of a model: a linear weight (role, N x K, bias),
-a row kernel at its width, or the attention kernel at its head shape. The certificate of a
+a row kernel at its width (the fused qkv split + RoPE + K/V store at its head shape), or the
+attention kernel at its head shape. The certificate of a
 unit lists the proofs of every specialization the engine may launch for it; its
 ``specialization`` (the split plan and launches, the row kernels' constexprs, the attention
 tile constants) is recomputed here from the engine's own functions, so a change of the launch
@@ -64,6 +65,10 @@ def units_for(d: dict, shapes: list[tuple[str, int, int]] | None = None) -> list
         for heads in sorted({d["heads"], d["kv_heads"]}):
             out.append(dict(key=f"rows.head_rms_norm.h{heads}.d{hd}", kind="rows",
                             op="head_rms_norm", heads=heads, head_dim=hd))  # fmt: skip
+    else:  # llama.py `_attention`: without q/k norms the fused qkv split + RoPE + K/V store
+        out.append(dict(key=f"rows.qkv_rope_store.h{d['heads']}.kv{d['kv_heads']}.d{hd}",
+                        kind="rows", op="qkv_rope_store", heads=d["heads"],
+                        kv_heads=d["kv_heads"], head_dim=hd))  # fmt: skip
     out.append(dict(key=f"attention.h{d['heads']}.kv{d['kv_heads']}.d{hd}", kind="attention",
                     heads=d["heads"], kv_heads=d["kv_heads"], head_dim=hd))  # fmt: skip
     seen, uniq = set(), []
@@ -130,6 +135,12 @@ def specialization(unit: dict) -> dict:
         if op == "silu_mul":
             block = min(rows.SILU_BLOCK, _next_pow2(unit["inner"]))
             return {"op": op, "inner": unit["inner"], "block": block, "warps": rows.SILU_WARPS}
+        if op == "qkv_rope_store":
+            h, kv, d = unit["heads"], unit["kv_heads"], unit["head_dim"]
+            return {"op": op, "heads": h, "kv_heads": kv, "half": d // 2,
+                    "block_h": _next_pow2(h), "block_kv": _next_pow2(kv),
+                    "block_d": _next_pow2(d // 2), "block_v": _next_pow2(kv * d),
+                    "warps": rows.ROPE_WARPS}  # fmt: skip
         return {"op": op, "heads": unit["heads"], "half": unit["head_dim"] // 2,
                 "block_h": _next_pow2(unit["heads"]), "block_d": _next_pow2(unit["head_dim"] // 2),
                 "warps": rows.ROPE_WARPS}  # fmt: skip

@@ -52,7 +52,7 @@ def describe() -> dict[str, str]:
         "warps=min(8,max(1,block//256)), tl.sum of squares, div_rn/sqrt_rn",
         "rope": "triton token program: rotate-half, fp32, elementwise; without q/k norms fused "
         "with the qkv split and the K/V store (qkv_rope_store: one program per token, the same "
-        "RoPE expression, K/V to the token's slot; evidence: test)",
+        "RoPE expression, K/V to the token's slot; evidence: test, certificate)",
         "silu_mul": "triton (row, 1024-column block) program: silu(g)*u fp32, elementwise",
         "attention": (
             f"triton paged attention: key tiles of {KEY_BLOCK} at absolute positions, online "
