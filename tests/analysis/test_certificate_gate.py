@@ -212,3 +212,18 @@ def test_certify_reuses_only_proofs_of_the_same_specialization(tmp_path):
     assert redone["certificates"][0]["right_launch"] == first["certificates"][0]["right_launch"]
     (forced,) = certify_units([unit], tmp_path, reuse=False)
     assert forced["reused"] == []
+
+
+def test_reference_path_change_makes_the_fused_unit_stale(tmp_path, monkeypatch):
+    """A fused kernel's certificate rests on the op-by-op path's text (reference.py): when
+    that text changes, the gate calls the unit stale (other units are unaffected)."""
+    from samebits.analysis.kernel_prover import reference
+
+    key = "rows.qkv_rope_store.h4.kv2.d16"
+    src = gate.SHIPPED_DIR / f"{key}.json"
+    (tmp_path / src.name).write_bytes(src.read_bytes())
+    unit = json.loads(src.read_text())["unit"]
+    assert gate.check_unit(unit, tmp_path)[0] is None
+    monkeypatch.setattr(reference, "SOURCE", reference.SOURCE + "\n# changed\n")
+    problem = gate.check_unit(unit, tmp_path)[0]
+    assert problem is not None and "reference.py" in problem

@@ -56,7 +56,21 @@ def check_unit(unit: dict, directory: Path) -> tuple[str | None, str | None]:
         return f"stale: {kfile.name} changed since it was proved", digest
     if rec.get("specialization") != U.specialization(unit):
         return "stale: the launches / constexprs the engine uses changed", digest
+    if _stale_reference(rec):
+        return "stale: kernel_prover/reference.py (the op-by-op path) changed", digest
     return None, digest
+
+
+def _stale_reference(rec: dict) -> bool:
+    """Whether a certificate proved against a reference path (kernel_prover/reference.py,
+    the op-by-op path a fused kernel must equal) names another text than today's."""
+    from samebits.analysis.kernel_prover import reference
+
+    for cert in rec.get("certificates", []):
+        ref = cert.get("goal", {}).get("reference")
+        if ref and ref.get("source_sha256") != reference.sha256():
+            return True
+    return False
 
 
 def check(units: list[dict], directory: Path | str | None = None) -> dict:
