@@ -74,12 +74,13 @@ class Ops(Protocol):
 
     def qkv_rope_store(
         self, qkv: torch.Tensor, batch: FlatBatch, cos, sin, kv: KVCache, layer: int,
-        heads: int, kv_heads: int, head_dim: int,
+        heads: int, kv_heads: int, head_dim: int, norms: tuple | None = None,
     ) -> torch.Tensor:  # fmt: skip
-        """The attention input of a layer without q/k norms: split ``qkv [n, (heads +
-        2 * kv_heads) * head_dim]``, RoPE q and k, store k and v at ``batch.slot_mapping`` of
-        layer ``layer``'s cache; returns q ``[n, heads, head_dim]`` contiguous. The same bits
-        as split + ``rope`` (q, k) + ``store_kv`` (an op set may fuse them)."""
+        """The attention input of a layer: split ``qkv [n, (heads + 2 * kv_heads) *
+        head_dim]``, with ``norms = (q_norm, k_norm, eps)`` (Qwen3) ``head_rms_norm`` of q and
+        k, RoPE q and k, store k and v at ``batch.slot_mapping`` of layer ``layer``'s cache;
+        returns q ``[n, heads, head_dim]`` contiguous. The same bits as those ops one by one
+        (an op set may fuse them)."""
 
     def prepare_batch(self, batch: FlatBatch) -> FlatBatch:
         """Per-forward metadata (e.g. attention tile maps), computed once for all layers."""

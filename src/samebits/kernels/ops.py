@@ -49,11 +49,15 @@ class TorchPlacement:
 
     def qkv_rope_store(
         self, qkv: torch.Tensor, batch: FlatBatch, cos, sin, kv: KVCache, layer: int,
-        heads: int, kv_heads: int, head_dim: int,
+        heads: int, kv_heads: int, head_dim: int, norms: tuple | None = None,
     ) -> torch.Tensor:  # fmt: skip
-        """Op by op: split, ``rope`` of contiguous q and k, ``store_kv`` (the reference a
-        fused override must match bit for bit)."""
+        """Op by op: split, [``head_rms_norm`` of q and k,] ``rope`` of contiguous q and k,
+        ``store_kv`` (the reference a fused override must match bit for bit)."""
         q, k, v = split_qkv(qkv, heads, kv_heads, head_dim)
+        if norms is not None:
+            q_norm, k_norm, eps = norms
+            self.head_rms_norm(q, q_norm, eps)
+            self.head_rms_norm(k, k_norm, eps)
         self.rope(q, batch, cos, sin)
         self.rope(k, batch, cos, sin)
         self.store_kv(kv, layer, batch, k, v)

@@ -8,7 +8,7 @@ import torch
 
 from samebits.kernels.backend import KVCache
 from samebits.kernels.metadata import FlatBatch
-from samebits.kernels.ops import default_scale, split_qkv
+from samebits.kernels.ops import default_scale
 from samebits.kernels.plan import KernelPlan
 from samebits.kernels.quantized import QuantizedTensor
 from samebits.model.rope_tables import rope_tables
@@ -143,19 +143,11 @@ class DecoderModel:
         return cached[1]
 
     def _attention(self, layer: _Layer, x, batch: FlatBatch, kv: KVCache, i: int) -> torch.Tensor:
-        """q/k/v from x, RoPE, K/V stored in layer i's cache, then attention. Without q/k norms
-        the op set's `qkv_rope_store` does the middle part (fused on the GPU plan)."""
+        """q/k/v from x, [q/k norms,] RoPE, K/V stored in layer i's cache (the op set's
+        `qkv_rope_store`, fused on the GPU plan without q/k norms), then attention."""
         cfg, ops = self.cfg, self.ops
         shape = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
-        qkv = layer.qkv(x)
-        if layer.q_norm is None:
-            q = ops.qkv_rope_store(qkv, batch, self.cos, self.sin, kv, i, *shape)
-        else:  # Qwen3: the head norms run between the split and RoPE
-            q, k, v = split_qkv(qkv, *shape)
-            ops.head_rms_norm(q, layer.q_norm, cfg.rms_norm_eps)
-            ops.head_rms_norm(k, layer.k_norm, cfg.rms_norm_eps)
-            ops.rope(q, batch, self.cos, self.sin)
-            ops.rope(k, batch, self.cos, self.sin)
-            ops.store_kv(kv, i, batch, k, v)
+        norms = None if layer.q_norm is None else (layer.q_norm, layer.k_norm, cfg.rms_norm_eps)
+        q = ops.qkv_rope_store(layer.qkv(x), batch, self.cos, self.sin, kv, i, *shape, norms)
         out = ops.attention(q, kv.k[i], kv.v[i], batch, self.scale)
         return out.reshape(x.shape[0], cfg.num_attention_heads * cfg.head_dim)

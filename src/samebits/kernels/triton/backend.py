@@ -78,8 +78,12 @@ class TritonOps(TorchPlacement):
         rows.rope(x, batch.device_positions(), cos, sin)
 
     def qkv_rope_store(self, qkv, batch: FlatBatch, cos, sin, kv, layer: int, heads: int,
-                       kv_heads: int, head_dim: int) -> torch.Tensor:  # fmt: skip
-        """One kernel per layer (`rows.qkv_rope_store`): the same bits as the op-by-op default."""
+                       kv_heads: int, head_dim: int, norms=None) -> torch.Tensor:  # fmt: skip
+        """Without q/k norms one kernel per layer (`rows.qkv_rope_store`), with them op by op:
+        the same bits as the op-by-op default either way."""
+        if norms is not None:
+            args = (qkv, batch, cos, sin, kv, layer, heads, kv_heads, head_dim, norms)
+            return super().qkv_rope_store(*args)
         return rows.qkv_rope_store(
             qkv, batch.device_positions(), batch.slot_mapping, cos, sin, kv.k[layer],
             kv.v[layer], heads,
