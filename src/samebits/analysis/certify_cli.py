@@ -117,9 +117,9 @@ def certify_main(args: argparse.Namespace) -> int:
     out = gate.SHIPPED_DIR if args.shipped else Path(args.out)
     units = units_of(models)
     if not args.force:  # a unit whose certificate there is valid today is not proved again
-        valid = [u for u in units if gate.check_unit(u, out)[0] is None]
-        units = [u for u in units if u not in valid]
-        print(f"{len(valid)} units already valid in {out} (--force proves them again)")
+        stale = [u for u in units if gate.check_unit(u, out)[0] is not None]
+        print(f"{len(units) - len(stale)} units already valid in {out} (--force proves them again)")
+        units = stale
     jobs = [(u, str(out), not args.force) for u in units]
     if args.jobs > 1:
         from concurrent.futures import ProcessPoolExecutor

@@ -200,9 +200,8 @@ def reusable(previous: dict | None, spec) -> bool:
     if previous is None:
         return False
     left, right = _launches(spec)
-    sha = KernelSource.parse((KERNEL_DIR / spec.kernel_file).read_text(), spec.kernel_file).sha256
     return (
-        previous.get("kernel_source_sha256") == sha
+        previous.get("kernel_source_sha256") == U.source_sha256(KERNEL_DIR / spec.kernel_file)
         and _calls(previous.get("left_launch")) == _jsonable(left)
         and _calls(previous.get("right_launch")) == _jsonable(right)
         and previous.get("goal") == spec.goal.to_dict()
