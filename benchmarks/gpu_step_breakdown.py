@@ -20,6 +20,7 @@ to it with --trace.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -144,9 +145,15 @@ def run(args: argparse.Namespace) -> dict:
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     loaded = random_model(args.preset, seed=0, device=args.device, dtype=dtype)
     llm, _ = build_llm(loaded, "invariant", args.device, enforce_eager=args.eager)
-    if args.no_digests:  # for good: this process only measures (kept referenced: a dropped
-        args.keep = no_digests(llm)  # context manager's generator would restore the digests)
-        args.keep.__enter__()
+    with no_digests(llm) if args.no_digests else contextlib.nullcontext():
+        out = profiled_run(llm, args)
+    return {"preset": args.preset, "batch": args.batch, "prompt": args.prompt,
+            "warm": args.warm, "eager": args.eager, "device": args.device,
+            "no_digests": args.no_digests, **out}  # fmt: skip
+
+
+def profiled_run(llm, args: argparse.Namespace) -> dict:
+    """Start the requests, prefill them, take `warm` decode steps, profile `steps`, finish."""
     start_requests(llm, args.batch, args.prompt, args.warm + args.steps + 8)
     while any(r.num_computed_tokens < args.prompt for r in llm.engine.scheduler.running) or (
         llm.engine.scheduler.waiting
@@ -155,9 +162,7 @@ def run(args: argparse.Namespace) -> dict:
     for _ in range(args.warm):
         llm.engine.step()
     prof, wall = profile_steps(llm, args.steps, args.device)
-    out = {"preset": args.preset, "batch": args.batch, "prompt": args.prompt, "warm": args.warm,
-           "eager": args.eager, "device": args.device, "no_digests": args.no_digests,
-           **summarize(device_events(prof), args.steps, wall)}  # fmt: skip
+    out = summarize(device_events(prof), args.steps, wall)
     if args.trace:
         path = Path(args.out).with_suffix(".trace.json")
         prof.export_chrome_trace(str(path))
