@@ -305,22 +305,67 @@ def release() -> None:
 
 
 def digest_cost(loaded, args: argparse.Namespace, jobs_a, jobs_b) -> dict:
-    """Only the digests' cost on the invariant plan: (a) and (b) with the default digests,
-    then with no digests, in turn."""
+    """Only the digests' cost on the invariant plan: (a) and (b) with the default digests and
+    with no digest work, `args.rounds` times, the order swapped every round (with first in
+    even rounds), so a cost of whichever run comes first (a cache, a compile) shows as spread
+    and not as digest cost. Per run: tokens/s, the step timeline by kind, the slowest steps and
+    the Triton kernels compiled during the run (there should be none)."""
     llm, _ = build_llm(loaded, "invariant", args.device)
     llm.engine.runner.device_digests = not args.host_digests
     run_engine(llm, jobs_b[:4])
-    out: dict = {"device_digests": llm.engine.runner.device_digests}
+    out: dict = {"device_digests": llm.engine.runner.device_digests, "rounds": []}
     steps = step_timeline(llm.engine)
-    for w, jobs in (("a", jobs_a), ("b", jobs_b)):
-        steps.clear()
-        out[f"{w}_tok_s"] = run_engine(llm, jobs)["tok_s"]
-        out[f"{w}_steps"] = timeline_summary(steps)
-        steps.clear()
-        out[f"{w}_tok_s_without_digests"] = without_digests(llm, jobs)["tok_s"]
-        out[f"{w}_steps_without_digests"] = timeline_summary(steps)
+    for r in range(args.rounds):
+        runs: dict = {}
+        for w, jobs in (("a", jobs_a), ("b", jobs_b)):
+            for digests in (True, False) if r % 2 == 0 else (False, True):
+                steps.clear()
+                with compile_log() as compiled:
+                    tok_s = (run_engine if digests else without_digests)(llm, jobs)["tok_s"]
+                key = w if digests else f"{w}_without_digests"
+                runs[key] = {"tok_s": tok_s, "steps": timeline_summary(steps),
+                             "slowest": slowest(steps), "compiled": compiled}  # fmt: skip
+            runs[f"{w}_cost"] = 1 - runs[w]["tok_s"] / runs[f"{w}_without_digests"]["tok_s"]
+        brief = {k: v if k.endswith("cost") else [round(v["tok_s"]), len(v["compiled"])]
+                 for k, v in runs.items()}  # fmt: skip
+        print(f"round {r} (tok/s, kernels compiled):", json.dumps(brief), flush=True)
+        out["rounds"].append(runs)
+    for w in ("a", "b"):
+        out[f"{w}_tok_s"] = [run[w]["tok_s"] for run in out["rounds"]]
+        out[f"{w}_tok_s_without_digests"] = [
+            run[f"{w}_without_digests"]["tok_s"] for run in out["rounds"]
+        ]
+        out[f"{w}_cost"] = [run[f"{w}_cost"] for run in out["rounds"]]
     out["held_outputs"] = llm.engine.num_held_outputs
     return out
+
+
+@contextlib.contextmanager
+def compile_log():
+    """Yields a list that collects the Triton kernels compiled while the block runs (their
+    specialization, as Triton prints it): a mid-run compile stalls a step for 0.1-9 s."""
+    import triton
+
+    compiled: list[str] = []
+    previous = triton.knobs.runtime.jit_cache_hook
+
+    def hook(**kwargs):
+        compiled.append(str(kwargs.get("repr", "?"))[:300])
+        return previous(**kwargs) if previous else None
+
+    triton.knobs.runtime.jit_cache_hook = hook
+    try:
+        yield compiled
+    finally:
+        triton.knobs.runtime.jit_cache_hook = previous
+
+
+def slowest(
+    steps: list[tuple[float, int, int]], count: int = 5
+) -> list[tuple[int, float, int, int]]:
+    """The `count` slowest steps as (index in the run, ms, batch size, batched tokens)."""
+    ranked = sorted(range(len(steps)), key=lambda i: -steps[i][0])[:count]
+    return [(i, round(steps[i][0], 1), steps[i][1], steps[i][2]) for i in ranked]
 
 
 def step_timeline(engine) -> list[tuple[float, int, int]]:
@@ -424,6 +469,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="unstreamed outputs' rows hashed on the host (default: the device SHA-256)")  # fmt: skip
     p.add_argument("--digest-cost", action="store_true",
                    help="only the invariant plan's (a) and (b) with and without digests")  # fmt: skip
+    p.add_argument("--rounds", type=int, default=2,
+                   help="--digest-cost: rounds of with / without, the order swapped each round")  # fmt: skip
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
 
@@ -436,7 +483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out or Path(os.environ.get("OUT", "."), "gpu_serving.json"))
     if args.digest_cost:
         out.write_text(json.dumps(result, indent=1))
-        print(json.dumps(result["digest_cost"]))
+        print(json.dumps({k: v for k, v in result["digest_cost"].items() if k != "rounds"}))
         return 0
     result["summary"] = summary(result)
     print(json.dumps(result["summary"], indent=1))

@@ -52,7 +52,7 @@ for job in "$@"; do
     info) python3 -c "import sys; sys.path.insert(0, 'tests'); from tiny_models import make_tiny_checkpoint as m; m('/tmp/tiny_qwen3', 'qwen3')" &&
           python3 -m samebits.cli info --device cuda --model /tmp/tiny_qwen3 2>&1 | tee "$OUT/info_cuda.txt" | tail -25 &&
           python3 -m samebits.cli generate "Hello there" --device cuda --model /tmp/tiny_qwen3 --max-tokens 8 --seed 1 --no-chat ;;
-    digestcost) timeout 170 python3 benchmarks/gpu_serving.py --digest-cost --no-hf --out "$OUT/gpu_digest_cost.json" 2>&1 | tail -3 ;;
+    digestcost) timeout 400 python3 benchmarks/gpu_serving.py --digest-cost --no-hf ${DIGEST_ARGS:-} --out "$OUT/gpu_digest_cost.json" 2>&1 | tail -6 ;;
     serving) timeout 560 python3 benchmarks/gpu_serving.py --sample 8 ${SERVING_ARGS:-} --out "$OUT/gpu_serving.json" 2>&1 | tail -30 ;;
     breakdown) timeout 300 python3 benchmarks/gpu_step_breakdown.py --trace ${BREAKDOWN_ARGS:-} --out "$OUT/gpu_step_breakdown.json" 2>&1 | grep -v USDT | tail -40 ;;
     rate) for plan in invariant fast; do  # one process per plan: each engine takes 85% of the GPU

@@ -112,6 +112,9 @@ def test_attention_prefill_chunks_decode_pages(cuda, gpu_record):
         for block_m, warps in ((None, 4), (16, 4), (64, 8), (128, 8)):
             out = torch.cat([_attend(q, layouts[1], [s], group, block_m, warps) for s in spans])
             checks[f"chunk{chunk}/bm{block_m}/w{warps}"] = rows_differing(out, ref)
+    # every position as its own one-token request in one decode call (1000 x 8 programs)
+    decode = _attend(q, layouts[1], [(t, t + 1) for t in range(length)], group)
+    checks["decode batch of 1000 requests"] = rows_differing(decode, ref)
     mixed = _attend(q, layouts[2], [(700, 701), (50, 90), (0, length), (999, 1000)], group)
     want = torch.cat([ref[700:701], ref[50:90], ref, ref[999:1000]])
     checks["mixed batch"] = rows_differing(mixed, want)

@@ -1,0 +1,189 @@
+"""Decode-attention launch sweep on the GPU: the shipped paged kernel under other launch
+parameters (warps, pipeline stages) and an experimental variant that loads the next key tile's
+K/V before reducing the current one, on Llama-3-8B heads (32 / 8, D = 128, pages of 16).
+
+Every candidate is first compared bit for bit (int16 views) with the shipped launch on the same
+inputs; only then timed (CUDA-graph replays with a cold L2 before every call, as
+`gpu_ops.py --graph`). SDPA flash on contiguous K/V is timed alongside as a reference; GB/s is
+the K and V bytes read over the time.
+
+    python3 benchmarks/attention_sweep.py [--cells 64x256 64x384 256x560 8x1024 1x4096]
+Writes JSON to $OUT/attention_sweep.json (or --out). GPU only. Evidence class: measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import triton
+import triton.language as tl
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from gpu_ops import (  # noqa: E402
+    BLOCK_SIZE,
+    HEAD_DIM,
+    NUM_HEADS,
+    NUM_KV_HEADS,
+    _metadata,
+    bench_graph,
+    machine_info,
+    make_paged_kv,
+    randn,
+    same_bits,
+    sdpa_reference,
+)
+
+from samebits.kernels.triton._attention_kernel import _attend_tile  # noqa: E402
+from samebits.kernels.triton.attention import KEY_BLOCK, LOG2E  # noqa: E402
+
+LAUNCHES = [(w, s) for w in (2, 4, 8) for s in (1, 2, 3, 4)]
+
+
+@triton.jit
+def _load_kv(k_ptr, v_ptr, bt_row, key0, last, hk, HKV: tl.constexpr, D: tl.constexpr,
+             PAGE: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+    d = tl.arange(0, D)
+    key = key0 + tl.arange(0, BLOCK_N)
+    kmask = key <= last
+    page = tl.load(bt_row + key // PAGE, mask=kmask, other=0).to(tl.int64)
+    kv = ((page * PAGE + key % PAGE) * HKV + hk) * D
+    k = tl.load(k_ptr + kv[:, None] + d[None, :], mask=kmask[:, None], other=0.0)
+    v = tl.load(v_ptr + kv[:, None] + d[None, :], mask=kmask[:, None], other=0.0)
+    return k, v
+
+
+@triton.jit
+def _reduce_tile(q, k, v, key0, pos, qk_scale, m_i, l_i, acc, BLOCK_N: tl.constexpr):
+    """The same arithmetic as the shipped `_attend_tile` after its loads."""
+    key = key0 + tl.arange(0, BLOCK_N)
+    s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+    s = tl.where(key[None, :] <= pos[:, None], s, float("-inf"))
+    active = key0 <= pos
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = tl.exp2(tl.where(active, m_i - m_new, 0.0))
+    p = tl.where(active[:, None], tl.exp2(s - m_new[:, None]), 0.0).to(v.dtype)
+    ones = tl.full((BLOCK_N, 16), 1.0, v.dtype)
+    col0 = tl.arange(0, 16)[None, :] == 0
+    row_sum = tl.sum(tl.where(col0, tl.dot(p, ones, input_precision="ieee"), 0.0), axis=1)
+    l_new = l_i * alpha + row_sum
+    acc_new = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+    m_i = tl.where(active, m_new, m_i)
+    l_i = tl.where(active, l_new, l_i)
+    acc = tl.where(active[:, None], acc_new, acc)
+    return m_i, l_i, acc
+
+
+@triton.jit(do_not_specialize=["bt_stride"])
+def prefetch_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, req_ptr, row0_ptr, qend_ptr,
+                              bt_ptr, bt_stride, qk_scale, HKV: tl.constexpr,
+                              GROUP: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+    """The shipped kernel with tile j+1's K/V loaded before tile j is reduced."""
+    pid = tl.program_id(0)
+    hk = tl.program_id(1)
+    req = tl.load(req_ptr + pid)
+    r = tl.arange(0, BLOCK_M)
+    tok = tl.load(row0_ptr + pid) + r // GROUP
+    live = (r < (BLOCK_M // GROUP) * GROUP) & (tok < tl.load(qend_ptr + req))
+    pos = tl.load(pos_ptr + tok, mask=live, other=-1)
+    d = tl.arange(0, D)
+    rows = (tok.to(tl.int64) * (HKV * GROUP) + hk * GROUP + r % GROUP) * D
+    q = tl.load(q_ptr + rows[:, None] + d[None, :], mask=live[:, None], other=0.0)
+    last = tl.max(pos, axis=0)
+    bt_row = bt_ptr + req.to(tl.int64) * bt_stride
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, D), tl.float32)
+    k_n, v_n = _load_kv(k_ptr, v_ptr, bt_row, 0, last, hk, HKV, D, PAGE, BLOCK_N)
+    for j in range(0, last // BLOCK_N + 1):
+        k, v = k_n, v_n
+        k_n, v_n = _load_kv(k_ptr, v_ptr, bt_row, (j + 1) * BLOCK_N, last, hk, HKV, D, PAGE,
+                            BLOCK_N)  # fmt: skip
+        m_i, l_i, acc = _reduce_tile(q, k, v, j * BLOCK_N, pos, qk_scale, m_i, l_i, acc,
+                                     BLOCK_N)  # fmt: skip
+    out = tl.math.div_rn(acc, l_i[:, None])
+    tl.store(o_ptr + rows[:, None] + d[None, :], out.to(o_ptr.dtype.element_ty), mask=live[:, None])
+
+
+_ = _attend_tile  # the shipped tile step that `_reduce_tile` restates (kept in sync by the bit check)
+
+
+def _launch(kernel, q, kv, meta, scale, warps: int, stages: int | None):
+    import torch
+
+    out = torch.empty_like(q)
+    extra = {} if stages is None else {"num_stages": stages}
+    kernel[(meta.num_programs, NUM_KV_HEADS)](
+        q, kv.k_cache, kv.v_cache, out, meta.positions, meta.prog_req, meta.prog_row0,
+        meta.query_end, meta.block_tables, meta.block_tables.shape[1], scale * LOG2E,
+        HKV=NUM_KV_HEADS, GROUP=meta.group, D=HEAD_DIM, PAGE=BLOCK_SIZE, BLOCK_M=meta.block_m,
+        BLOCK_N=KEY_BLOCK, num_warps=warps, **extra,
+    )  # fmt: skip
+    return out
+
+
+def sweep_cell(batch: int, context: int, rep: int) -> dict:
+    """All candidates at one (batch, context): bits vs the shipped launch, then us and GB/s."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from samebits.kernels.triton._attention_kernel import paged_attention_kernel
+    from samebits.kernels.triton.attention import paged_attention
+
+    scale = HEAD_DIM**-0.5
+    kv = make_paged_kv(batch, context, seed=7 + batch + context)
+    q = randn((batch, NUM_HEADS, HEAD_DIM), torch.bfloat16, seed=3 + batch)
+    meta = _metadata([context - 1] * batch, range(batch + 1), kv.tables)
+    shipped = paged_attention(q, kv.k_cache, kv.v_cache, meta, scale)
+    gbytes = 2.0 * batch * context * NUM_KV_HEADS * HEAD_DIM * 2 / 1e9
+    rows = []
+
+    def timed(name, fn, equal):
+        us = bench_graph(fn, rep) * 1e3 if equal else None
+        gbps = gbytes / (us * 1e-6) if us else None
+        rows.append({"candidate": name, "bits_equal": equal, "us": us, "gbps": gbps})
+        print(f"  {batch}x{context} {name:<24} equal={equal} us={us} GB/s={gbps}", flush=True)
+
+    timed("shipped", lambda: paged_attention(q, kv.k_cache, kv.v_cache, meta, scale), True)
+    for name, kernel in (
+        ("shipped", paged_attention_kernel),
+        ("prefetch", prefetch_attention_kernel),
+    ):
+        for warps, stages in LAUNCHES:
+            fn = lambda k=kernel, w=warps, s=stages: _launch(k, q, kv, meta, scale, w, s)  # noqa: E731
+            try:
+                equal = same_bits(fn(), shipped)
+            except Exception as exc:  # noqa: BLE001 - a launch that does not compile is a result
+                rows.append({"candidate": f"{name} w{warps} s{stages}", "error": str(exc)[:200]})
+                continue
+            timed(f"{name} w{warps} s{stages}", fn, equal)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        ref_fn, note = sdpa_reference(q.unsqueeze(2), kv.k_ref, kv.v_ref, causal=False)
+        timed(f"sdpa ({note})", ref_fn, True)
+    return {"batch": batch, "context": context, "kv_gbytes": gbytes, "rows": rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--cells", nargs="+", default=["64x256", "64x384", "256x560", "8x1024", "1x4096"]
+    )
+    ap.add_argument("--rep", type=int, default=30)
+    ap.add_argument(
+        "--out", default=os.path.join(os.environ.get("OUT", "."), "attention_sweep.json")
+    )
+    args = ap.parse_args()
+    cells = [tuple(int(x) for x in c.split("x")) for c in args.cells]
+    result = {"machine": machine_info(), "cells": [sweep_cell(b, c, args.rep) for b, c in cells]}
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
