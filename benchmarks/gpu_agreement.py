@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gc
 import json
 import os
 import platform
@@ -279,7 +278,9 @@ def run_preset(preset: str, device: str, seed: int, fp32_reference: bool) -> dic
 def _free(device: str) -> None:
     import torch
 
-    gc.collect()
+    from samebits.engine.heap import collect_all
+
+    collect_all()  # engines freeze their start-up heap
     if device == "cuda":
         torch.cuda.empty_cache()
 

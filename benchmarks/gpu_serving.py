@@ -293,11 +293,11 @@ def step_profile(llm, batch: int, steps: int = 8, top: int = 30) -> list[str]:
 def release() -> None:
     """Free the last engine's GPU memory (KV cache, graph pool; its objects hold cycles, so a
     collection is needed) before the next plan is built."""
-    import gc
-
     import torch
 
-    gc.collect()
+    from samebits.engine.heap import collect_all
+
+    collect_all()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
         free, total = torch.cuda.mem_get_info()
@@ -310,6 +310,8 @@ def digest_cost(loaded, args: argparse.Namespace, jobs_a, jobs_b) -> dict:
     even rounds), so a cost of whichever run comes first (a cache, a compile) shows as spread
     and not as digest cost. Per run: tokens/s, the step timeline by kind, the slowest steps and
     the Triton kernels compiled during the run (there should be none)."""
+    from samebits.kernels.triton.compiles import compile_log
+
     llm, _ = build_llm(loaded, "invariant", args.device)
     llm.engine.runner.device_digests = not args.host_digests
     run_engine(llm, jobs_b[:4])
@@ -320,15 +322,19 @@ def digest_cost(loaded, args: argparse.Namespace, jobs_a, jobs_b) -> dict:
         for w, jobs in (("a", jobs_a), ("b", jobs_b)):
             for digests in (True, False) if r % 2 == 0 else (False, True):
                 steps.clear()
-                with compile_log() as compiled:
+                with compile_log() as compiled, gc_log() as pauses:
                     tok_s = (run_engine if digests else without_digests)(llm, jobs)["tok_s"]
                 key = w if digests else f"{w}_without_digests"
                 runs[key] = {"tok_s": tok_s, "steps": timeline_summary(steps),
-                             "slowest": slowest(steps), "compiled": compiled}  # fmt: skip
+                             "slowest": slowest(steps), "compiled": [c[:300] for c in compiled],
+                             "gc_pauses_ms": pauses}  # fmt: skip
             runs[f"{w}_cost"] = 1 - runs[w]["tok_s"] / runs[f"{w}_without_digests"]["tok_s"]
-        brief = {k: v if k.endswith("cost") else [round(v["tok_s"]), len(v["compiled"])]
+        brief = {k: v if k.endswith("cost") else
+                 [round(v["tok_s"]), len(v["compiled"]), sum(ms for _, ms in v["gc_pauses_ms"])]
                  for k, v in runs.items()}  # fmt: skip
-        print(f"round {r} (tok/s, kernels compiled):", json.dumps(brief), flush=True)
+        print(
+            f"round {r} (tok/s, kernels compiled, ms in gc pauses):", json.dumps(brief), flush=True
+        )
         out["rounds"].append(runs)
     for w in ("a", "b"):
         out[f"{w}_tok_s"] = [run[w]["tok_s"] for run in out["rounds"]]
@@ -341,23 +347,27 @@ def digest_cost(loaded, args: argparse.Namespace, jobs_a, jobs_b) -> dict:
 
 
 @contextlib.contextmanager
-def compile_log():
-    """Yields a list that collects the Triton kernels compiled while the block runs (their
-    specialization, as Triton prints it): a mid-run compile stalls a step for 0.1-9 s."""
-    import triton
+def gc_log(min_ms: float = 5.0):
+    """Yields a list of (generation, ms) of the Python garbage collections of at least
+    `min_ms` while the block runs (a full collection of a large heap stalls a step)."""
+    import gc
 
-    compiled: list[str] = []
-    previous = triton.knobs.runtime.jit_cache_hook
+    pauses: list[tuple[int, float]] = []
+    started: list[float] = []
 
-    def hook(**kwargs):
-        compiled.append(str(kwargs.get("repr", "?"))[:300])
-        return previous(**kwargs) if previous else None
+    def callback(phase, info):
+        if phase == "start":
+            started.append(time.perf_counter())
+        elif started:
+            ms = (time.perf_counter() - started.pop()) * 1e3
+            if ms >= min_ms:
+                pauses.append((info["generation"], round(ms, 1)))
 
-    triton.knobs.runtime.jit_cache_hook = hook
+    gc.callbacks.append(callback)
     try:
-        yield compiled
+        yield pauses
     finally:
-        triton.knobs.runtime.jit_cache_hook = previous
+        gc.callbacks.remove(callback)
 
 
 def slowest(

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
-import gc
 import json
 import math
 import multiprocessing
@@ -260,7 +259,9 @@ def release() -> str:
     cache); returns what is still in use."""
     import torch
 
-    gc.collect()
+    from samebits.engine.heap import collect_all
+
+    collect_all()  # engines freeze their start-up heap
     if not torch.cuda.is_available():
         return "cpu"
     torch.cuda.empty_cache()

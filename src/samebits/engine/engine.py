@@ -199,6 +199,7 @@ class LLMEngine:
                 f"length {deployment.max_model_len}: set model_config.max_model_len instead"
             )
         from samebits.engine.graph_policy import graph_config
+        from samebits.engine.heap import freeze_startup_heap
         from samebits.engine.runner import ModelRunner
 
         plan = deployment.plan
@@ -221,7 +222,9 @@ class LLMEngine:
             deployment.model, cache.block_size, cache.num_kv_blocks, graphs,
             deployment.max_model_len,
         )  # fmt: skip
-        return cls(deployment, runner, scheduler, cache.block_size, cfg)
+        engine = cls(deployment, runner, scheduler, cache.block_size, cfg)
+        freeze_startup_heap()  # no step pays a full collection of the start-up heap
+        return engine
 
     # ------------------------------------------------------------------ requests
     def add_request(

@@ -80,11 +80,30 @@ def logits_rows(scheduled, query_start_loc: np.ndarray) -> list[int]:
 
 
 def _to_device(device, *arrays: np.ndarray) -> list[torch.Tensor]:
-    """int64 host arrays -> tensors on `device`, packed into one copy (zero-copy on CPU)."""
+    """int64 host arrays -> tensors on `device`, packed into one copy (zero-copy on CPU).
+    Every device view starts on a 16-byte boundary, whatever the arrays' lengths: Triton
+    specializes a kernel on its pointers' 16-byte alignment, so a view whose alignment followed
+    the parity of a step's token or row count compiled a second binary in the middle of a run
+    (measured on the H200, 2026-12-01: `qkv_rope_store_kernel`, ~170 ms per mixed step hit)."""
     if torch.device(device).type == "cpu":
         return [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
-    packed = torch.from_numpy(np.concatenate(arrays)).pin_memory().to(device, non_blocking=True)
-    return list(packed.split([len(a) for a in arrays]))
+    host, offsets = pack_aligned(arrays)
+    packed = torch.from_numpy(host).pin_memory().to(device, non_blocking=True)
+    return [packed[o : o + len(a)] for o, a in zip(offsets, arrays, strict=True)]
+
+
+ALIGN_INT64 = 2  # int64 elements per 16 bytes
+
+
+def pack_aligned(arrays) -> tuple[np.ndarray, list[int]]:
+    """The int64 arrays back to back in one buffer, each starting at an element offset that is a
+    multiple of ALIGN_INT64 (zero padding between); returns (buffer, offsets)."""
+    sizes = [len(a) for a in arrays]
+    offsets = np.cumsum([0, *(-(-s // ALIGN_INT64) * ALIGN_INT64 for s in sizes)])
+    host = np.zeros(int(offsets[-1]), dtype=np.int64)
+    for a, off in zip(arrays, offsets, strict=False):
+        host[off : off + len(a)] = a
+    return host, [int(o) for o in offsets[:-1]]
 
 
 def kv_bytes_per_block(model, block_size: int) -> int:
@@ -98,12 +117,11 @@ def kv_blocks_for_device(model, block_size: int, utilization: float) -> int:
     """KV-cache blocks for a GPU model from the device's free memory now (weights loaded).
     Memory torch's caching allocator holds but no live tensor uses (an engine built and
     dropped earlier in this process: its KV cache, its graph pools) counts as free: this
-    process reuses it. Unreachable engines are collected first."""
-    import gc
-
+    process reuses it. Unreachable engines are collected first (frozen ones too)."""
     from samebits.config import kv_blocks_for_memory
+    from samebits.engine.heap import collect_all
 
-    gc.collect()
+    collect_all()
     device = model.ops.device
     free, total = torch.cuda.mem_get_info(device)
     reusable = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
