@@ -151,3 +151,35 @@ def test_row_kernels_any_m(cuda, gpu_record):
             bad += rows_differing(a, b[:m])
     gpu_record("row kernels (rms, add_rms, silu_mul, rope, head_rms)", f"{bad} rows differ")
     assert bad == 0
+
+
+@pytest.mark.parametrize("role", ["o", "down"])
+def test_linear_add_rms_norm_fused_equals_op_by_op(cuda, role, gpu_record):
+    """The split-K grid's ordered sum fused with the residual add and RMSNorm
+    (`TritonOps.linear_add_rms_norm`) against the linear then `add_rms_norm`, at every M of
+    the grid's rows and past them (op by op there too): output and residual bit for bit."""
+    from samebits.kernels.ops import TorchPlacement
+    from samebits.kernels.plan import KernelPlan
+    from samebits.kernels.triton.backend import TritonOps, build_cuda_plan
+
+    n, k = LLAMA3_8B[role]
+    g = _gen(7)
+    plan: KernelPlan = build_cuda_plan("invariant", "bfloat16", 128, 4)
+    ops = TritonOps(plan)
+    lin = ops.linear((torch.randn((n, k), device="cuda", generator=g) * 0.02).to(BF16), None,
+                     role=role)  # fmt: skip
+    w = torch.randn((n,), device="cuda", generator=g)
+    x = torch.randn((300, k), device="cuda", generator=g).to(BF16)
+    res = torch.randn((300, n), device="cuda", generator=g)
+    fused_ms, bad = [], {}
+    for m in (1, 7, 16, 17, 64, 65, 128, 129, 300):
+        r1, r2 = res[:m].clone(), res[:m].clone()
+        want, _ = TorchPlacement.linear_add_rms_norm(ops, lin, x[:m], r1, w, 1e-5)
+        got, _ = ops.linear_add_rms_norm(lin, x[:m], r2, w, 1e-5)
+        if lin.grid_partials(x[:m]) is not None:
+            fused_ms.append(m)
+        n_bad = rows_differing(got, want) + rows_differing(r2, r1)
+        if n_bad:
+            bad[m] = n_bad
+    gpu_record(f"linear_add_rms_norm {role}", f"fused at M={fused_ms}; rows differing {bad}")
+    assert bad == {} and fused_ms

@@ -60,5 +60,7 @@ def resolved(digests: Sequence[str | Future[str]]) -> list[str]:
 
 
 def all_done(digests: Sequence[str | Future[str]]) -> bool:
-    """Whether every digest is computed (never waits)."""
-    return all(isinstance(d, str) or d.done() for d in digests)
+    """Whether every digest is computed (never waits). Newest first: digests finish roughly in
+    step order, so a request still waiting is told so by its last digest, not after a walk
+    over all of them (a finishing batch of 64 x 256 tokens walked 16k digests: ~6 ms)."""
+    return all(isinstance(d, str) or d.done() for d in reversed(digests))

@@ -343,7 +343,9 @@ class _DeviceDigests:
         self._hex: list[str] | None = None
 
     def done(self) -> bool:
-        return self._hex is not None or self._done.query()
+        if self._hex is None and self._done.query():
+            self.hex()  # done: convert once, so later checks never query the event again
+        return self._hex is not None
 
     def hex(self) -> list[str]:
         if self._hex is None:
@@ -355,16 +357,21 @@ class _DeviceDigests:
 
 
 class _RowDigest:
-    """One row's digest, future-like (`result()`), as the engine's host digests are."""
+    """One row's digest, future-like (`result()`), as the engine's host digests are. Once
+    known, the hex string is kept on the row (a final output reads every row's digest)."""
+
+    __slots__ = ("_index", "_step", "_value")
 
     def __init__(self, step: _DeviceDigests, index: int) -> None:
-        self._step, self._index = step, index
+        self._step, self._index, self._value = step, index, None
 
     def result(self) -> str:
-        return self._step.hex()[self._index]
+        if self._value is None:
+            self._value = self._step.hex()[self._index]
+        return self._value
 
     def done(self) -> bool:
-        return self._step.done()
+        return self._value is not None or self._step.done()
 
 
 def _to_pinned(tensor: torch.Tensor) -> torch.Tensor:

@@ -62,6 +62,13 @@ class Ops(Protocol):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """residual += x in place; returns (norm(residual), residual)."""
 
+    def linear_add_rms_norm(
+        self, linear: Linear, x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,
+        eps: float,
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        """``add_rms_norm(linear(x), residual, w, eps)``: the same bits as those two ops (an
+        op set may fuse the linear's last step with the norm)."""
+
     def head_rms_norm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> None: ...
 
     def rope(self, x: torch.Tensor, batch: FlatBatch, cos, sin) -> None: ...

@@ -63,6 +63,10 @@ class TorchPlacement:
         self.store_kv(kv, layer, batch, k, v)
         return q
 
+    def linear_add_rms_norm(self, linear, x, residual, w, eps):
+        """Op by op: ``linear(x)``, then ``add_rms_norm`` (the reference of a fused override)."""
+        return self.add_rms_norm(linear(x), residual, w, eps)
+
     def prepare_batch(self, batch: FlatBatch) -> FlatBatch:
         return batch
 

@@ -113,11 +113,13 @@ class DecoderModel:
             mlp = fused.run(x, residual, batch)
         for i, layer in enumerate(self.layers if fused is None else ()):
             attn = self._attention(layer, x, batch, kv, i)
-            x, residual = self.ops.add_rms_norm(layer.o(attn), residual, layer.ln2, eps)
-            mlp = layer.down(self.ops.silu_mul(layer.gate_up(x)))
+            x, residual = self.ops.linear_add_rms_norm(layer.o, attn, residual, layer.ln2, eps)
+            act = self.ops.silu_mul(layer.gate_up(x))
             nxt = self.layers[i + 1].ln1 if i + 1 < len(self.layers) else None
             if nxt is not None:
-                x, residual = self.ops.add_rms_norm(mlp, residual, nxt, eps)
+                x, residual = self.ops.linear_add_rms_norm(layer.down, act, residual, nxt, eps)
+            else:
+                mlp = layer.down(act)
         rows = batch.logits_indices
         last = self.ops.add_rms_norm(
             mlp.index_select(0, rows).contiguous(),

@@ -95,3 +95,37 @@ def test_rejects_non_contiguous():
     x = _randn(8, 64)
     with pytest.raises(ValueError, match="contiguous"):
         rms_norm(x.t(), _randn(8), EPS, torch.float32)
+
+
+@pytest.mark.parametrize("splits", [1, 2, 4])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
+def test_sum_add_rms_norm_is_ordered_sum_then_add_rms_norm(splits, bias, out_dtype):
+    from samebits.kernels.triton.linear import ordered_sum
+    from samebits.kernels.triton.rows import sum_add_rms_norm
+
+    m, n = 13, 96
+    partials = torch.stack([_randn(m, n, seed=10 + s) for s in range(splits)]).contiguous()
+    b = _randn(n, seed=4) if bias else None
+    res, w = _randn(m, n, seed=5), _randn(n, seed=6)
+    y = torch.empty((m, n), dtype=out_dtype)
+    ordered_sum(partials, b, y)
+    res_ref = res.clone()
+    want = add_rms_norm(y, res_ref, w, EPS, out_dtype)
+    res_fused = res.clone()
+    got = sum_add_rms_norm(partials, b, res_fused, w, EPS, out_dtype)
+    assert same_bits(got, want) and same_bits(res_fused, res_ref)
+    one = res[6:7].clone()
+    row = sum_add_rms_norm(partials[:, 6:7].contiguous(), b, one, w, EPS, out_dtype)
+    assert same_bits(row, want[6:7]) and same_bits(one, res_ref[6:7])
+
+
+def test_sum_add_rms_norm_rejects_bad_shapes():
+    from samebits.kernels.triton.rows import sum_add_rms_norm
+
+    partials = torch.zeros((2, 4, 32))
+    with pytest.raises(ValueError, match="residual"):
+        sum_add_rms_norm(partials, None, torch.zeros((4, 16)), torch.ones(32), EPS, torch.float32)
+    with pytest.raises(ValueError, match="fp32"):
+        sum_add_rms_norm(partials.half(), None, torch.zeros((4, 32)), torch.ones(32), EPS,
+                         torch.float32)  # fmt: skip

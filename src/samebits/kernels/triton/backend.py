@@ -71,6 +71,18 @@ class TritonOps(TorchPlacement):
     def add_rms_norm(self, x, residual, w, eps):
         return rows.add_rms_norm(x, residual, w, eps, self.act_dtype), residual
 
+    def linear_add_rms_norm(self, linear, x, residual, w, eps):
+        """Where M's launch is the split-K grid (S > 1, decode-sized M), the ordered sum of its
+        partials is fused with the residual add and RMSNorm (`rows.sum_add_rms_norm`, one
+        launch instead of two); elsewhere op by op. The same bits either way."""
+        partials = None
+        if isinstance(linear, TritonLinear) and linear.out_dtype == self.act_dtype:
+            partials = linear.grid_partials(x)
+        if partials is None:
+            return super().linear_add_rms_norm(linear, x, residual, w, eps)
+        out = rows.sum_add_rms_norm(partials, linear.bias, residual, w, eps, self.act_dtype)
+        return out, residual
+
     def head_rms_norm(self, x, w, eps) -> None:
         rows.head_rms_norm(x, w, eps)
 

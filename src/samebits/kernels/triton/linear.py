@@ -49,7 +49,8 @@ def _run_ranges(x, weight, bias, y, plan: SplitPlan, launch: Launch) -> None:
     )  # fmt: skip
 
 
-def _run_split_grid(x, weight, bias, y, plan: SplitPlan, launch: Launch) -> None:
+def split_partials(x, weight, plan: SplitPlan, launch: Launch) -> torch.Tensor:
+    """The split-K grid's first kernel: chain c_s of every range into ``[S, M, N]`` fp32."""
     m = x.shape[0]
     partials = torch.empty((plan.splits, m, plan.n), device=x.device, dtype=torch.float32)
     grid = (triton.cdiv(m, launch.block_m), triton.cdiv(plan.n, launch.block_n), plan.splits)
@@ -58,8 +59,18 @@ def _run_split_grid(x, weight, bias, y, plan: SplitPlan, launch: Launch) -> None
         BLOCK_M=launch.block_m, BLOCK_N=launch.block_n, BLOCK_K=plan.block_k,
         num_warps=launch.num_warps, num_stages=launch.num_stages,
     )  # fmt: skip
-    ordered_sum_kernel[(triton.cdiv(m * plan.n, ORDERED_SUM_BLOCK),)](
-        partials, bias if bias is not None else y, y, m, plan.n, SPLITS=plan.splits,
+    return partials
+
+
+def _run_split_grid(x, weight, bias, y, plan: SplitPlan, launch: Launch) -> None:
+    ordered_sum(split_partials(x, weight, plan, launch), bias, y)
+
+
+def ordered_sum(partials: torch.Tensor, bias: torch.Tensor | None, y: torch.Tensor) -> None:
+    """The split-K grid's second kernel: ``y = ((c_0 + c_1) + ...) + bias`` cast to y's dtype."""
+    splits, m, n = partials.shape
+    ordered_sum_kernel[(triton.cdiv(m * n, ORDERED_SUM_BLOCK),)](
+        partials, bias if bias is not None else y, y, m, n, SPLITS=splits,
         HAS_BIAS=bias is not None, BLOCK=ORDERED_SUM_BLOCK, num_warps=ORDERED_SUM_WARPS,
     )  # fmt: skip
 
@@ -148,6 +159,17 @@ class TritonLinear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """``x [M, K] -> [M, N]`` in ``out_dtype``; the launch follows M, the bits do not."""
         return linear(x, self.weight, self.bias, self.plan, self.out_dtype)
+
+    def grid_partials(self, x: torch.Tensor) -> torch.Tensor | None:
+        """The partials ``[S, M, N]`` of the split-K grid when that is M's launch (the caller
+        then owes their ordered sum), else None (the launch sums the ranges itself)."""
+        if x.dim() != 2 or x.shape[0] == 0:
+            return None
+        launch = choose_launch(self.plan, x.shape[0], tma_ready(x, self.weight))
+        if launch.kind != SPLIT_GRID:
+            return None
+        _check(x, self.weight, self.bias, self.plan)
+        return split_partials(x, self.weight, self.plan, launch)
 
     def __repr__(self) -> str:
         p = self.plan

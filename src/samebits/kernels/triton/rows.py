@@ -16,11 +16,12 @@ from samebits.kernels.triton._row_kernels import (
     rms_norm_kernel,
     rope_kernel,
     silu_mul_kernel,
+    sum_add_rms_norm_kernel,
 )
 
 __all__ = [
     "add_rms_norm", "head_rms_norm", "qkv_rope_store", "rms_norm", "rope", "row_num_warps",
-    "silu_mul",
+    "silu_mul", "sum_add_rms_norm",
 ]  # fmt: skip
 
 SILU_BLOCK = 1024
@@ -67,6 +68,32 @@ def add_rms_norm(
         raise ValueError("add_rms_norm needs an fp32 residual of x's shape")
     out = torch.empty(x.shape, device=x.device, dtype=out_dtype)
     _launch_rms(x, residual, weight, out, eps, x.shape[-1], add=True)
+    return out
+
+
+def sum_add_rms_norm(
+    partials: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor,
+    weight: torch.Tensor, eps: float, out_dtype: torch.dtype,
+) -> torch.Tensor:  # fmt: skip
+    """A split-K linear's partials ``[S, M, N]`` -> its output rows (summed in split order,
+    + bias, rounded to ``out_dtype``: what ``ordered_sum_kernel`` writes), then ``residual +=``
+    those rows and ``rms_norm(residual)``, in one launch: the same bits as the linear's ordered
+    sum followed by :func:`add_rms_norm` (evidence: test)."""
+    _require_contiguous("sum_add_rms_norm", partials, residual, weight)
+    splits, m, n = partials.shape
+    if partials.dtype != torch.float32 or residual.dtype != torch.float32:
+        raise ValueError("sum_add_rms_norm needs fp32 partials and an fp32 residual")
+    if tuple(residual.shape) != (m, n) or (bias is not None and tuple(bias.shape) != (n,)):
+        raise ValueError(f"sum_add_rms_norm: residual must be [{m}, {n}], bias [{n}]")
+    out = torch.empty((m, n), device=partials.device, dtype=out_dtype)
+    if m == 0:
+        return out
+    block = triton.next_power_of_2(n)
+    sum_add_rms_norm_kernel[(m,)](
+        partials, bias if bias is not None else partials, residual, weight, out, m, eps,
+        SPLITS=splits, HAS_BIAS=bias is not None, WIDTH=n, BLOCK=block,
+        num_warps=row_num_warps(block),
+    )  # fmt: skip
     return out
 
 
