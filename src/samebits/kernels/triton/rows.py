@@ -11,12 +11,12 @@ from __future__ import annotations
 import torch
 import triton
 
+from samebits.kernels.triton._fused_kernels import sum_add_rms_norm_kernel
 from samebits.kernels.triton._row_kernels import (
     qkv_rope_store_kernel,
     rms_norm_kernel,
     rope_kernel,
     silu_mul_kernel,
-    sum_add_rms_norm_kernel,
 )
 
 __all__ = [
