@@ -1,5 +1,5 @@
 """``python -m samebits.analysis.kernel_prover [--models tiny,llama-3-8b]
-[--kinds linear,rows,attention] [--select SUBSTR] [--source FILE] [--out DIR]``: prove and write
+[--kinds linear,rows,attention,fused] [--select SUBSTR] [--source FILE] [--out DIR]``: prove and write
 certificates (per specialization; `samebits certify` writes the per-unit sets the GPU plan
 loads)."""
 
@@ -13,7 +13,7 @@ import time
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m samebits.analysis.kernel_prover")
     ap.add_argument("--models", default="tiny,llama-3-8b")
-    ap.add_argument("--kinds", default="linear,rows,attention")
+    ap.add_argument("--kinds", default="linear,rows,attention,fused")
     ap.add_argument("--select", default="", help="only specializations whose name contains this")
     ap.add_argument(
         "--source", default=None, help="kernel file to prove instead of the shipped one"

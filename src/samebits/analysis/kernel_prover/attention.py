@@ -119,6 +119,7 @@ class AttentionSpec:
     left: Side
     right: Side
     description: dict
+    also_files: tuple = ()  # one kernel file (Spec.also_files: further files proved against)
 
     @property
     def goal(self):

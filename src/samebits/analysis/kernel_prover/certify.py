@@ -24,7 +24,6 @@ from samebits.analysis.kernel_prover.prover import Result, prove
 from samebits.analysis.kernel_prover.specs import Spec, all_specs, unit_specs
 from samebits.analysis.kernel_prover.terms import Lin
 
-KERNEL_DIR = Path(__file__).resolve().parents[2] / "kernels" / "triton"
 PROVER_NAME = "samebits.kernel_prover"
 PROVER_VERSION = "0.1"
 
@@ -96,10 +95,13 @@ def _prover_digest() -> str:
 
 
 def prove_spec(spec, source_path: Path | str | None = None) -> tuple[Result, str, str]:
-    """Prove one specialization against the kernel file (default: the shipped kernels).
-    Returns ``(result, source path, source sha256)``."""
-    path = Path(source_path) if source_path else KERNEL_DIR / spec.kernel_file
-    src = KernelSource.parse(path.read_text(), path.name)
+    """Prove one specialization against the kernel file (default: the shipped kernels; the
+    further files of ``spec.also_files`` are always the shipped ones, joined to it).
+    Returns ``(result, source path, source sha256)`` of the kernel file."""
+    path = Path(source_path) if source_path else U.KERNEL_DIR / spec.kernel_file
+    src = KernelSource.parse(path.read_text(), path.name).join(
+        [KernelSource.parse((U.KERNEL_DIR / f).read_text(), f) for f in spec.also_files]
+    )
     if isinstance(spec, AttentionSpec):
         return prove_attention(src, spec), str(path), src.sha256
     return prove(src, spec.goal, spec.left, spec.right, spec.m_left), str(path), src.sha256
@@ -126,6 +128,7 @@ def certificate(spec, result: Result, path: str, sha: str) -> dict:
         "specialization": spec.name,
         "kernel_file": path,
         "kernel_source_sha256": sha,
+        **_also_record(spec.also_files),
         "kernels": sorted({c.kernel for c in left + right}),
         "description": spec.description,
         "left_launch": [_jsonable(c) for c in left],
@@ -144,10 +147,17 @@ def certificate(spec, result: Result, path: str, sha: str) -> dict:
     }
 
 
+def _also_record(files: tuple) -> dict:
+    """``{units.ALSO_RECORD: {file: SHA-256}}`` for a proof that also read the kernel files ``files``
+    (a fused kernel's imports and op-by-op path); nothing for a one-file proof, whose record
+    keeps its earlier form."""
+    return {U.ALSO_RECORD: U.also_sources(files)} if files else {}
+
+
 def certify(
     out_dir: Path | str | None = None,
     models=("tiny", "llama-3-8b"),
-    kinds=("linear", "rows", "attention"),
+    kinds=("linear", "rows", "attention", "fused"),
     select: str = "",
     specs: list[Spec] | None = None,
     source_path: Path | str | None = None,
@@ -194,14 +204,16 @@ def _previous_certificates(path: Path) -> dict[str, dict]:
 
 def reusable(previous: dict | None, spec) -> bool:
     """Whether an earlier certificate proves `spec` as it is today: proved, and the same kernel
-    source (SHA-256), the same two launches and the same goal. Such a proof is the one the
-    gate accepts for an unchanged unit, so a unit whose launch list changed re-proves only its
-    new specializations (the prover version a certificate names stays its own)."""
+    sources (SHA-256 of the kernel file and of every further file it was proved against), the
+    same two launches and the same goal. Such a proof is the one the gate accepts for an
+    unchanged unit, so a unit whose launch list changed re-proves only its new
+    specializations (the prover version a certificate names stays its own)."""
     if previous is None:
         return False
     left, right = _launches(spec)
     return (
-        previous.get("kernel_source_sha256") == U.source_sha256(KERNEL_DIR / spec.kernel_file)
+        previous.get("kernel_source_sha256") == U.source_sha256(U.KERNEL_DIR / spec.kernel_file)
+        and previous.get(U.ALSO_RECORD, {}) == U.also_sources(spec.also_files)
         and _calls(previous.get("left_launch")) == _jsonable(left)
         and _calls(previous.get("right_launch")) == _jsonable(right)
         and previous.get("goal") == spec.goal.to_dict()
@@ -258,6 +270,7 @@ def certify_units(
             "unit": unit,
             "kernel_file": kfile.name,
             "kernel_source_sha256": U.source_sha256(kfile),
+            **_also_record(U.also_files(unit)),
             "specialization": U.specialization(unit),
             "specs": [c["specialization"] for c in certs],
             "results": {c["specialization"]: c["result"]["status"] for c in certs},

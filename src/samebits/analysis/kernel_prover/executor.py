@@ -155,6 +155,9 @@ class KernelSource:
     functions: dict = field(default_factory=dict)
     constants: dict = field(default_factory=dict)
     files: dict = field(default_factory=dict)  # kernel name -> file, for added functions
+    # names imported from sibling kernel modules (``from samebits.kernels.triton.<module>
+    # import name``): name -> that module's file
+    imports: dict = field(default_factory=dict)
 
     @staticmethod
     def parse(source: str, filename: str = "<kernel>") -> KernelSource:
@@ -163,6 +166,11 @@ class KernelSource:
         for node in tree.body:
             if isinstance(node, ast.FunctionDef) and any(_is_jit(d) for d in node.decorator_list):
                 ks.functions[node.name] = node
+            elif isinstance(node, ast.ImportFrom) and _kernel_module(node):
+                for alias in node.names:
+                    if alias.asname not in (None, alias.name):
+                        raise Unsupported(f"{filename}:{node.lineno}", "import ... as ...")
+                    ks.imports[alias.name] = _kernel_module(node)
             elif (
                 isinstance(node, ast.Assign)
                 and len(node.targets) == 1
@@ -180,13 +188,46 @@ class KernelSource:
         """This file's functions plus ``other``'s (a goal's reference kernels); the source and
         its SHA-256 stay this file's."""
         ks = KernelSource(self.source, self.filename, dict(self.functions), dict(self.constants),
-                          dict(self.files))  # fmt: skip
+                          dict(self.files), dict(self.imports))  # fmt: skip
         for name, fn in other.functions.items():
             if name in ks.functions:
                 raise Unsupported(other.filename, f"{name} is also defined in {self.filename}")
             ks.functions[name] = fn
             ks.files[name] = other.filename
         return ks
+
+    def join(self, others: list[KernelSource]) -> KernelSource:
+        """This file's functions plus those of the sibling kernel files ``others`` (a fused
+        kernel's imported helpers, the op-by-op path it is proved against); the source and
+        its SHA-256 stay this file's. Invariant: every name a joined file imports from a
+        sibling module is a ``@triton.jit`` function of that very file among the joined ones
+        (so each helper is the one Python would import), and no name is defined twice."""
+        ks = self
+        for other in others:
+            ks = ks.with_functions(other)
+            for name, value in other.constants.items():
+                if ks.constants.setdefault(name, value) != value:
+                    raise Unsupported(other.filename, f"constant {name} differs between files")
+        for src in (self, *others):
+            for name, module in src.imports.items():
+                if ks.files.get(name, self.filename) != module or name not in ks.functions:
+                    raise Unsupported(src.filename, f"imports {name} from {module}: not a "
+                                      "@triton.jit function of the files proved against")  # fmt: skip
+        return ks
+
+
+KERNEL_PACKAGE = "samebits.kernels.triton"
+
+
+def _kernel_module(node: ast.ImportFrom) -> str | None:
+    """The file of a sibling kernel module an import names (absolute or relative), else None
+    (``triton``, ``__future__``: not kernel code)."""
+    mod = node.module or ""
+    if node.level == 0 and mod.startswith(KERNEL_PACKAGE + "."):
+        mod = mod[len(KERNEL_PACKAGE) + 1 :]
+    elif node.level != 1:
+        return None
+    return f"{mod}.py" if mod and "." not in mod else None
 
 
 def _is_jit(d: ast.expr) -> bool:
@@ -287,7 +328,10 @@ class Execution:
         self.read_hook = None  # (program, array, idx, mask, dtype, ambient) -> value | None
         self.focus_lanes: dict = {}  # tile size -> Lin lane var: int-reduction instances
         self.int_reduce_facts = None  # (name, result Lin) -> extra facts (preconditions)
-        self.rules: frozenset = frozenset()  # "max-any-order", "sum-of-zeros"
+        # "lane-reduce" (the default: linear and row goals); the attention goals replace it
+        # by "max-any-order", "sum-of-zeros" (rules that look at the elements one by one)
+        self.rules: frozenset = frozenset({"lane-reduce"})
+        self.bound_lanes: set = set()  # atom keys of the bound lanes with range facts
         # a product of two runtime integers as an uninterpreted function (sound for proving
         # equalities; keeps Z3 in linear arithmetic)
         self.opaque_mul = False
@@ -843,6 +887,9 @@ class _Program:
             raise Unsupported(self.where(e), "float() of a runtime value")
         if name in self.ex.src.functions:
             return self.inline(self.ex.src.functions[name], e, env)
+        if name in self.ex.src.imports:
+            raise Unsupported(self.where(e), f"{name} is imported from {self.ex.src.imports[name]}"
+                              ", which is not among the files proved against")  # fmt: skip
         short = name.split(".")[-1]
         if name.startswith("tl.") and short in NONDETERMINISTIC:
             raise Unsupported(
@@ -871,10 +918,13 @@ class _Program:
                 if j < 0:
                     raise Unsupported(self.where(e), f"missing argument {p!r}")
                 scope[p] = self.expr(defaults[j], env)
+        caller, self.file = self.file, self.ex.src.files.get(fn.name, self.ex.src.filename)
         try:
             self.block(fn.body, scope)
         except _Return as r:
             return r.value
+        finally:
+            self.file = caller  # lines of a helper are reported in the helper's own file
         return None
 
     def to(self, obj, args, node):
@@ -895,17 +945,21 @@ class _Program:
             return Tile("int", obj.dims, obj.v, dt)
         raise Unsupported(self.where(node), f".to on a {obj.kind}")
 
-    def elems(self, t: Tile, axis: int, node) -> tuple[tuple, list]:
-        """The values along ``axis`` (lane substituted by 0..n-1) and the remaining dims."""
+    def reduce_axis(self, t: Tile, axis: int, node) -> tuple[tuple, tuple]:
+        """The dims left after reducing ``axis``, and that axis' (size, lane key or None)."""
         dims = list(t.dims)
         if not -len(dims) <= axis < len(dims):
             raise Unsupported(self.where(node), "reduction axis out of range")
-        size, lane = dims.pop(axis)
+        return tuple(dims[: axis % len(dims)] + dims[axis % len(dims) + 1 :]), dims[axis]
+
+    def elems(self, t: Tile, axis: int, node) -> tuple[tuple, list]:
+        """The values along ``axis`` (lane substituted by 0..n-1) and the remaining dims."""
+        dims, (size, lane) = self.reduce_axis(t, axis, node)
         if lane is None:
             vals = [t.v] * size
         else:
             vals = [self.subst_val(t, {lane: T.const(q)}) for q in range(size)]
-        return tuple(dims), vals
+        return dims, vals
 
 
 def _tl_program_id(p: _Program, e, args, kw):
@@ -1164,6 +1218,11 @@ def _reduce(name):
             return _int_reduce(p, e, name, x, axis)
         if not (isinstance(x, Tile) and x.kind == "float"):
             raise Unsupported(p.where(e), f"tl.{name} of a non-float tile")
+        # the reduction tree follows the layout: shape, axis, warps are part of the symbol
+        layout = (tuple(d[0] for d in x.dims), axis % len(x.dims), p.kcall.num_warps)
+        generic = _lane_reduce(p, e, name, layout, x, axis)
+        if generic is not None:
+            return generic
         dims, vals = p.elems(x, axis, e)
         if name == "max" and "max-any-order" in p.ex.rules:
             # the exact maximum of the elements, whatever the reduction tree (assumption
@@ -1178,12 +1237,43 @@ def _reduce(name):
                 # is a dot chain started from +0.0 (never -0.0) (assumption `sum-of-zeros`)
                 p.ex.layouts.add((name, "one-nonzero"))
                 return Tile("float", dims, rest[0], x.dtype)
-        # the reduction tree follows the layout: shape, axis, warps are part of the symbol
-        layout = (tuple(d[0] for d in x.dims), axis % len(x.dims), p.kcall.num_warps)
         p.ex.layouts.add((name, layout))
         return Tile("float", dims, T.Term("reduce", (name, layout, tuple(vals)), x.dtype), x.dtype)
 
     return f
+
+
+LANES = "lanes"  # marks reduce(op, layout, LANES, body): the elements are body at lanes 0..n-1
+
+
+def bound_lane(n: int) -> Lin:
+    """The lane variable bound by the generic reductions over n lanes (one per width, the same
+    in both executions; never a program id or a lane of a store)."""
+    return Lin.var(z3.Int(f"reduce.lane{n}"))
+
+
+def _lane_reduce(p: _Program, e, name: str, layout: tuple, x: Tile, axis: int) -> Tile | None:
+    """Rule "lane-reduce" (the linear and row goals): a float reduction over a lane axis of n
+    is the symbol ``reduce(op, layout, LANES, body)``, ``body`` the element at the bound lane
+    ``reduce.lane<n>`` (``0 <= lane < n``, a fact of the execution). Two such reductions are
+    equal when their layouts are and their bodies are equal for every lane in range, i.e. the
+    element sequences are equal: the same model as the enumerated symbol, compared once for a
+    generic lane instead of once per lane (a row of 4096 split-K sums). None (enumerate the
+    elements) without the rule, for a broadcast axis, or when the elements already bind that
+    lane (a nested reduction of the same width)."""
+    dims, (size, lane) = p.reduce_axis(x, axis, e)
+    if "lane-reduce" not in p.ex.rules or lane is None:
+        return None
+    bound = bound_lane(size)
+    key = bound.terms[0][0]
+    if key in T.free_atoms(x.v):
+        return None
+    if key not in p.ex.bound_lanes:
+        p.ex.bound_lanes.add(key)
+        p.ex.facts += [bound.z3() >= 0, bound.z3() < size]
+    p.ex.layouts.add((name, layout))
+    body = p.subst_val(x, {lane: bound})
+    return Tile("float", dims, T.Term("reduce", (name, layout, LANES, body), x.dtype), x.dtype)
 
 
 _IMUL = None

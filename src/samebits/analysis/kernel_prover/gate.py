@@ -2,7 +2,8 @@
 
 A deployment of the invariant GPU plan needs, for every certification unit of its model (see
 ``units.py``), a certificate ``<unit key>.json`` in the certificate directory whose proofs all
-succeeded, whose kernel source SHA-256 is that of the kernel file now, and whose specialization
+succeeded, whose kernel source SHA-256s are those of the kernel files now (the unit's file and
+the further files a fused unit was proved against), and whose specialization
 (split plan and launches, row-kernel constexprs, attention tile constants) is what the engine
 launches now. The directory is ``$SAMEBITS_CERTIFICATES`` when set, else the certificates
 shipped with the package (``kernel_prover/certificates/``). ``SAMEBITS_ALLOW_UNCERTIFIED=1``
@@ -51,14 +52,27 @@ def check_unit(unit: dict, directory: Path) -> tuple[str | None, str | None]:
         return f"not proved ({', '.join(bad[:3]) or 'no proofs'})", digest
     if not all(c.get("result", {}).get("status") == "proved" for c in rec.get("certificates", [])):
         return "not proved (a certificate's result)", digest
-    kfile = U.kernel_file(unit)
-    if rec.get("kernel_source_sha256") != U.source_sha256(kfile):
-        return f"stale: {kfile.name} changed since it was proved", digest
+    changed = _changed_sources(unit, rec)
+    if changed:
+        return f"stale: {', '.join(changed)} changed since it was proved", digest
     if rec.get("specialization") != U.specialization(unit):
         return "stale: the launches / constexprs the engine uses changed", digest
     if _stale_reference(rec):
         return "stale: kernel_prover/reference.py (the op-by-op path) changed", digest
     return None, digest
+
+
+def _changed_sources(unit: dict, rec: dict) -> list[str]:
+    """The kernel files whose SHA-256 differs from the record's: the unit's kernel file, and
+    for a unit proved against further files (``units.ALSO_FILES``: a fused kernel's imports
+    and op-by-op path) each of those, as the record names them (``units.ALSO_RECORD``;
+    absent in a one-file unit's record)."""
+    kfile = U.kernel_file(unit)
+    changed = [] if rec.get("kernel_source_sha256") == U.source_sha256(kfile) else [kfile.name]
+    recorded = rec.get(U.ALSO_RECORD, {})
+    today = U.also_sources(U.also_files(unit))
+    return changed + sorted(f for f in set(recorded) | set(today)
+                            if recorded.get(f) != today.get(f))  # fmt: skip
 
 
 def _stale_reference(rec: dict) -> bool:

@@ -57,6 +57,9 @@ class Spec:
     right: list
     m_left: Lin
     description: dict
+    # further kernel files proved against (their functions joined to kernel_file's): a fused
+    # kernel's imported helpers and the op-by-op path it is proved equal to
+    also_files: tuple = ()
 
 
 def _m_symbol() -> Lin:
@@ -84,12 +87,10 @@ def linear_calls(plan, launch, m, has_bias: bool, out_dtype: str) -> list[Kernel
         args = dict(x_ptr=x, w_ptr=w, b_ptr=b, y_ptr=y, M=mm, N=plan.n, K=plan.k,
                     RANGE_K=plan.range_k, SPLITS=plan.splits, HAS_BIAS=has_bias, **tiles)  # fmt: skip
         return [KernelCall("linear_ranges_kernel", (gm, gn), args, launch.num_warps)]
-    p = ArrayArg("partials", "fp32")
-    a1 = dict(x_ptr=x, w_ptr=w, p_ptr=p, M=mm, N=plan.n, K=plan.k, RANGE_K=plan.range_k, **tiles)
-    a2 = dict(p_ptr=p, b_ptr=b, y_ptr=y, M=mm, N=plan.n, SPLITS=plan.splits, HAS_BIAS=has_bias,
-              BLOCK=ORDERED_SUM_BLOCK)  # fmt: skip
+    a2 = dict(p_ptr=PARTIALS, b_ptr=b, y_ptr=y, M=mm, N=plan.n, SPLITS=plan.splits,
+              HAS_BIAS=has_bias, BLOCK=ORDERED_SUM_BLOCK)  # fmt: skip
     return [
-        KernelCall("linear_partials_kernel", (gm, gn, plan.splits), a1, launch.num_warps),
+        partials_call(plan, launch, mm),
         KernelCall(
             "ordered_sum_kernel",
             (CDiv(mm.scale(plan.n), ORDERED_SUM_BLOCK),),
@@ -97,6 +98,19 @@ def linear_calls(plan, launch, m, has_bias: bool, out_dtype: str) -> list[Kernel
             ORDERED_SUM_WARPS,
         ),  # fmt: skip
     ]
+
+
+PARTIALS = ArrayArg("partials", "fp32")  # the split-K grid's [S, M, N] fp32 partials
+
+
+def partials_call(plan, launch, mm: Lin) -> KernelCall:
+    """`linear.split_partials`' call (the split-K grid's first kernel): x [M, K] and w [N, K]
+    into ``PARTIALS``, grid (m-tiles, n-tiles, S)."""
+    tiles = dict(BLOCK_M=launch.block_m, BLOCK_N=launch.block_n, BLOCK_K=plan.block_k)
+    args = dict(x_ptr=ArrayArg("x", ACT), w_ptr=ArrayArg("w", ACT), p_ptr=PARTIALS, M=mm,
+                N=plan.n, K=plan.k, RANGE_K=plan.range_k, **tiles)  # fmt: skip
+    grid = (CDiv(mm, launch.block_m), -(-plan.n // launch.block_n), plan.splits)
+    return KernelCall("linear_partials_kernel", grid, args, launch.num_warps)
 
 
 def _tma_call(plan, launch, mm: Lin, b, y, has_bias: bool, tiles: dict) -> KernelCall:
@@ -174,16 +188,21 @@ def _next_pow2(x: int) -> int:
     return 1 << (x - 1).bit_length()
 
 
-def rms_calls(width: int, m, add: bool, in_place: bool = False) -> list[KernelCall]:
+def rms_calls(
+    width: int, m, add: bool, in_place: bool = False, x: ArrayArg | None = None,
+    w: ArrayArg | None = None,
+) -> list[KernelCall]:  # fmt: skip
+    """`rows._launch_rms`' call: one program per row, BLOCK and warps from the width. ``x`` and
+    ``w`` (the input rows and the norm weight) default to the row-kernel goals' arrays."""
     from samebits.kernels.triton.rows import row_num_warps
 
     mm = m if isinstance(m, Lin) else Lin((), m)
     block = _next_pow2(width)
-    x = ArrayArg("x", "fp32" if add else ACT)
+    x = x or ArrayArg("x", "fp32" if add else ACT)
     out = x if in_place else ArrayArg("out", ACT)
     res = ArrayArg("res", "fp32") if add else x
-    args = dict(x_ptr=x, res_ptr=res, w_ptr=ArrayArg("w", ACT), out_ptr=out, eps=FloatArg("eps"),
-                WIDTH=width, BLOCK=block, ADD_RESIDUAL=add)  # fmt: skip
+    args = dict(x_ptr=x, res_ptr=res, w_ptr=w or ArrayArg("w", ACT), out_ptr=out,
+                eps=FloatArg("eps"), WIDTH=width, BLOCK=block, ADD_RESIDUAL=add)  # fmt: skip
     return [KernelCall("rms_norm_kernel", (mm,), args, row_num_warps(block))]
 
 
@@ -317,6 +336,71 @@ def row_specs(model: str, dims: dict | None = None) -> list[Spec]:
     return out
 
 
+# --- fused linear + residual add + RMSNorm (o_proj, down_proj after a split-K grid) ------
+
+NORM_W = ArrayArg("norm_w", ACT)  # the RMSNorm weight (the linear's weight is "w")
+
+
+def sum_add_rms_calls(plan, m, has_bias: bool) -> list[KernelCall]:
+    """`rows.sum_add_rms_norm`'s launch on the split-K grid's partials: one program per row,
+    BLOCK = next_pow2(N), warps `row_num_warps(BLOCK)`, ``b_ptr`` the partials without bias."""
+    from samebits.kernels.triton.rows import row_num_warps
+
+    mm = m if isinstance(m, Lin) else Lin((), m)
+    block = _next_pow2(plan.n)
+    args = dict(p_ptr=PARTIALS, b_ptr=ArrayArg("bias", "fp32") if has_bias else PARTIALS,
+                res_ptr=ArrayArg("res", "fp32"), w_ptr=NORM_W, out_ptr=ArrayArg("out", ACT),
+                M=mm, eps=FloatArg("eps"), SPLITS=plan.splits, HAS_BIAS=has_bias, WIDTH=plan.n,
+                BLOCK=block)  # fmt: skip
+    return [KernelCall("sum_add_rms_norm_kernel", (mm,), args, row_num_warps(block))]
+
+
+def fused_calls(plan, launch, m, has_bias: bool) -> list[KernelCall]:
+    """`TritonOps.linear_add_rms_norm` where M's launch is the split-K grid: the grid's
+    partials (`linear.split_partials`), then `rows.sum_add_rms_norm`."""
+    mm = m if isinstance(m, Lin) else Lin((), m)
+    return [partials_call(plan, launch, mm), *sum_add_rms_calls(plan, mm, has_bias)]
+
+
+def per_op_linear_add_rms_calls(plan, launch, m, has_bias: bool) -> list[KernelCall]:
+    """The op-by-op path the fused launch replaces: the split-K grid's two kernels
+    (`linear_calls`: partials, `ordered_sum_kernel` into y) and `rows.add_rms_norm` of y."""
+    y = ArrayArg("y", ACT)
+    return [*linear_calls(plan, launch, m, has_bias, y.dtype),
+            *rms_calls(plan.n, m, True, x=y, w=NORM_W)]  # fmt: skip
+
+
+def linear_add_rms_specs(
+    model: str, role: str, n: int, k: int, has_bias: bool = False
+) -> list[Spec]:
+    """For every split-K grid launch the plan may choose (`units.grid_launches`): goal 1 of
+    the fused launch (rows: x and the residual; outputs: out and the residual) and its
+    equivalence with the op-by-op path (same inputs, same symbolic M)."""
+    from samebits.kernels.triton.splitplan import split_plan
+
+    plan = split_plan(n, k, role)
+    tag = f"{model}.linear_add_rms_norm.{role}" + (".bias" if has_bias else "")
+    desc = dict(model=model, op="linear_add_rms_norm", role=role, n=n, k=k, plan=repr(plan),
+                has_bias=has_bias)  # fmt: skip
+    outputs = {"out": n, "res": n}
+    kfile, also = _units.KERNEL_FILES["fused"], _units.ALSO_FILES["fused"]
+    specs = []
+    for la in _units.grid_launches(plan):
+        m, m2 = _m_symbol(), _m_symbol()
+        d = {**desc, "launch": repr(la)}
+        specs += [
+            Spec(f"{tag}.batch.{_launch_name(la)}", kfile, Goal(BATCH, outputs, {"x": k, "res": n}),
+                 fused_calls(plan, la, m, has_bias), fused_calls(plan, la, 1, has_bias), m,
+                 {**d, "M": "symbolic (left) vs 1 (right)"}, also),
+            Spec(f"{tag}.equiv.{_launch_name(la)}~per-op", kfile, Goal(LAUNCH, outputs),
+                 fused_calls(plan, la, m2, has_bias),
+                 per_op_linear_add_rms_calls(plan, la, m2, has_bias), m2,
+                 {**d, "M": "symbolic", "right": "op by op: linear_partials_kernel, "
+                  "ordered_sum_kernel, rms_norm_kernel (ADD_RESIDUAL)"}, also),
+        ]  # fmt: skip
+    return specs
+
+
 def _times(m, k: int):
     return m.scale(k) if isinstance(m, Lin) else m * k
 
@@ -334,6 +418,9 @@ def all_specs(models=("tiny", "llama-3-8b"), kinds=("linear", "rows")) -> list:
             out += row_specs(model)
         if "attention" in kinds:
             out += attention_specs(model)
+        if "fused" in kinds:
+            for u in _units.fused_units({"bias": False}, linear_shapes(model)):
+                out += linear_add_rms_specs(model, u["role"], u["n"], u["k"])
     return out
 
 
@@ -345,6 +432,9 @@ def unit_specs(unit: dict) -> list:
     if unit["kind"] == "linear":
         prefix = f"u.{unit['role']}" + (".bias" if unit["bias"] else "")
         specs = linear_specs("u", unit["bias"], shapes=[(unit["role"], unit["n"], unit["k"])])
+    elif unit["kind"] == "fused":
+        prefix = f"u.linear_add_rms_norm.{unit['role']}" + (".bias" if unit["bias"] else "")
+        specs = linear_add_rms_specs("u", unit["role"], unit["n"], unit["k"], unit["bias"])
     elif unit["kind"] == "rows" and unit["op"] == "qkv_rope_store":
         prefix = "u.qkv_rope_store"
         specs = qkv_rope_store_specs("u", unit["heads"], unit["kv_heads"], unit["head_dim"])

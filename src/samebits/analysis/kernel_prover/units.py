@@ -1,9 +1,10 @@
 """Certification units: what a deployment's GPU plan launches, named and described without Z3.
 
 A *unit* is one kernel specialization family of a model: a linear weight (role, N x K, bias),
-a row kernel at its width (the fused qkv split + RoPE + K/V store at its head shape), or the
-attention kernel at its head shape. The certificate of a
-unit lists the proofs of every specialization the engine may launch for it; its
+a row kernel at its width (the fused qkv split + RoPE + K/V store at its head shape), the
+attention kernel at its head shape, or the fused split-K sum + residual add + RMSNorm after an
+o / down weight whose plan splits K (kind "fused", proved against several kernel files). The
+certificate of a unit lists the proofs of every specialization the engine may launch for it; its
 ``specialization`` (the split plan and launches, the row kernels' constexprs, the attention
 tile constants) is recomputed here from the engine's own functions, so a change of the launch
 code as well as of the kernel source invalidates it. Importing this module needs no solver.
@@ -19,7 +20,13 @@ KERNEL_FILES = {
     "linear": "_linear_kernels.py",
     "rows": "_row_kernels.py",
     "attention": "_attention_kernel.py",
+    "fused": "_fused_kernels.py",
 }
+# the other kernel files a kind's proofs read, joined to its KERNEL_FILES file: the fused
+# kernel imports _rms_apply from the row kernels, and the op-by-op path it is proved equal to
+# is the linear's split-K grid (linear_partials_kernel, ordered_sum_kernel) and rms_norm_kernel
+ALSO_FILES = {"fused": ("_linear_kernels.py", "_row_kernels.py")}
+ALSO_RECORD = "also_proved_against"  # record field {file: SHA-256} of those files (else absent)
 ATTENTION_PAGES = (16, 32)  # block sizes the attention certificates cover
 
 
@@ -49,7 +56,7 @@ def units_for(d: dict, shapes: list[tuple[str, int, int]] | None = None) -> list
     """The units of a model: ``shapes`` (role, N, K) default to the config's linears."""
     out = []
     for role, n, k in shapes or linear_shapes(d):
-        bias = d["bias"] and role == "qkv"
+        bias = has_bias(d, role)
         key = f"linear.{role}.{n}x{k}" + (".bias" if bias else "")
         out.append(dict(key=key, kind="linear", role=role, n=n, k=k, bias=bias))
     h, hd = d["hidden"], d["head_dim"]
@@ -71,12 +78,37 @@ def units_for(d: dict, shapes: list[tuple[str, int, int]] | None = None) -> list
                         kv_heads=d["kv_heads"], head_dim=hd))  # fmt: skip
     out.append(dict(key=f"attention.h{d['heads']}.kv{d['kv_heads']}.d{hd}", kind="attention",
                     heads=d["heads"], kv_heads=d["kv_heads"], head_dim=hd))  # fmt: skip
+    out += fused_units(d, shapes or linear_shapes(d))
     seen, uniq = set(), []
     for u in out:
         if u["key"] not in seen:
             seen.add(u["key"])
             uniq.append(u)
     return uniq
+
+
+FUSED_ROLES = ("o", "down")  # llama.py: ops.linear_add_rms_norm(layer.o / layer.down, ...)
+
+
+def has_bias(d: dict, role: str) -> bool:
+    """Whether the model's weight of ``role`` has a bias (Qwen2: the qkv projection only)."""
+    return d["bias"] and role == "qkv"
+
+
+def fused_units(d: dict, shapes: list[tuple[str, int, int]]) -> list[dict]:
+    """The fused split-K sum + residual add + RMSNorm (`sum_add_rms_norm_kernel`) after each
+    o / down weight whose plan splits K: only then can M's launch be the split-K grid whose
+    partials `TritonOps.linear_add_rms_norm` sums in the fused kernel (S = 1: op by op)."""
+    from samebits.kernels.triton.splitplan import split_plan
+
+    out = []
+    for role, n, k in shapes:
+        if role in FUSED_ROLES and split_plan(n, k, role).splits > 1:
+            bias = has_bias(d, role)
+            key = f"fused.linear_add_rms_norm.{role}.{n}x{k}" + (".bias" if bias else "")
+            out.append(dict(key=key, kind="fused", op="linear_add_rms_norm", role=role, n=n,
+                            k=k, bias=bias))  # fmt: skip
+    return out
 
 
 # --- launches (shared with specs.py) ---------------------------------------------------
@@ -86,12 +118,10 @@ def plan_launches(plan) -> list:
     """Every launch the plan may choose (one per launch-table row, via choose_launch, with and
     without TMA), plus the same tiles in the pointer kinds: the split-K grid, the in-program
     ranges and the TMA kernel must all agree."""
-    from samebits.kernels.triton.backend import _M_PROBES
-    from samebits.kernels.triton.launches import RANGES, SPLIT_GRID, choose_launch, launch_table
+    from samebits.kernels.triton.launches import RANGES, SPLIT_GRID, choose_launch
 
-    probes = sorted(set(_M_PROBES) | {row[0] for row in launch_table(plan) if row[0] < 1 << 40})
     chosen = []
-    for m in probes:
+    for m in m_probes(plan):
         la = choose_launch(plan, m)
         if la not in chosen:
             chosen.append(la)
@@ -102,6 +132,30 @@ def plan_launches(plan) -> list:
             alt = type(la)(k, la.block_m, la.block_n, la.num_warps, la.num_stages)
             if alt not in out:
                 out.append(alt)
+    return out
+
+
+def m_probes(plan) -> list[int]:
+    """The M values that reach every row of the plan's launch table: the engine's probes
+    (`backend._M_PROBES`) and each row's largest M."""
+    from samebits.kernels.triton.backend import _M_PROBES
+    from samebits.kernels.triton.launches import launch_table
+
+    return sorted(set(_M_PROBES) | {row[0] for row in launch_table(plan) if row[0] < 1 << 40})
+
+
+def grid_launches(plan) -> list:
+    """The split-K grid launches `choose_launch` may give the plan (with TMA and without):
+    those whose partials `TritonLinear.grid_partials` hands to the fused ordered sum. Empty
+    for S = 1 (a plan without ranges to sum never runs the grid)."""
+    from samebits.kernels.triton.launches import SPLIT_GRID, choose_launch
+
+    out = []
+    for m in m_probes(plan):
+        for tma in (True, False):
+            la = choose_launch(plan, m, tma)
+            if la.kind == SPLIT_GRID and la not in out:
+                out.append(la)
     return out
 
 
@@ -124,6 +178,8 @@ def specialization(unit: dict) -> dict:
         plan = split_plan(unit["n"], unit["k"], unit["role"])
         return {"plan": repr(plan), "launches": [launch_name(la) for la in plan_launches(plan)],
                 "ordered_sum": [ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS]}  # fmt: skip
+    if kind == "fused":
+        return _fused_specialization(unit)
     if kind == "rows":
         from samebits.kernels.triton import rows
 
@@ -154,8 +210,35 @@ def specialization(unit: dict) -> dict:
             "warps": am.ATTENTION_WARPS}  # fmt: skip
 
 
+def _fused_specialization(unit: dict) -> dict:
+    """The fused unit as the engine launches it: the plan, the split-K grid launches whose
+    partials the fused kernel sums (`grid_launches`), and `rows.sum_add_rms_norm`'s BLOCK and
+    warps; the op-by-op path it is proved equal to launches `ordered_sum_kernel` with
+    ``linear.ORDERED_SUM_*`` and `rms_norm_kernel` with the same BLOCK and warps."""
+    from samebits.kernels.triton import rows
+    from samebits.kernels.triton.linear import ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS
+    from samebits.kernels.triton.splitplan import split_plan
+
+    plan = split_plan(unit["n"], unit["k"], unit["role"])
+    block = _next_pow2(unit["n"])
+    return {"op": unit["op"], "plan": repr(plan),
+            "grid_launches": [launch_name(la) for la in grid_launches(plan)],
+            "block": block, "warps": rows.row_num_warps(block),
+            "ordered_sum": [ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS]}  # fmt: skip
+
+
 def kernel_file(unit: dict) -> Path:
     return KERNEL_DIR / KERNEL_FILES[unit["kind"]]
+
+
+def also_files(unit: dict) -> tuple:
+    """The further kernel files the unit's proofs read (none for a one-file unit)."""
+    return ALSO_FILES.get(unit["kind"], ())
+
+
+def also_sources(files: tuple) -> dict[str, str]:
+    """SHA-256 of each further kernel file (``ALSO_FILES``) a proof read, by file name."""
+    return {f: source_sha256(KERNEL_DIR / f) for f in files}
 
 
 def source_sha256(path: Path) -> str:
