@@ -25,6 +25,7 @@
 #   agree      benchmarks/gpu_agreement.py
 #   digest     benchmarks/digest_throughput.py (SHA-256 of 512 KB rows on this host's cores)
 #   sha256     benchmarks/sha256_check.py (the device SHA-256: compile time, ms per batch, == hashlib)
+#   ncu        Nsight Compute per kernel of one batch-64 decode step (benchmarks/ncu_step.py)
 set -uo pipefail
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -62,6 +63,12 @@ for job in "$@"; do
     agree) timeout 300 python3 benchmarks/gpu_agreement.py --presets tiny-llama tiny-qwen2 tiny-qwen3 llama-3-8b qwen3-8b --out "$OUT/gpu_agreement.json" 2>&1 | tail -30 ;;
     digest) python3 benchmarks/digest_throughput.py | tee "$OUT/digest_throughput.json" ;;
     sha256) timeout -s KILL 240 python3 benchmarks/sha256_check.py | tee "$OUT/sha256_check.json" ;;
+    ncu) NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+         timeout 420 "$NCU" --clock-control none --nvtx --nvtx-include "samebits_step/" --csv \
+           --metrics "$(python3 benchmarks/ncu_step.py --metrics)" \
+           python3 benchmarks/ncu_step.py --step > "$OUT/ncu_step.csv" 2> "$OUT/ncu_step.err"
+         tail -4 "$OUT/ncu_step.err"
+         python3 benchmarks/ncu_step.py --summarize "$OUT/ncu_step.csv" --out "$OUT/ncu_step.json" ;;
     *) echo "unknown job $job" ;;
   esac
 done
