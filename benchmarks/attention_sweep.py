@@ -43,6 +43,7 @@ from samebits.kernels.triton._attention_kernel import _attend_tile  # noqa: E402
 from samebits.kernels.triton.attention import KEY_BLOCK, LOG2E  # noqa: E402
 
 LAUNCHES = [(w, s) for w in (2, 4, 8) for s in (1, 2, 3, 4)]
+MAXNREG = (None,)  # --maxnreg: register caps tried on the shipped kernel at 4 warps
 
 
 @triton.jit
@@ -114,11 +115,12 @@ def prefetch_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, req_ptr, row0
 _ = _attend_tile  # the shipped tile step that `_reduce_tile` restates (kept in sync by the bit check)
 
 
-def _launch(kernel, q, kv, meta, scale, warps: int, stages: int | None):
+def _launch(kernel, q, kv, meta, scale, warps: int, stages: int | None, maxnreg=None):
     import torch
 
     out = torch.empty_like(q)
     extra = {} if stages is None else {"num_stages": stages}
+    extra.update({} if maxnreg is None else {"maxnreg": maxnreg})
     kernel[(meta.num_programs, NUM_KV_HEADS)](
         q, kv.k_cache, kv.v_cache, out, meta.positions, meta.prog_req, meta.prog_row0,
         meta.query_end, meta.block_tables, meta.block_tables.shape[1], scale * LOG2E,
@@ -163,6 +165,11 @@ def sweep_cell(batch: int, context: int, rep: int) -> dict:
                 rows.append({"candidate": f"{name} w{warps} s{stages}", "error": str(exc)[:200]})
                 continue
             timed(f"{name} w{warps} s{stages}", fn, equal)
+    for cap in MAXNREG:
+        if cap is None:
+            continue
+        fn = lambda c=cap: _launch(paged_attention_kernel, q, kv, meta, scale, 4, None, c)  # noqa: E731
+        timed(f"shipped w4 maxnreg {cap}", fn, same_bits(fn(), shipped))
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         ref_fn, note = sdpa_reference(q.unsqueeze(2), kv.k_ref, kv.v_ref, causal=False)
         timed(f"sdpa ({note})", ref_fn, True)
@@ -175,11 +182,18 @@ def main() -> None:
         "--cells", nargs="+", default=["64x256", "64x384", "256x560", "8x1024", "1x4096"]
     )
     ap.add_argument("--rep", type=int, default=30)
+    ap.add_argument("--maxnreg", type=int, nargs="*", default=[], help="register caps to try")
+    ap.add_argument("--launches", choices=("all", "none"), default="all",
+                    help="none: skip the warps x stages grid (shipped, caps and SDPA only)")  # fmt: skip
     ap.add_argument(
         "--out", default=os.path.join(os.environ.get("OUT", "."), "attention_sweep.json")
     )
     args = ap.parse_args()
     cells = [tuple(int(x) for x in c.split("x")) for c in args.cells]
+    global LAUNCHES, MAXNREG
+    MAXNREG = (None, *args.maxnreg)
+    if args.launches == "none":
+        LAUNCHES = []
     result = {"machine": machine_info(), "cells": [sweep_cell(b, c, args.rep) for b, c in cells]}
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(f"wrote {args.out}")

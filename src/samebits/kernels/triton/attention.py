@@ -18,6 +18,9 @@ from samebits.kernels.triton.attention_meta import AttentionMeta, attention_meta
 __all__ = ["KEY_BLOCK", "AttentionMeta", "attention_metadata", "paged_attention"]
 
 KEY_BLOCK = 64  # key tile width: part of the numerics (tile boundaries at multiples of it)
+# A register cap for the kernel (ptxas .maxnreg), None: the compiler's choice. Register
+# allocation never changes a result; this only decides how many programs fit on an SM.
+ATTENTION_MAXNREG: int | None = None
 LOG2E = 1.4426950408889634
 
 
@@ -55,6 +58,7 @@ def paged_attention(
         meta.block_tables, meta.block_tables.shape[1], scale * LOG2E, HKV=hkv, GROUP=meta.group,
         D=d, PAGE=meta.block_size, BLOCK_M=meta.block_m, BLOCK_N=KEY_BLOCK,
         num_warps=meta.num_warps,
+        **({} if ATTENTION_MAXNREG is None else {"maxnreg": ATTENTION_MAXNREG}),
     )  # fmt: skip
     return out
 
