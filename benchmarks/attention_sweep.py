@@ -1,6 +1,7 @@
 """Decode-attention launch sweep on the GPU: the shipped paged kernel under other launch
-parameters (warps, pipeline stages) and an experimental variant that loads the next key tile's
-K/V before reducing the current one, on Llama-3-8B heads (32 / 8, D = 128, pages of 16).
+parameters (warps, pipeline stages, a register cap) on Llama-3-8B heads (32 / 8, D = 128,
+pages of 16). (A variant loading the next key tile before reducing the current one was
+measured on 2026-12-01, no faster, and removed: RESULTS.md.)
 
 Every candidate is first compared bit for bit (int16 views) with the shipped launch on the same
 inputs; only then timed (CUDA-graph replays with a cold L2 before every call, as
@@ -19,9 +20,6 @@ import os
 import sys
 from pathlib import Path
 
-import triton
-import triton.language as tl
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
@@ -39,80 +37,10 @@ from gpu_ops import (  # noqa: E402
     sdpa_reference,
 )
 
-from samebits.kernels.triton._attention_kernel import _attend_tile  # noqa: E402
 from samebits.kernels.triton.attention import KEY_BLOCK, LOG2E  # noqa: E402
 
 LAUNCHES = [(w, s) for w in (2, 4, 8) for s in (1, 2, 3, 4)]
 MAXNREG = (None,)  # --maxnreg: register caps tried on the shipped kernel at 4 warps
-
-
-@triton.jit
-def _load_kv(k_ptr, v_ptr, bt_row, key0, last, hk, HKV: tl.constexpr, D: tl.constexpr,
-             PAGE: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
-    d = tl.arange(0, D)
-    key = key0 + tl.arange(0, BLOCK_N)
-    kmask = key <= last
-    page = tl.load(bt_row + key // PAGE, mask=kmask, other=0).to(tl.int64)
-    kv = ((page * PAGE + key % PAGE) * HKV + hk) * D
-    k = tl.load(k_ptr + kv[:, None] + d[None, :], mask=kmask[:, None], other=0.0)
-    v = tl.load(v_ptr + kv[:, None] + d[None, :], mask=kmask[:, None], other=0.0)
-    return k, v
-
-
-@triton.jit
-def _reduce_tile(q, k, v, key0, pos, qk_scale, m_i, l_i, acc, BLOCK_N: tl.constexpr):
-    """The same arithmetic as the shipped `_attend_tile` after its loads."""
-    key = key0 + tl.arange(0, BLOCK_N)
-    s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
-    s = tl.where(key[None, :] <= pos[:, None], s, float("-inf"))
-    active = key0 <= pos
-    m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    alpha = tl.exp2(tl.where(active, m_i - m_new, 0.0))
-    p = tl.where(active[:, None], tl.exp2(s - m_new[:, None]), 0.0).to(v.dtype)
-    ones = tl.full((BLOCK_N, 16), 1.0, v.dtype)
-    col0 = tl.arange(0, 16)[None, :] == 0
-    row_sum = tl.sum(tl.where(col0, tl.dot(p, ones, input_precision="ieee"), 0.0), axis=1)
-    l_new = l_i * alpha + row_sum
-    acc_new = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
-    m_i = tl.where(active, m_new, m_i)
-    l_i = tl.where(active, l_new, l_i)
-    acc = tl.where(active[:, None], acc_new, acc)
-    return m_i, l_i, acc
-
-
-@triton.jit(do_not_specialize=["bt_stride"])
-def prefetch_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, req_ptr, row0_ptr, qend_ptr,
-                              bt_ptr, bt_stride, qk_scale, HKV: tl.constexpr,
-                              GROUP: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
-                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
-    """The shipped kernel with tile j+1's K/V loaded before tile j is reduced."""
-    pid = tl.program_id(0)
-    hk = tl.program_id(1)
-    req = tl.load(req_ptr + pid)
-    r = tl.arange(0, BLOCK_M)
-    tok = tl.load(row0_ptr + pid) + r // GROUP
-    live = (r < (BLOCK_M // GROUP) * GROUP) & (tok < tl.load(qend_ptr + req))
-    pos = tl.load(pos_ptr + tok, mask=live, other=-1)
-    d = tl.arange(0, D)
-    rows = (tok.to(tl.int64) * (HKV * GROUP) + hk * GROUP + r % GROUP) * D
-    q = tl.load(q_ptr + rows[:, None] + d[None, :], mask=live[:, None], other=0.0)
-    last = tl.max(pos, axis=0)
-    bt_row = bt_ptr + req.to(tl.int64) * bt_stride
-    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-    l_i = tl.zeros((BLOCK_M,), tl.float32)
-    acc = tl.zeros((BLOCK_M, D), tl.float32)
-    k_n, v_n = _load_kv(k_ptr, v_ptr, bt_row, 0, last, hk, HKV, D, PAGE, BLOCK_N)
-    for j in range(0, last // BLOCK_N + 1):
-        k, v = k_n, v_n
-        k_n, v_n = _load_kv(k_ptr, v_ptr, bt_row, (j + 1) * BLOCK_N, last, hk, HKV, D, PAGE,
-                            BLOCK_N)  # fmt: skip
-        m_i, l_i, acc = _reduce_tile(q, k, v, j * BLOCK_N, pos, qk_scale, m_i, l_i, acc,
-                                     BLOCK_N)  # fmt: skip
-    out = tl.math.div_rn(acc, l_i[:, None])
-    tl.store(o_ptr + rows[:, None] + d[None, :], out.to(o_ptr.dtype.element_ty), mask=live[:, None])
-
-
-_ = _attend_tile  # the shipped tile step that `_reduce_tile` restates (kept in sync by the bit check)
 
 
 def _launch(kernel, q, kv, meta, scale, warps: int, stages: int | None, maxnreg=None):
@@ -153,10 +81,7 @@ def sweep_cell(batch: int, context: int, rep: int) -> dict:
         print(f"  {batch}x{context} {name:<24} equal={equal} us={us} GB/s={gbps}", flush=True)
 
     timed("shipped", lambda: paged_attention(q, kv.k_cache, kv.v_cache, meta, scale), True)
-    for name, kernel in (
-        ("shipped", paged_attention_kernel),
-        ("prefetch", prefetch_attention_kernel),
-    ):
+    for name, kernel in (("shipped", paged_attention_kernel),):
         for warps, stages in LAUNCHES:
             fn = lambda k=kernel, w=warps, s=stages: _launch(k, q, kv, meta, scale, w, s)  # noqa: E731
             try:

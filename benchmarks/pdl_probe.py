@@ -93,6 +93,9 @@ def run(layers, mode: str) -> None:
 
 
 def graph_ms(layers, mode: str, reps: int = 20) -> float:
+    """Median ms of one replay of a CUDA graph of `run(layers, mode)` (warm L2 between)."""
+    from gpu_ops import _replay_ms
+
     run(layers, mode)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -101,15 +104,7 @@ def graph_ms(layers, mode: str, reps: int = 20) -> float:
     with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
         run(layers, mode)
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
+    return _replay_ms(graph, 3 * reps)
 
 
 def outputs(layers) -> list[torch.Tensor]:
