@@ -50,6 +50,7 @@ def _write_valid(directory, unit):
         "unit": unit,
         "kernel_file": U.kernel_file(unit).name,
         "kernel_source_sha256": U.source_sha256(U.kernel_file(unit)),
+        **({U.ALSO_RECORD: U.also_sources(U.also_files(unit))} if U.also_files(unit) else {}),
         "specialization": U.specialization(unit),
         "specs": [f"{unit['key']}.x"],
         "results": {f"{unit['key']}.x": "proved"},
@@ -114,6 +115,32 @@ def test_valid_certificates_pass_and_enter_the_fingerprint(loaded, cuda_plan, ce
     lines = gate.certificate_lines(type("D", (), {"components": c1})())
     assert lines[0].startswith("kernel certificates: certified")
     assert all(line.endswith(": proved") for line in lines[1:])
+
+
+def test_missing_fused_certificate_refuses(loaded, cuda_plan, certdir):
+    """tiny-llama's o_proj (256x256) splits K: its deployment launches the fused split-K sum +
+    residual add + RMSNorm, so it needs that unit's certificate besides the linear's and the
+    row kernels'; without it (or with a stale one) the GPU plan is refused."""
+    units = _units(loaded)
+    fused = [u for u in units if u["kind"] == "fused"]
+    assert [u["key"] for u in fused] == ["fused.linear_add_rms_norm.o.256x256",
+                                         "fused.linear_add_rms_norm.down.256x768"]  # fmt: skip
+    for u in units:
+        if u["kind"] != "fused":
+            _write_valid(certdir, u)
+    with pytest.raises(gate.UncertifiedKernelError) as e:
+        _certificates(cuda_plan, loaded)
+    msg = str(e.value)
+    assert "2 of" in msg and all(f"{u['key']}: missing" in msg for u in fused)
+    for u in fused:
+        _write_valid(certdir, u)
+    assert _certificates(cuda_plan, loaded)["status"] == "certified"
+    path = certdir / f"{fused[0]['key']}.json"
+    rec = json.loads(path.read_text())
+    rec[U.ALSO_RECORD]["_linear_kernels.py"] = "0" * 64  # proved against another ordered sum
+    path.write_text(json.dumps(rec))
+    with pytest.raises(gate.UncertifiedKernelError, match="stale: _linear_kernels.py changed"):
+        _certificates(cuda_plan, loaded)
 
 
 def test_opt_out_is_loud_and_recorded(loaded, cuda_plan, certdir, monkeypatch, capsys):

@@ -19,7 +19,7 @@ from samebits.analysis.kernel_prover import units as U
 from samebits.analysis.kernel_prover.attention import ASSUMPTIONS as ATTENTION_ASSUMPTIONS
 from samebits.analysis.kernel_prover.attention import AttentionSpec, prove_attention
 from samebits.analysis.kernel_prover.attention import calls as attention_calls
-from samebits.analysis.kernel_prover.executor import DOT_ATOM, CDiv, KernelSource
+from samebits.analysis.kernel_prover.executor import DOT_ATOM, CDiv, KernelSource, Unsupported
 from samebits.analysis.kernel_prover.prover import Result, prove
 from samebits.analysis.kernel_prover.specs import Spec, all_specs, unit_specs
 from samebits.analysis.kernel_prover.terms import Lin
@@ -30,7 +30,9 @@ PROVER_VERSION = "0.1"
 ASSUMPTIONS = {
     "float-uninterpreted": "every floating-point operation (add, mul, div, div_rn, sqrt_rn, "
     "exp, exp2, casts, tl.dot atoms, layout reductions) is a deterministic function of its "
-    "operands: equal operands give equal results; nothing else about floats is assumed",
+    "operands: equal operands give equal results; nothing else about floats is assumed but "
+    "IEEE 754 on zeros: +0.0 + +0.0, +0.0 - +0.0, +0.0 * +0.0 and a cast of +0.0 are +0.0 "
+    "(exact in every format; the masked lanes of a row block)",
     "tl.dot-k-atom-chain": f"tl.dot(a, b, acc) computes each output element as a left-to-right "
     f"chain over k-atoms of {DOT_ATOM}: acc = DOT{DOT_ATOM}(acc, a[m, k0:k0+{DOT_ATOM}], "
     f"b[k0:k0+{DOT_ATOM}, n]) for k0 = 0, {DOT_ATOM}, ... in order; independent of BLOCK_M, "
@@ -99,9 +101,12 @@ def prove_spec(spec, source_path: Path | str | None = None) -> tuple[Result, str
     further files of ``spec.also_files`` are always the shipped ones, joined to it).
     Returns ``(result, source path, source sha256)`` of the kernel file."""
     path = Path(source_path) if source_path else U.KERNEL_DIR / spec.kernel_file
-    src = KernelSource.parse(path.read_text(), path.name).join(
-        [KernelSource.parse((U.KERNEL_DIR / f).read_text(), f) for f in spec.also_files]
-    )
+    src = KernelSource.parse(path.read_text(), path.name)
+    try:
+        src = src.join([KernelSource.parse((U.KERNEL_DIR / f).read_text(), f)
+                        for f in spec.also_files])  # fmt: skip
+    except Unsupported as u:  # an import the joined files do not satisfy: rejected
+        return Result(False, spec.goal, 0.0, {}, unsupported=str(u)), str(path), src.sha256
     if isinstance(spec, AttentionSpec):
         return prove_attention(src, spec), str(path), src.sha256
     return prove(src, spec.goal, spec.left, spec.right, spec.m_left), str(path), src.sha256

@@ -1,8 +1,9 @@
 """Front end and symbolic executor of the Triton subset the linear and row kernels use.
 
 Front end: the Python ``ast`` of the kernel's source file. ``@triton.jit`` functions are
-found by their decorator; a call to another ``@triton.jit`` function of the same file is
-inlined (its body is executed in a fresh scope with the caller's values). Anything outside the
+found by their decorator; a call to another ``@triton.jit`` function of the same file (or of a
+sibling kernel file joined to it, :meth:`KernelSource.join`: an imported helper) is inlined
+(its body is executed in a fresh scope with the caller's values). Anything outside the
 supported subset raises :class:`Unsupported` with ``file:line`` and the reason.
 
 Execution evaluates ONE generic element: program ids are symbolic (Z3 integers bounded by the

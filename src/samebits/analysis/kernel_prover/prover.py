@@ -516,6 +516,22 @@ def _norm(oracle: Oracle, t: Term, ctx: tuple = ()) -> Term:
     return t
 
 
+ZERO_OPS = ("add", "sub", "mul")  # +0.0 op +0.0 = +0.0 (IEEE 754, exact in every format)
+
+
+def _zero(oracle: Oracle, t: Term, ctx: tuple = ()) -> bool:
+    """``t`` is +0.0 under the facts: the constant, a decided select of it, a cast of it, or
+    ``+0.0 + +0.0``, ``+0.0 - +0.0``, ``+0.0 * +0.0`` (exact: no rounding, and flushing
+    denormals does not touch zeros). So the masked lanes of a row block (a split-K sum of +0.0
+    partials, a residual add of +0.0) equal the +0.0 another kernel loads there."""
+    t = _norm(oracle, t, ctx)
+    if t.op == "const":
+        return str(t.args[0]) == "0.0"
+    if t.op == "cast":
+        return _zero(oracle, t.args[0], ctx)
+    return t.op in ZERO_OPS and all(_zero(oracle, a, ctx) for a in t.args)
+
+
 def _lin_equal(oracle: Oracle, a: Lin, b: Lin, ctx: tuple = ()) -> bool:
     d = a.add(b, -1)
     if d.is_const():
@@ -631,6 +647,8 @@ def _equal(oracle, a, b, parents, rules, done: set, ctx0: tuple, first: dict, fa
         if y.op == "ite" and x.op != "ite":
             raise _Split(y.args[0])
         if x.op != y.op or x.dtype != y.dtype:
+            if x.dtype == y.dtype and _zero(oracle, x, ctx) and _zero(oracle, y, ctx):
+                continue
             raise _Mismatch(
                 f"different operations {x.op}:{x.dtype} vs {y.op}:{y.dtype}", None, x, y
             )

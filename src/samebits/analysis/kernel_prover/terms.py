@@ -214,13 +214,62 @@ def subst_lin(x: Lin, mapping: dict[int, Lin], _cache: dict | None = None) -> Li
         key = (k, rel)
         hit = _SUBST.get(key)
         if hit is None:
-            pairs = [(atom(v), m.z3()) for v, m in rel]
-            hit = _SUBST[key] = Lin.of_z3(z3.substitute(atom(k), *pairs))
+            hit = _SUBST[key] = _subst_atom(k, rel, mapping)
         out = out.add(hit.scale(c))
-    return out
+    return fold_divmod(out)
+
+
+def _subst_atom(k: int, rel: tuple, mapping: dict[int, Lin]) -> Lin:
+    """Compound atom ``k`` with its mapped variables replaced: a ``div`` / ``mod`` by a
+    constant through its argument's Lin (so `fold_divmod` also applies inside it), any other
+    atom through Z3."""
+    dm = _divmod_atom(k)
+    if dm is not None:  # Z3's div / mod (Euclidean; c > 0: Python's // and %)
+        op, arg, c = dm[0], subst_lin(dm[1], mapping), dm[2]
+        if arg.is_const():
+            return const(arg.const // c if op == "div" else arg.const % c)
+        return Lin.of_z3(arg.z3() / c if op == "div" else arg.z3() % c)
+    return Lin.of_z3(z3.substitute(atom(k), *[(atom(v), m.z3()) for v, m in rel]))
 
 
 _SUBST: dict = {}
+_DIVMOD: dict[int, tuple | None] = {}
+
+
+def _divmod_atom(k: int) -> tuple | None:
+    """``(op, argument Lin, divisor)`` when atom ``k`` is ``a div c`` or ``a mod c`` for a
+    constant ``c > 0``, else None."""
+    if k not in _DIVMOD:
+        e, hit = atom(k), None
+        kind = e.decl().kind() if z3.is_app(e) else None
+        if kind in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD) and z3.is_int_value(e.arg(1)):
+            c = e.arg(1).as_long()
+            if c > 0:
+                hit = ("div" if kind == z3.Z3_OP_IDIV else "mod", _lin_of_z3(e.arg(0)), c)
+        _DIVMOD[k] = hit
+    return _DIVMOD[k]
+
+
+def fold_divmod(x: Lin) -> Lin:
+    """``x`` with each ``q*c*(a div c) + q*(b mod c)`` replaced by ``q*a`` where ``a - b`` is a
+    multiple of ``c`` (Z3's integers: ``a = c*(a div c) + a mod c`` and equal residues have
+    equal ``mod``): the program id and lane a writer's store was inverted into (mixed-radix
+    digits, `executor.witness`) recombined into the index they came from. An equal Lin."""
+    atoms = {k: _divmod_atom(k) for k, _ in x.terms}
+    divs = [(k, a) for k, a in atoms.items() if a is not None and a[0] == "div"]
+    mods = [(k, a) for k, a in atoms.items() if a is not None and a[0] == "mod"]
+    if not divs or not mods:
+        return x
+    coef = dict(x.terms)
+    for kd, (_, a, c) in divs:
+        for km, (_, b, cm) in mods:
+            q = coef.get(km, 0)
+            if cm != c or q == 0 or coef.get(kd, 0) != q * c:
+                continue
+            d = a.add(b, -1)
+            if d.const % c == 0 and all(v % c == 0 for _, v in d.terms):
+                return fold_divmod(x.add(Lin({kd: q * c, km: q}), -1).add(a.scale(q)))
+    return x
 
 
 # --- conditions --------------------------------------------------------------------------
