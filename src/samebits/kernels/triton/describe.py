@@ -49,7 +49,9 @@ def describe() -> dict[str, str]:
             f"S>1 {_launch_table(SPLIT_TABLE)}; tma rows run as pointer loads without TMA"
         ),
         "rms_norm": "triton row program (also add_rms_norm, head_rms_norm): block=next_pow2(width), "
-        "warps=min(8,max(1,block//256)), tl.sum of squares, div_rn/sqrt_rn",
+        "warps=min(8,max(1,block//256)), tl.sum of squares, div_rn/sqrt_rn; after the split-K "
+        "grid of o/down the ordered sum of the partials runs in the add_rms_norm program "
+        "(sum_add_rms_norm: same arithmetic, one launch; evidence: test, certificate)",
         "rope": "triton token program: rotate-half, fp32, elementwise; without q/k norms fused "
         "with the qkv split and the K/V store (qkv_rope_store: one program per token, the same "
         "RoPE expression, K/V to the token's slot; evidence: test, certificate)",
