@@ -119,3 +119,13 @@ def test_package_import_does_not_need_z3():
         "assert 'z3' not in sys.modules; assert callable(k.certify)"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_signed_zero_constants_are_distinct_terms():
+    from samebits.analysis.kernel_prover import terms as T
+
+    neg, pos = T.fconst(-0.0, "fp32"), T.fconst(0.0, "fp32")  # -0.0 first: it must not win
+    assert neg is not pos
+    assert T.fconst(0.0, "fp32") is pos and T.fconst(-0.0, "fp32") is neg
+    assert str(pos.args[0]) == "0.0" and str(neg.args[0]) == "-0.0"
+    assert T.cast(neg, "bf16") is not T.cast(pos, "bf16")

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import z3
 
 _ATOMS: dict[int, z3.ArithRef] = {}
@@ -412,7 +414,11 @@ class Term:
 
 
 def fconst(v: float, dtype: str) -> Term:
-    return Term("const", (float(v),), dtype)
+    """A float constant, hash-consed by value AND bit pattern: Python's ``-0.0 == 0.0`` would
+    otherwise make the two zeros one term (whichever was built first). ``args[0]`` is the
+    value; ``args[1]`` its IEEE-754 double bits (only part of the key)."""
+    v = float(v)
+    return Term("const", (v, struct.unpack("<q", struct.pack("<d", v))[0]), dtype)
 
 
 def read(array: str, idx: Lin, dtype: str) -> Term:
