@@ -18,7 +18,8 @@
 #   steps      device argmax and async scheduling (tests/gpu/test_gpu_steps.py)
 #   info       samebits info / generate --device cuda on a tiny Qwen3 checkpoint
 #   serving    benchmarks/gpu_serving.py --sample 8 $SERVING_ARGS (issue 13 workloads)
-#   digestcost gpu_serving.py --digest-cost (the invariant plan, (a) and (b) with and without digests)
+#   digestcost gpu_serving.py --digest-cost (the invariant plan, (a) and (b) with and without digests,
+#              $DIGEST_ARGS e.g. "--rounds 1"; compiles, gc pauses and slowest steps per run)
 #   breakdown  benchmarks/gpu_step_breakdown.py (torch.profiler of batch-64 decode steps by kernel category)
 #   rate       benchmarks/server_rate_sweep.py (issue 13 (c): 4, 16, 64 req/s through the server)
 #   ops        benchmarks/gpu_ops.py
