@@ -310,25 +310,13 @@ def digest_cost(loaded, args: argparse.Namespace, jobs_a, jobs_b) -> dict:
     even rounds), so a cost of whichever run comes first (a cache, a compile) shows as spread
     and not as digest cost. Per run: tokens/s, the step timeline by kind, the slowest steps and
     the Triton kernels compiled during the run (there should be none)."""
-    from samebits.kernels.triton.compiles import compile_log
-
     llm, _ = build_llm(loaded, "invariant", args.device)
     llm.engine.runner.device_digests = not args.host_digests
     run_engine(llm, jobs_b[:4])
     out: dict = {"device_digests": llm.engine.runner.device_digests, "rounds": []}
     steps = step_timeline(llm.engine)
     for r in range(args.rounds):
-        runs: dict = {}
-        for w, jobs in (("a", jobs_a), ("b", jobs_b)):
-            for digests in (True, False) if r % 2 == 0 else (False, True):
-                steps.clear()
-                with compile_log() as compiled, gc_log() as pauses:
-                    tok_s = (run_engine if digests else without_digests)(llm, jobs)["tok_s"]
-                key = w if digests else f"{w}_without_digests"
-                runs[key] = {"tok_s": tok_s, "steps": timeline_summary(steps),
-                             "slowest": slowest(steps), "compiled": [c[:300] for c in compiled],
-                             "gc_pauses_ms": pauses}  # fmt: skip
-            runs[f"{w}_cost"] = 1 - runs[w]["tok_s"] / runs[f"{w}_without_digests"]["tok_s"]
+        runs = digest_round(llm, {"a": jobs_a, "b": jobs_b}, steps, with_first=r % 2 == 0)
         brief = {k: v if k.endswith("cost") else
                  [round(v["tok_s"]), len(v["compiled"]), sum(ms for _, ms in v["gc_pauses_ms"])]
                  for k, v in runs.items()}  # fmt: skip
@@ -344,6 +332,29 @@ def digest_cost(loaded, args: argparse.Namespace, jobs_a, jobs_b) -> dict:
         out[f"{w}_cost"] = [run[f"{w}_cost"] for run in out["rounds"]]
     out["held_outputs"] = llm.engine.num_held_outputs
     return out
+
+
+def digest_round(llm, workloads: dict, steps: list, with_first: bool) -> dict:
+    """Each workload with and without digest work (in that order when `with_first`): per run
+    the figures of `timed_run`, and per workload the cost."""
+    runs: dict = {}
+    for w, jobs in workloads.items():
+        for digests in (True, False) if with_first else (False, True):
+            runs[w if digests else f"{w}_without_digests"] = timed_run(llm, jobs, digests, steps)
+        runs[f"{w}_cost"] = 1 - runs[w]["tok_s"] / runs[f"{w}_without_digests"]["tok_s"]
+    return runs
+
+
+def timed_run(llm, jobs, digests: bool, steps: list) -> dict:
+    """One cold run (`steps`: the engine's step timeline, cleared first): tokens/s, the steps
+    by kind, the slowest, the Triton kernels compiled and the gc pauses during it."""
+    from samebits.kernels.triton.compiles import compile_log
+
+    steps.clear()
+    with compile_log() as compiled, gc_log() as pauses:
+        tok_s = (run_engine if digests else without_digests)(llm, jobs)["tok_s"]
+    return {"tok_s": tok_s, "steps": timeline_summary(steps), "slowest": slowest(steps),
+            "compiled": [c[:300] for c in compiled], "gc_pauses_ms": pauses}  # fmt: skip
 
 
 @contextlib.contextmanager

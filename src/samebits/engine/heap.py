@@ -17,8 +17,7 @@ def freeze_startup_heap() -> None:
     """Collect, then freeze every object alive now (called when an engine is built). What an
     earlier engine froze is unfrozen first, so an engine that was dropped is collected here
     instead of staying in the permanent generation."""
-    gc.unfreeze()
-    gc.collect()
+    collect_all()
     gc.freeze()
 
 

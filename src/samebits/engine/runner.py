@@ -19,7 +19,7 @@ from samebits.engine.graph_policy import GraphConfig
 from samebits.engine.scheduler import PLACEHOLDER_TOKEN, ScheduledRequest
 from samebits.engine.step_result import ReadyStep, StepLogits, StepResult
 from samebits.graphs.runner import DecodeGraphRunner
-from samebits.kernels.metadata import FlatBatch
+from samebits.kernels.metadata import FlatBatch, to_device_aligned
 
 # a step scheduled ahead: (the previous step's tokens on the device, row of each request)
 FedTokens = tuple[torch.Tensor, np.ndarray]
@@ -80,30 +80,12 @@ def logits_rows(scheduled, query_start_loc: np.ndarray) -> list[int]:
 
 
 def _to_device(device, *arrays: np.ndarray) -> list[torch.Tensor]:
-    """int64 host arrays -> tensors on `device`, packed into one copy (zero-copy on CPU).
-    Every device view starts on a 16-byte boundary, whatever the arrays' lengths: Triton
-    specializes a kernel on its pointers' 16-byte alignment, so a view whose alignment followed
-    the parity of a step's token or row count compiled a second binary in the middle of a run
-    (measured on the H200, 2026-12-01: `qkv_rope_store_kernel`, ~170 ms per mixed step hit)."""
+    """int64 host arrays -> tensors on `device`, packed into one copy with every view 16-byte
+    aligned (`metadata.to_device_aligned`: a view's alignment must not follow the parity of a
+    step's token or row count); zero-copy on CPU."""
     if torch.device(device).type == "cpu":
         return [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
-    host, offsets = pack_aligned(arrays)
-    packed = torch.from_numpy(host).pin_memory().to(device, non_blocking=True)
-    return [packed[o : o + len(a)] for o, a in zip(offsets, arrays, strict=True)]
-
-
-ALIGN_INT64 = 2  # int64 elements per 16 bytes
-
-
-def pack_aligned(arrays) -> tuple[np.ndarray, list[int]]:
-    """The int64 arrays back to back in one buffer, each starting at an element offset that is a
-    multiple of ALIGN_INT64 (zero padding between); returns (buffer, offsets)."""
-    sizes = [len(a) for a in arrays]
-    offsets = np.cumsum([0, *(-(-s // ALIGN_INT64) * ALIGN_INT64 for s in sizes)])
-    host = np.zeros(int(offsets[-1]), dtype=np.int64)
-    for a, off in zip(arrays, offsets, strict=False):
-        host[off : off + len(a)] = a
-    return host, [int(o) for o in offsets[:-1]]
+    return to_device_aligned(arrays, np.int64, device)
 
 
 def kv_bytes_per_block(model, block_size: int) -> int:

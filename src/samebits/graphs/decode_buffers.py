@@ -27,9 +27,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from samebits.kernels.metadata import FlatBatch
+from samebits.kernels.metadata import VIEW_ALIGN_BYTES, FlatBatch
 
-_ALIGN_BYTES = 16
 _INT64 = ("ids", "positions", "slots", "seq_lens", "feed")
 _INT32 = ("positions32", "table")
 
@@ -43,7 +42,7 @@ def _layout(max_batch: int, width: int) -> tuple[dict[str, tuple[int, int]], int
     for name in _INT64 + _INT32:
         offsets[name] = (at, sizes[name])
         item = 8 if name in _INT64 else 4
-        at += -(-sizes[name] * item // _ALIGN_BYTES) * _ALIGN_BYTES
+        at += -(-sizes[name] * item // VIEW_ALIGN_BYTES) * VIEW_ALIGN_BYTES
     return offsets, at
 
 

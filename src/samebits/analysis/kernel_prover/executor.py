@@ -1291,7 +1291,7 @@ def _from_zero_dot(t: Term) -> bool:
     """A tl.dot chain whose accumulator starts at the constant +0.0."""
     while t.op == "dot16":
         t = t.args[0]
-    return t.op == "const" and t.args[0] == 0.0 and str(t.args[0]) == "0.0"
+    return T.is_pos_zero(t)
 
 
 def _int_reduce(p: _Program, e, name: str, x: Tile, axis: int) -> Tile:

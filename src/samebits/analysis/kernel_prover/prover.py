@@ -526,7 +526,7 @@ def _zero(oracle: Oracle, t: Term, ctx: tuple = ()) -> bool:
     partials, a residual add of +0.0) equal the +0.0 another kernel loads there."""
     t = _norm(oracle, t, ctx)
     if t.op == "const":
-        return str(t.args[0]) == "0.0"
+        return T.is_pos_zero(t)
     if t.op == "cast":
         return _zero(oracle, t.args[0], ctx)
     return t.op in ZERO_OPS and all(_zero(oracle, a, ctx) for a in t.args)
@@ -582,7 +582,7 @@ def _is_zero(t: Term) -> bool:
     while t.op == "cast":
         t = t.args[0]
     if t.op == "const":
-        return t.args[0] == 0.0 and str(t.args[0]) == "0.0"
+        return T.is_pos_zero(t)
     if t.op == "exp2" and t.args[0].op == "sub":
         first = t.args[0].args[0]
         return first.op == "const" and first.args[0] == float("-inf")

@@ -421,6 +421,11 @@ def fconst(v: float, dtype: str) -> Term:
     return Term("const", (v, struct.unpack("<q", struct.pack("<d", v))[0]), dtype)
 
 
+def is_pos_zero(t: Term) -> bool:
+    """``t`` is the constant +0.0 (not -0.0: constants are keyed by their bits, `fconst`)."""
+    return t.op == "const" and t.args[0] == 0.0 and str(t.args[0]) == "0.0"
+
+
 def read(array: str, idx: Lin, dtype: str) -> Term:
     return Term("read", (array, idx), dtype)
 

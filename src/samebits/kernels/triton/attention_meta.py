@@ -14,10 +14,11 @@ import numpy as np
 import torch
 import triton
 
+from samebits.kernels.metadata import to_device_aligned
+
 PREFILL_BLOCK_M = 64
 DECODE_BLOCK_M = 16
 ATTENTION_WARPS = 4
-_ALIGN = 4  # int32 elements: keep every device view 16-byte aligned (stable specialization)
 
 
 @dataclass(frozen=True)
@@ -53,18 +54,6 @@ def _programs(query_start_loc: np.ndarray, tokens_per_tile: int) -> tuple[np.nda
     return req, row0
 
 
-def _pack(arrays: list[np.ndarray], device) -> list[torch.Tensor]:
-    """One host->device copy of several int32 arrays; views aligned to 16 bytes."""
-    sizes = [a.size for a in arrays]
-    padded = [-(-max(s, 1) // _ALIGN) * _ALIGN for s in sizes]
-    host = np.zeros(sum(padded), dtype=np.int32)
-    offsets = np.cumsum([0, *padded])
-    for a, off in zip(arrays, offsets, strict=False):
-        host[off : off + a.size] = a.reshape(-1)
-    dev = torch.from_numpy(host).to(device)
-    return [dev[off : off + s] for off, s in zip(offsets, sizes, strict=False)]
-
-
 def attention_metadata(
     positions: np.ndarray,
     query_start_loc: np.ndarray,
@@ -85,9 +74,9 @@ def attention_metadata(
         raise ValueError(f"block_m must be a power of two >= max(16, group), got {block_m}")
     req, row0 = _programs(qsl, block_m // group)
     arrays = [np.asarray(positions, dtype=np.int32), req, row0, qsl[1:], tables]
-    pos_d, req_d, row0_d, qend_d, bt_d = _pack([a.astype(np.int32) for a in arrays], device)
+    pos_d, req_d, row0_d, qend_d, bt_d = to_device_aligned(arrays, np.int32, device)
     return AttentionMeta(
         positions=pos_d, prog_req=req_d, prog_row0=row0_d, query_end=qend_d,
-        block_tables=bt_d.view(tables.shape), num_programs=int(req.size), block_size=block_size,
+        block_tables=bt_d, num_programs=int(req.size), block_size=block_size,
         group=group, block_m=block_m, num_warps=num_warps,
     )  # fmt: skip

@@ -116,6 +116,11 @@ def tma_ready(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return _TMA_CAPABLE[dev] and aligned
 
 
+def launch_for(x: torch.Tensor, weight: torch.Tensor, plan: SplitPlan) -> Launch:
+    """The launch M = ``x.shape[0]`` picks, with TMA where `tma_ready` allows it."""
+    return choose_launch(plan, x.shape[0], tma_ready(x, weight))
+
+
 _RUNNERS = {SPLIT_GRID: _run_split_grid, TMA: _run_tma}
 
 
@@ -132,7 +137,7 @@ def linear(
     if x.dim() == 2 and x.shape[0] == 0 and x.shape[1] == plan.k:
         return torch.empty((0, plan.n), device=x.device, dtype=out_dtype)
     _check(x, weight, bias, plan)
-    launch = launch or choose_launch(plan, x.shape[0], tma_ready(x, weight))
+    launch = launch or launch_for(x, weight, plan)
     y = torch.empty((x.shape[0], plan.n), device=x.device, dtype=out_dtype)
     _RUNNERS.get(launch.kind, _run_ranges)(x, weight, bias, y, plan, launch)
     return y
@@ -165,7 +170,7 @@ class TritonLinear:
         then owes their ordered sum), else None (the launch sums the ranges itself)."""
         if x.dim() != 2 or x.shape[0] == 0:
             return None
-        launch = choose_launch(self.plan, x.shape[0], tma_ready(x, self.weight))
+        launch = launch_for(x, self.weight, self.plan)
         if launch.kind != SPLIT_GRID:
             return None
         _check(x, self.weight, self.bias, self.plan)

@@ -78,7 +78,7 @@ def sum_add_rms_norm(
     """A split-K linear's partials ``[S, M, N]`` -> its output rows (summed in split order,
     + bias, rounded to ``out_dtype``: what ``ordered_sum_kernel`` writes), then ``residual +=``
     those rows and ``rms_norm(residual)``, in one launch: the same bits as the linear's ordered
-    sum followed by :func:`add_rms_norm` (evidence: test)."""
+    sum followed by :func:`add_rms_norm` (evidence: test, certificate)."""
     _require_contiguous("sum_add_rms_norm", partials, residual, weight)
     splits, m, n = partials.shape
     if partials.dtype != torch.float32 or residual.dtype != torch.float32:
