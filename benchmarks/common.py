@@ -438,3 +438,26 @@ class ServerThread:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join()
+
+
+def add_attention_maxnreg(parser) -> None:
+    """`--attention-maxnreg N`: an experiment that caps the GPU attention kernel's registers
+    (register allocation never changes a result; it decides how many programs fit on an SM);
+    `--sha256-rows-per-program N`: rows per program of the device SHA-256."""
+    parser.add_argument("--attention-maxnreg", type=int, default=None,
+                        help="experiment: cap the attention kernel's registers (same bits)")  # fmt: skip
+
+    parser.add_argument("--sha256-rows-per-program", type=int, default=None,
+                        help="experiment: rows per device SHA-256 program (same digests)")  # fmt: skip
+
+
+def apply_attention_maxnreg(args) -> None:
+    """Set the package knobs from `add_attention_maxnreg`'s flags (no-op when absent)."""
+    if getattr(args, "attention_maxnreg", None) is not None:
+        from samebits.kernels.triton import attention
+
+        attention.ATTENTION_MAXNREG = args.attention_maxnreg
+    if getattr(args, "sha256_rows_per_program", None) is not None:
+        from samebits.kernels.triton import sha256
+
+        sha256.ROWS_PER_PROGRAM = args.sha256_rows_per_program

@@ -42,6 +42,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import common  # noqa: E402
+
 
 def workload_a(vocab: int, count: int, quick: bool, seed: int = 0) -> list[tuple[list[int], int]]:
     """(prompt ids, max_tokens) per request: prompts 128-1024, outputs 256-512 (quick: /8)."""
@@ -492,12 +494,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="only the invariant plan's (a) and (b) with and without digests")  # fmt: skip
     p.add_argument("--rounds", type=int, default=2,
                    help="--digest-cost: rounds of with / without, the order swapped each round")  # fmt: skip
+    common.add_attention_maxnreg(p)
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    common.apply_attention_maxnreg(args)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     logging.getLogger("samebits.graphs").setLevel(logging.INFO)  # capture time, fallbacks
     result = run(args)

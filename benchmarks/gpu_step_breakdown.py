@@ -34,6 +34,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import common  # noqa: E402
+
 # (category, substrings of a kernel's name), first match wins.
 CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("digests", ("sha256",)),
@@ -185,8 +187,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eager", action="store_true", help="no CUDA graphs")
     p.add_argument("--no-digests", action="store_true", help="digests replaced by a no-op")
     p.add_argument("--trace", action="store_true", help="also write the chrome trace (gzip)")
-    p.add_argument("--attention-maxnreg", type=int, default=None,
-                   help="experiment: cap the attention kernel's registers (same bits)")  # fmt: skip
+    common.add_attention_maxnreg(p)
     default = Path(os.environ.get("OUT", ".")) / "gpu_step_breakdown.json"
     p.add_argument("--out", default=str(default))
     return p.parse_args(argv)
@@ -194,10 +195,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.attention_maxnreg is not None:
-        from samebits.kernels.triton import attention
-
-        attention.ATTENTION_MAXNREG = args.attention_maxnreg
+    common.apply_attention_maxnreg(args)
     result = run(args)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k != "top_kernels"}, indent=1))

@@ -161,3 +161,17 @@ def test_default_tile_heights():
     assert (prefill.block_m, prefill.num_programs) == (64, 2)
     with pytest.raises(ValueError, match="block_m"):
         attention_metadata(np.arange(3), np.array([0, 3]), tables[:1], 16, 4, "cpu", block_m=24)
+
+
+def test_register_cap_only_on_decode_tiles_of_small_heads(monkeypatch):
+    """The cap is a static launch fact: decode tiles (16 rows) with head dim <= 128 only; the
+    prefill tile (64 rows) would spill under it. The benchmarks' override wins when set."""
+    from samebits.kernels.triton import attention
+
+    assert attention.register_cap(16, 128) == attention.DECODE_MAXNREG == 128
+    assert attention.register_cap(16, 64) == 128
+    assert attention.register_cap(64, 128) is None
+    assert attention.register_cap(16, 256) is None
+    assert attention.register_cap(32, 128) is None  # a GQA group of 32 heads: no cap
+    monkeypatch.setattr(attention, "ATTENTION_MAXNREG", 96)
+    assert attention.register_cap(64, 128) == 96

@@ -13,14 +13,23 @@ import math
 import torch
 
 from samebits.kernels.triton._attention_kernel import paged_attention_kernel
-from samebits.kernels.triton.attention_meta import AttentionMeta, attention_metadata
+from samebits.kernels.triton.attention_meta import (
+    DECODE_BLOCK_M,
+    AttentionMeta,
+    attention_metadata,
+)
 
 __all__ = ["KEY_BLOCK", "AttentionMeta", "attention_metadata", "paged_attention"]
 
 KEY_BLOCK = 64  # key tile width: part of the numerics (tile boundaries at multiples of it)
-# A register cap for the kernel (ptxas .maxnreg), None: the compiler's choice. Register
-# allocation never changes a result; this only decides how many programs fit on an SM.
-ATTENTION_MAXNREG: int | None = None
+# Register cap (ptxas .maxnreg) of decode launches (tiles of DECODE_BLOCK_M rows, head dim
+# <= 128): the compiler's 142 registers fit 3 programs of 4 warps per SM, so a batch-64 decode
+# step's 512 programs ran in 1.3 waves; at 128 (4 bytes spilled) 4 fit, one wave. H200,
+# `benchmarks/attention_sweep.py`, 2026-12-01: 64 requests x 256 keys 35.5 -> 28.9 us, 256 x
+# 560 181.8 -> 164.4 us; bits equal. Prefill tiles (64 rows, 254 registers) would spill
+# 744 bytes under it: no cap. Register allocation never changes a result.
+DECODE_MAXNREG = 128
+ATTENTION_MAXNREG: int | None = None  # an experiment's override of `register_cap` (benchmarks)
 LOG2E = 1.4426950408889634
 
 
@@ -57,10 +66,20 @@ def paged_attention(
         q, k_cache, v_cache, out, meta.positions, meta.prog_req, meta.prog_row0, meta.query_end,
         meta.block_tables, meta.block_tables.shape[1], scale * LOG2E, HKV=hkv, GROUP=meta.group,
         D=d, PAGE=meta.block_size, BLOCK_M=meta.block_m, BLOCK_N=KEY_BLOCK,
-        num_warps=meta.num_warps,
-        **({} if ATTENTION_MAXNREG is None else {"maxnreg": ATTENTION_MAXNREG}),
+        num_warps=meta.num_warps, **_cap(register_cap(meta.block_m, d)),
     )  # fmt: skip
     return out
+
+
+def register_cap(block_m: int, head_dim: int) -> int | None:
+    """The launch's register cap (None: the compiler's choice), from static facts only."""
+    if ATTENTION_MAXNREG is not None:
+        return ATTENTION_MAXNREG
+    return DECODE_MAXNREG if block_m == DECODE_BLOCK_M and head_dim <= 128 else None
+
+
+def _cap(maxnreg: int | None) -> dict:
+    return {} if maxnreg is None else {"maxnreg": maxnreg}
 
 
 def default_scale(head_dim: int) -> float:

@@ -14,10 +14,13 @@ import triton
 
 from samebits.kernels.triton._sha256_kernel import sha256_rows_kernel
 
-# One warp of 32 lanes per program, one row per lane: on the H200 a lane's 64-round chain is
-# latency bound (19 ms for a 128k-vocab row); 256 rows in one 8-warp program cut workload (a)
-# of `gpu_serving.py` from 7,376 to 1,974 tok/s (its digests then waited on).
-ROWS_PER_PROGRAM = 32
+# One row per lane, two warps (64 rows) per program: on the H200 a lane's 64-round chain is
+# latency bound (18-19 ms for a 128k-vocab row). Two warps of one program sit on one SM (in
+# two of its four schedulers): half as many SMs share a decode step's kernels with a digest
+# as with one-warp programs; `gpu_serving.py --digest-cost` 2026-12-01, (b) with digests
+# 9,328 -> 9,482 tok/s, digest cost 2.5% -> 1.0%. 256 rows in one 8-warp program cut (a)
+# from 7,376 to 1,974 tok/s (two warps per scheduler: each row twice as slow).
+ROWS_PER_PROGRAM = 64
 
 
 def _primes(n: int) -> list[int]:
@@ -51,11 +54,12 @@ def sha256_constants() -> np.ndarray:
 _CONSTANTS: dict[torch.device, torch.Tensor] = {}
 
 
-def sha256_rows(rows: torch.Tensor, per_program: int = ROWS_PER_PROGRAM) -> torch.Tensor:
+def sha256_rows(rows: torch.Tensor, per_program: int | None = None) -> torch.Tensor:
     """The SHA-256 state words [B, 8] (int32 bit patterns) of each float32 row of `rows`
     [B, V] (row-contiguous), queued on the current stream. `per_program` (32 times a power of
-    two) only spreads the rows over programs: the words never
-    depend on it."""
+    two; default `ROWS_PER_PROGRAM`, read at the call) only spreads the rows over programs:
+    the words never depend on it."""
+    per_program = ROWS_PER_PROGRAM if per_program is None else per_program
     if rows.dtype != torch.float32 or rows.dim() != 2 or rows.stride(1) != 1:
         raise ValueError(f"sha256_rows needs row-contiguous float32 [B, V], got {rows.dtype}")
     device = rows.device
