@@ -422,7 +422,12 @@ class ServerThread:
     def __init__(self, app) -> None:
         import uvicorn
 
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", backlog=4096)
+        from samebits.server.config import DEFAULT_TIMEOUT_KEEP_ALIVE_S
+
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=0, log_level="warning", backlog=4096,
+            timeout_keep_alive=DEFAULT_TIMEOUT_KEEP_ALIVE_S,
+        )  # fmt: skip
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

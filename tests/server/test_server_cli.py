@@ -77,3 +77,36 @@ def test_serve_then_verify(tiny_llama_dir, tmp_path):
     refused = samebits("verify", str(log), "--model", str(tiny_llama_dir), "--kernel-plan", "fast")
     out, err = refused.communicate(timeout=120)
     assert refused.returncode == 2 and "refusing to verify" in out
+
+
+def test_keep_alive_outlasts_the_clients_idle_expiry(monkeypatch):
+    """`serve` keeps idle connections open longer than httpx (the OpenAI SDK's transport)
+    keeps them in its pool, and hands that to uvicorn: a client never reuses a connection
+    the server is closing at that instant (uvicorn's own default equals httpx's, 5 s)."""
+    import argparse
+
+    import uvicorn
+
+    from samebits.server import cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_serve_arguments(parser)
+    args = parser.parse_args(["--no-audit-log"])
+    assert args.timeout_keep_alive > httpx.Limits().keepalive_expiry
+    seen = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(kw))
+    monkeypatch.setattr(cli, "open_audit_log", lambda *a: None)
+    monkeypatch.setattr(cli, "_announce", lambda *a: None)
+    from samebits.engine import engine as engine_mod
+
+    monkeypatch.setattr(engine_mod.LLMEngine, "from_args", classmethod(lambda cls, **kw: _Stub()))
+    monkeypatch.setattr(cli, "server_config", lambda a, e: None)
+    import samebits.server.app as app_mod
+
+    monkeypatch.setattr(app_mod, "build_app", lambda *a: object())
+    assert cli.serve_main(args) == 0
+    assert seen["timeout_keep_alive"] == args.timeout_keep_alive
+
+
+class _Stub:
+    model_name = "stub"

@@ -15,7 +15,11 @@ from typing import Any
 
 from samebits.audit.record import session_record
 from samebits.audit.writer import DEFAULT_MAX_BYTES, AuditLogWriter, default_audit_log_path
-from samebits.server.config import DEFAULT_MAX_BODY_BYTES, ServerConfig
+from samebits.server.config import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_TIMEOUT_KEEP_ALIVE_S,
+    ServerConfig,
+)
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -43,6 +47,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     add("--max-n", type=int, default=16, help="largest n accepted")
     add("--max-tokens-limit", type=int, default=None, help="largest max_tokens accepted")
     add("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
+    add("--timeout-keep-alive", type=float, default=DEFAULT_TIMEOUT_KEEP_ALIVE_S, metavar="S",
+        help="seconds an idle keep-alive connection stays open (above clients' own expiry)")  # fmt: skip
     add("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
 
 
@@ -81,7 +87,10 @@ def serve_main(args: argparse.Namespace) -> int:
     _announce(args, engine, config, writer)
     app = build_app(engine, config, writer)
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+        uvicorn.run(
+            app, host=args.host, port=args.port, log_level=args.log_level,
+            timeout_keep_alive=args.timeout_keep_alive,
+        )  # fmt: skip
     finally:
         if writer is not None:
             head = writer.close()

@@ -5,6 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+# Seconds an idle HTTP keep-alive connection stays open. It must outlast the clients' own
+# idle expiry (httpx, so the OpenAI SDK: 5 s): uvicorn's default is also 5 s, and a client
+# reusing a connection the server is closing at that instant gets a read error on its request
+# (seen once in 592 streamed requests of benchmarks/server_rate_sweep.py on 2026-12-01).
+DEFAULT_TIMEOUT_KEEP_ALIVE_S = 65
 
 
 @dataclass(frozen=True)
