@@ -6,7 +6,7 @@ numerics (the facts that may change bits if changed), then the launch choices th
 
 from __future__ import annotations
 
-from samebits.kernels.triton.attention import KEY_BLOCK
+from samebits.kernels.triton.attention import DECODE_MAXNREG, KEY_BLOCK
 from samebits.kernels.triton.attention_meta import (
     ATTENTION_WARPS,
     DECODE_BLOCK_M,
@@ -60,6 +60,7 @@ def describe() -> dict[str, str]:
             f"triton paged attention: key tiles of {KEY_BLOCK} at absolute positions, online "
             "softmax in tile order, denominators by MMA (p @ ones), guarded rows, exp2; launch: "
             f"block_m {DECODE_BLOCK_M} (decode) / {PREFILL_BLOCK_M} (otherwise), "
-            f"warps {ATTENTION_WARPS}, GQA rows packed (token, head)"
+            f"warps {ATTENTION_WARPS}, decode launches of head dim <= 128 capped at "
+            f"{DECODE_MAXNREG} registers, GQA rows packed (token, head)"
         ),
     }
