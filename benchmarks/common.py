@@ -445,19 +445,18 @@ class ServerThread:
         self.thread.join()
 
 
-def add_attention_maxnreg(parser) -> None:
-    """`--attention-maxnreg N`: an experiment that caps the GPU attention kernel's registers
-    (register allocation never changes a result; it decides how many programs fit on an SM);
-    `--sha256-rows-per-program N`: rows per program of the device SHA-256."""
+def add_kernel_knobs(parser) -> None:
+    """Experiment flags for the GPU kernels' launch-only knobs (no value depends on them):
+    `--attention-maxnreg N` caps the attention kernel's registers (how many programs fit on an
+    SM), `--sha256-rows-per-program N` sets the rows of a device SHA-256 program."""
     parser.add_argument("--attention-maxnreg", type=int, default=None,
                         help="experiment: cap the attention kernel's registers (same bits)")  # fmt: skip
-
     parser.add_argument("--sha256-rows-per-program", type=int, default=None,
                         help="experiment: rows per device SHA-256 program (same digests)")  # fmt: skip
 
 
-def apply_attention_maxnreg(args) -> None:
-    """Set the package knobs from `add_attention_maxnreg`'s flags (no-op when absent)."""
+def apply_kernel_knobs(args) -> None:
+    """Set the package knobs from `add_kernel_knobs`' flags (no-op when absent)."""
     if getattr(args, "attention_maxnreg", None) is not None:
         from samebits.kernels.triton import attention
 

@@ -494,14 +494,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="only the invariant plan's (a) and (b) with and without digests")  # fmt: skip
     p.add_argument("--rounds", type=int, default=2,
                    help="--digest-cost: rounds of with / without, the order swapped each round")  # fmt: skip
-    common.add_attention_maxnreg(p)
+    common.add_kernel_knobs(p)
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    common.apply_attention_maxnreg(args)
+    common.apply_kernel_knobs(args)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     logging.getLogger("samebits.graphs").setLevel(logging.INFO)  # capture time, fallbacks
     result = run(args)

@@ -187,7 +187,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eager", action="store_true", help="no CUDA graphs")
     p.add_argument("--no-digests", action="store_true", help="digests replaced by a no-op")
     p.add_argument("--trace", action="store_true", help="also write the chrome trace (gzip)")
-    common.add_attention_maxnreg(p)
+    common.add_kernel_knobs(p)
     default = Path(os.environ.get("OUT", ".")) / "gpu_step_breakdown.json"
     p.add_argument("--out", default=str(default))
     return p.parse_args(argv)
@@ -195,7 +195,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    common.apply_attention_maxnreg(args)
+    common.apply_kernel_knobs(args)
     result = run(args)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k != "top_kernels"}, indent=1))
