@@ -6,6 +6,7 @@ weight)."""
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -79,3 +80,35 @@ def test_quantized_strips_keep_half_scales():
     q8 = _linear("Q8_0", 64, 576, 1, gen)
     assert q4.packed.numel() * 8 == 64 * 576 * 5  # 4-bit values + 2 half scales per 32
     assert q8.packed.numel() * 8 == 64 * 576 * 8.5
+
+
+class _Prefetch(ctypes.Structure):  # sbprefetch.h
+    _fields_ = [
+        ("start", ctypes.c_void_p), ("lines", ctypes.c_void_p), ("n_ranges", ctypes.c_long),
+        ("first", ctypes.c_long), ("last", ctypes.c_long),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", ["F32", "Q4_1"])
+def test_prefetch_hints_change_no_bit(fmt):
+    """A GEMM fetching a hint's lines (sbprefetch.h) gives the bits of the same GEMM without
+    one, on both paths and thread counts, also when the hint asks for more lines than its
+    ranges hold (the cursor stops at their end)."""
+    gen = torch.Generator().manual_seed(11)
+    lib = native.library()
+    target = torch.randn(3, 1000, generator=gen)  # three ranges of 4000 bytes to fetch
+    starts = (ctypes.c_void_p * 3)(*(target[i].data_ptr() for i in range(3)))
+    lines = (ctypes.c_long * 3)(63, 63, 10)
+    for threads in (1, 2):
+        linear = _linear(fmt, 300, 576, threads, gen)
+        for rows in (1, 5, 16, 40):  # 40: the scratch path
+            x = torch.randn(rows, 576, generator=gen)
+            expected = linear(x)
+            for first, last in ((0, 136), (50, 120), (0, 10_000)):
+                hint = _Prefetch(ctypes.cast(starts, ctypes.c_void_p).value,
+                                 ctypes.cast(lines, ctypes.c_void_p).value, 3, first, last)  # fmt: skip
+                y = torch.empty((rows, linear.np), dtype=torch.float32)
+                lib.sb_gemm_prefetching(
+                    x.data_ptr(), rows, *linear._args, y.data_ptr(), threads, ctypes.byref(hint)
+                )
+                assert same_bits(y[:, : linear.n], expected), (fmt, threads, rows, first, last)

@@ -41,20 +41,26 @@ def _run(dep, fuse: bool, prompts) -> tuple[list, list[bytes]]:
     return [(done[k].token_ids, done[k].logits_digests) for k in sorted(done)], caches
 
 
-def _check(dep) -> None:
+def _check(dep, prefetch: bool = True) -> None:
+    """Also with the next layer's K / V prefetch switched off (a hint: never a bit)."""
     assert covers(dep.model)
     rng = np.random.default_rng(3)
     vocab = dep.config.vocab_size
     prompts = [rng.integers(3, vocab, n).tolist() for n in (5, 31, 17, 48, 2)]
-    op_by_op, fused = _run(dep, False, prompts), _run(dep, True, prompts)
+    op_by_op = _run(dep, False, prompts)
+    native.library().sb_layer_set_prefetch(prefetch)
+    try:
+        fused = _run(dep, True, prompts)
+    finally:
+        native.library().sb_layer_set_prefetch(True)
     assert fused[0] == op_by_op[0]
     assert fused[1] == op_by_op[1]
 
 
-@pytest.mark.parametrize("arch", ["llama", "mistral"])
-def test_fused_layers_equal_op_by_op(arch, request):
+@pytest.mark.parametrize("arch,prefetch", [("llama", True), ("llama", False), ("mistral", True)])
+def test_fused_layers_equal_op_by_op(arch, prefetch, request):
     path = request.getfixturevalue(f"tiny_{arch}_dir")
-    _check(build_deployment(load_model(path), "invariant", num_threads=2))
+    _check(build_deployment(load_model(path), "invariant", num_threads=2), prefetch)
 
 
 def test_fused_layers_equal_op_by_op_on_the_q4_1_gguf(smollm2_model):

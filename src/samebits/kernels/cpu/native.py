@@ -27,7 +27,7 @@ _HERE = Path(__file__).parent
 SOURCES = tuple(
     _HERE / name for name in ("sbgemm.c", "sbattn.c", "sbrow.c", "sblayer.c", "sbpool.c")
 )
-HEADERS = (_HERE / "sbpool.h", _HERE / "sbexp.h")
+HEADERS = (_HERE / "sbpool.h", _HERE / "sbexp.h", _HERE / "sbprefetch.h")
 CFLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-ffp-contract=off", "-pthread")
 _L, _P, _F, _D = ctypes.c_long, ctypes.c_void_p, ctypes.c_float, ctypes.c_double
 
@@ -125,6 +125,10 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.sb_expand.restype = None
     lib.sb_expand_fused.argtypes = [_P, _L, _L, _L, _P]
     lib.sb_expand_fused.restype = ctypes.c_int
+    lib.sb_gemm_prefetching.argtypes = [_P, _L, _L, _P, _L, _L, _P, _L, _P]
+    lib.sb_gemm_prefetching.restype = None
+    lib.sb_layer_set_prefetch.argtypes = [_L]
+    lib.sb_layer_set_prefetch.restype = None
     lib.sb_gemm_set_fused_max_rows.argtypes = [_L]
     lib.sb_gemm_set_fused_max_rows.restype = None
     lib.sb_attention.argtypes = [_P, _L, _L, _P, _P, _L, _P, _P, _P, _L, _L, _L, _F, _P, _L, _L]

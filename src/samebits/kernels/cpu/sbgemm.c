@@ -31,6 +31,7 @@
 #include <immintrin.h>
 
 #include "sbpool.h"
+#include "sbprefetch.h"
 
 #if defined(__AVX512F__)
 #define VW 16
@@ -217,6 +218,36 @@ static const float *strip_weights(const unsigned char *strip, long format, long 
 }
 
 
+/* ---- prefetch hints (sbprefetch.h): never change a bit ------------------------------------
+ * Each chunk of columns fetches its share of the hint's lines (in proportion to its columns),
+ * a few lines per k-block of each tile, so the misses overlap the FMAs instead of stalling
+ * the kernel that reads the lines later; what is left at the chunk's end is fetched then. */
+struct pf_cursor {
+    const struct sb_prefetch *pf;
+    long range, line, left, per_step;
+};
+static __thread struct pf_cursor cursor;
+
+/* The calling thread's cursor at line `at` of the hint, `count` lines, `per_step` at a time. */
+static void cursor_start(const struct sb_prefetch *pf, long at, long count, long per_step) {
+    long r = 0;
+    while (pf && r < pf->n_ranges && at >= pf->lines[r]) at -= pf->lines[r++];
+    cursor = (struct pf_cursor){pf, r, at, pf && count > 0 ? count : 0, per_step};
+}
+
+/* Up to `count` more lines of the cursor into the cache (a T0 hint measured best on Zen 4:
+ * benchmarks/RESULTS.md, CPU vs llama.cpp). */
+static inline void prefetch_lines(long count) {
+    for (; count > 0 && cursor.left > 0 && cursor.range < cursor.pf->n_ranges;
+         count--, cursor.left--) {
+        _mm_prefetch(cursor.pf->start[cursor.range] + cursor.line * SB_LINE, _MM_HINT_T0);
+        if (++cursor.line == cursor.pf->lines[cursor.range]) {
+            cursor.range++;
+            cursor.line = 0;
+        }
+    }
+}
+
 /* ---- the fused path (AVX-512): strips expanded k-row by k-row in registers --------------- */
 #if defined(__AVX512F__)
 #define FUSED_MAX_MR 4 /* rows of one fused tile, at most */
@@ -289,6 +320,7 @@ INLINE void fused_tile(long format, int MR, int S, const float *x, long ldx,
         for (int s = 0; s < S; s++) acc[i][s][0] = acc[i][s][1] = _mm512_setzero_ps();
     for (long k0 = 0; k0 < K; k0 += QK) {
         long n = K - k0 < QK ? K - k0 : QK;
+        prefetch_lines(cursor.per_step);
         struct rows_at r[FUSED_S];
 #pragma GCC unroll 8
         for (int s = 0; s < S; s++) block_at(format, w + s * strip_bytes, k0, &r[s]);
@@ -414,32 +446,67 @@ struct gemm_args {
     const unsigned char *w;
     long format, Np;
     float *y;
+    const struct sb_prefetch *pf;
 };
+
+/* About how many times a chunk of `strips` strips calls prefetch_lines: once per k-block of
+ * each tile on the fused path, once per strip on the scratch path. */
+static long prefetch_steps(const struct gemm_args *a, long strips) {
+#if defined(__AVX512F__)
+    if (a->M > fused_max_rows) return strips;
+#else
+    return strips;
+#endif
+    long row_tiles = a->M / 4 + (a->M % 4 >= 2) + a->M % 2;
+    return row_tiles * ((strips + 1) / 2) * ((a->K + QK - 1) / QK);
+}
+
+/* This chunk's share of the hint's lines, in proportion to its columns. */
+static void start_prefetch(const struct gemm_args *a, long n_begin, long n_end) {
+    const struct sb_prefetch *pf = a->pf;
+    long span = pf ? pf->last - pf->first : 0;
+    long at = pf ? pf->first + span * n_begin / a->Np : 0;
+    long count = pf ? pf->first + span * n_end / a->Np - at : 0;
+    long steps = prefetch_steps(a, (n_end - n_begin) / QN);
+    cursor_start(pf, at, count, (count + steps - 1) / (steps > 0 ? steps : 1));
+}
 
 static void gemm_columns(void *ctx, long n_begin, long n_end) {
     const struct gemm_args *a = ctx;
     long strip_bytes = strip_bytes_of(a->format, a->K);
-    if (fused_columns(a->x, a->M, a->K, a->w, a->format, strip_bytes, a->y, a->Np, n_begin,
-                      n_end))
-        return;
-    float *scratch = a->format == SB_F32 ? 0 : malloc(a->K * QN * sizeof(float));
-    for (long n = n_begin; n < n_end; n += QN) {
-        const float *w = strip_weights(a->w + n / QN * strip_bytes, a->format, a->K, scratch);
-        for (long m = 0; m < a->M; m += MR_MAX) {
-            long mr = a->M - m < MR_MAX ? a->M - m : MR_MAX;
-            for (long h = 0; h < QN; h += NR)
-                TILES[mr](a->x + m * a->K, a->K, w + h, QN, a->K, a->y + m * a->Np + n + h, a->Np);
+    start_prefetch(a, n_begin, n_end);
+    if (!fused_columns(a->x, a->M, a->K, a->w, a->format, strip_bytes, a->y, a->Np, n_begin,
+                       n_end)) {
+        float *scratch = a->format == SB_F32 ? 0 : malloc(a->K * QN * sizeof(float));
+        for (long n = n_begin; n < n_end; n += QN) {
+            prefetch_lines(cursor.per_step);
+            const float *w = strip_weights(a->w + n / QN * strip_bytes, a->format, a->K, scratch);
+            for (long m = 0; m < a->M; m += MR_MAX) {
+                long mr = a->M - m < MR_MAX ? a->M - m : MR_MAX;
+                for (long h = 0; h < QN; h += NR)
+                    TILES[mr](a->x + m * a->K, a->K, w + h, QN, a->K, a->y + m * a->Np + n + h,
+                              a->Np);
+            }
         }
+        free(scratch);
     }
-    free(scratch);
+    prefetch_lines(cursor.left);
+    cursor.pf = 0;
 }
 
 /* y[M, Np] = x[M, K] @ w^T for strips of weights w in `format` (Np a multiple of 32), with
- * the columns split between `threads` threads (never changing a bit). */
+ * the columns split between `threads` threads (never changing a bit), fetching the lines of
+ * the hint `pf` (or none) into the cache meanwhile (sbprefetch.h). */
+void sb_gemm_prefetching(const float *x, long M, long K, const unsigned char *w, long format,
+                         long Np, float *y, long threads, const struct sb_prefetch *pf) {
+    struct gemm_args args = {x, M, K, w, format, Np, y, pf};
+    sb_parallel(gemm_columns, &args, Np, QN, threads);
+}
+
+/* y[M, Np] = x[M, K] @ w^T: sb_gemm_prefetching without a hint. */
 void sb_gemm(const float *x, long M, long K, const unsigned char *w, long format, long Np,
              float *y, long threads) {
-    struct gemm_args args = {x, M, K, w, format, Np, y};
-    sb_parallel(gemm_columns, &args, Np, QN, threads);
+    sb_gemm_prefetching(x, M, K, w, format, Np, y, threads, 0);
 }
 
 /* The float32 strips (SB_F32 layout) that the strips w in `format` stand for. */

@@ -7,9 +7,10 @@
  * (`kernels/cpu/sblayer.py` decides). Thread counts follow the Python wrappers' thresholds
  * (passed in the io record); they never change a bit (each kernel's split is invariant). */
 #include "sbpool.h"
+#include "sbprefetch.h"
 
-void sb_gemm(const float *x, long M, long K, const unsigned char *w, long format, long Np,
-             float *y, long threads);
+void sb_gemm_prefetching(const float *x, long M, long K, const unsigned char *w, long format,
+                         long Np, float *y, long threads, const struct sb_prefetch *pf);
 void sb_attention(const float *q, long n_heads, long dim, const float *k_cache,
                   const float *v_cache, long n_kv, const long *positions, const long *query_req,
                   const long *block_tables, long width, long block_size, long key_tile,
@@ -29,6 +30,7 @@ struct sb_layer_weights {
     struct sb_lin qkv, o, gate_up, down;
     const float *ln2, *next_ln; /* next_ln: the next layer's input norm; 0 for the last */
     float *k_cache, *v_cache;   /* [slots, n_kv, dim] */
+    const float *next_k_cache, *next_v_cache; /* the next layer's (prefetched); 0 for the last */
 };
 
 /* One forward's shapes, batch metadata and buffers (all float32 / int64, contiguous). */
@@ -48,10 +50,54 @@ static long use_threads(long work, long min_work, long threads) {
     return work >= min_work && threads > 1 ? threads : 1;
 }
 
+/* y = x @ w^T, fetching the lines of the hint `pf` (or none) into the cache meanwhile. */
 static void linear(const struct sb_lin *l, const float *x, long rows, float *y,
-                   const struct sb_layer_io *io) {
-    sb_gemm(x, rows, l->k, l->w, l->format, l->np, y,
-            use_threads(rows * l->k * l->np, io->gemm_min_macs, io->threads));
+                   const struct sb_layer_io *io, const struct sb_prefetch *pf) {
+    sb_gemm_prefetching(x, rows, l->k, l->w, l->format, l->np, y,
+                        use_threads(rows * l->k * l->np, io->gemm_min_macs, io->threads), pf);
+}
+
+/* The most K / V bytes of the next layer fetched ahead: about what stays in L2 + L3 until
+ * its attention runs (a longer context's later blocks are read from DRAM as before). */
+#define PREFETCH_MAX_BYTES (8L << 20)
+#define PREFETCH_MAX_RANGES 4096
+
+struct kv_ranges {
+    const char *start[PREFETCH_MAX_RANGES];
+    long lines[PREFETCH_MAX_RANGES];
+    long n, total;
+};
+
+/* Adds `bytes` from k and from v (one block's span of the K and V caches), unless that goes
+ * over the limits (then 0). */
+static int add_kv_range(struct kv_ranges *r, const float *k, const float *v, long bytes) {
+    long lines = (bytes + SB_LINE - 1) / SB_LINE;
+    if (r->n + 2 > PREFETCH_MAX_RANGES || (r->total + 2 * lines) * SB_LINE > PREFETCH_MAX_BYTES)
+        return 0;
+    r->start[r->n] = (const char *)k, r->lines[r->n++] = lines;
+    r->start[r->n] = (const char *)v, r->lines[r->n++] = lines;
+    r->total += 2 * lines;
+    return 1;
+}
+
+/* The K / V blocks the next layer's attention reads: for each request of the batch, its
+ * blocks up to its last token's position, in block-table order (a hint only). */
+static void next_layer_ranges(const struct sb_layer_weights *w, const struct sb_layer_io *io,
+                              struct kv_ranges *r) {
+    long row = io->n_kv * io->dim, bs = io->block_size;
+    r->n = r->total = 0;
+    if (!w->next_k_cache) return;
+    for (long t = 0; t < io->n; t++) {
+        if (t + 1 < io->n && io->query_req[t + 1] == io->query_req[t]) continue; /* its last */
+        const long *table = io->block_tables + io->query_req[t] * io->width;
+        long pos = io->positions[t];
+        for (long b = 0; b <= pos / bs; b++) {
+            long slots = b < pos / bs ? bs : pos % bs + 1, at = table[b] * bs * row;
+            if (!add_kv_range(r, w->next_k_cache + at, w->next_v_cache + at,
+                              slots * row * (long)sizeof(float)))
+                return;
+        }
+    }
 }
 
 /* In place rotate-half RoPE of rows [count, dim] of token t (rowwise.rope's arithmetic: each
@@ -87,21 +133,47 @@ static void split_rope_store(const struct sb_layer_weights *w, const struct sb_l
     }
 }
 
+static int prefetch_on = 1;
+
+/* Benchmarks and tests only (never changes a bit): whether layers prefetch the next one's K / V. */
+void sb_layer_set_prefetch(long on) { prefetch_on = on != 0; }
+
+/* The hint's lines split between this layer's o, gate_up and down linears in proportion to
+ * their multiply-adds (hint[0..2]). */
+static void split_hint(const struct kv_ranges *r, const struct sb_layer_weights *w,
+                       struct sb_prefetch hint[3]) {
+    const struct sb_lin *lins[3] = {&w->o, &w->gate_up, &w->down};
+    long macs[3], total = 0, at = 0, done = 0;
+    for (int i = 0; i < 3; i++) total += macs[i] = lins[i]->k * lins[i]->np;
+    for (int i = 0; i < 3; i++) {
+        done += macs[i];
+        long end = prefetch_on ? r->total * done / total : 0;
+        hint[i] = (struct sb_prefetch){r->start, r->lines, r->n, at, end};
+        at = end;
+    }
+}
+
 void sb_decoder_layer(const struct sb_layer_weights *w, const struct sb_layer_io *io) {
     long n = io->n, th = io->threads, rows = n * io->hidden;
-    linear(&w->qkv, io->x, n, io->qkv, io);
+    /* the next layer's K / V come into the cache while this layer's o, gate_up and down
+     * linears run (FMA-bound), so its attention does not wait on DRAM */
+    static __thread struct kv_ranges next;
+    struct sb_prefetch hint[3];
+    next_layer_ranges(w, io, &next);
+    split_hint(&next, w, hint);
+    linear(&w->qkv, io->x, n, io->qkv, io, 0);
     split_rope_store(w, io);
     sb_attention(io->q, io->n_heads, io->dim, w->k_cache, w->v_cache, io->n_kv, io->positions,
                  io->query_req, io->block_tables, io->width, io->block_size, io->key_tile,
                  io->scale, io->attn, n,
                  use_threads(io->attn_pairs * io->n_heads, io->attn_min_pairs, th));
-    linear(&w->o, io->attn, n, io->o, io);
+    linear(&w->o, io->attn, n, io->o, io, &hint[0]);
     long row_th = use_threads(rows, io->row_min_elements, th);
     sb_add_rms_norm(io->o, io->residual, n, io->hidden, w->ln2, io->eps, io->x, row_th);
-    linear(&w->gate_up, io->x, n, io->gate_up, io);
+    linear(&w->gate_up, io->x, n, io->gate_up, io, &hint[1]);
     sb_silu_mul(io->gate_up, n, io->inter, io->act,
                 use_threads(n * io->inter, io->row_min_elements, th));
-    linear(&w->down, io->act, n, io->down, io);
+    linear(&w->down, io->act, n, io->down, io, &hint[2]);
     if (w->next_ln)
         sb_add_rms_norm(io->down, io->residual, n, io->hidden, w->next_ln, io->eps, io->x,
                         row_th);

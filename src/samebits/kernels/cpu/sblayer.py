@@ -30,6 +30,7 @@ class _Weights(ctypes.Structure):
     _fields_ = [
         ("qkv", _Lin), ("o", _Lin), ("gate_up", _Lin), ("down", _Lin),
         ("ln2", _P), ("next_ln", _P), ("k_cache", _P), ("v_cache", _P),
+        ("next_k_cache", _P), ("next_v_cache", _P),
     ]  # fmt: skip
 
 
@@ -75,10 +76,12 @@ class FusedLayers:
         layers = model.layers
         self._weights = []
         for i, layer in enumerate(layers):
-            nxt = layers[i + 1].ln1.data_ptr() if i + 1 < len(layers) else None
+            last = i + 1 == len(layers)
             self._weights.append(_Weights(
                 _lin(layer.qkv), _lin(layer.o), _lin(layer.gate_up), _lin(layer.down),
-                layer.ln2.data_ptr(), nxt, kv.k[i].data_ptr(), kv.v[i].data_ptr(),
+                layer.ln2.data_ptr(), None if last else layers[i + 1].ln1.data_ptr(),
+                kv.k[i].data_ptr(), kv.v[i].data_ptr(),
+                None if last else kv.k[i + 1].data_ptr(), None if last else kv.v[i + 1].data_ptr(),
             ))  # fmt: skip
         self._call = _entry()
         self._qkv_width = layers[0].qkv.np
