@@ -22,8 +22,9 @@
  *
  * Two code paths compute the same FMA sequence per output (which one runs follows M only):
  *   - fused (M <= fused_max_rows, AVX-512): each k-row of a tile of up to 4 strips is
- *     expanded in registers and multiplied into the accumulators of up to 4 rows at once (no
- *     scratch memory; one row alone keeps 8 independent FMA chains in flight over 4 strips);
+ *     expanded in registers and multiplied into the accumulators of up to 8 rows at once (no
+ *     scratch memory; one row alone keeps 8 independent FMA chains in flight over 4 strips;
+ *     8 rows of one strip spend 2 expansion FMAs per 16, 4 rows of two strips 4);
  *   - scratch (more rows, or AVX2): each strip is expanded once into float32 scratch, then
  *     tiles of up to 8 rows x 32 columns run over it. */
 #include <stdlib.h>
@@ -250,7 +251,7 @@ static inline void prefetch_lines(long count) {
 
 /* ---- the fused path (AVX-512): strips expanded k-row by k-row in registers --------------- */
 #if defined(__AVX512F__)
-#define FUSED_MAX_MR 4 /* rows of one fused tile, at most */
+#define FUSED_MAX_MR 8 /* rows of one fused tile, at most */
 #define FUSED_S 4      /* strips of one fused tile, at most */
 #define INLINE static inline __attribute__((always_inline))
 
@@ -360,11 +361,12 @@ typedef void (*fused_fn)(const float *, long, const unsigned char *, long, long,
 #define FUSED_FORMAT(F)                                                                      \
     FUSED_ONE(F, 1, 1) FUSED_ONE(F, 1, 2) FUSED_ONE(F, 1, 3) FUSED_ONE(F, 1, 4)              \
     FUSED_ONE(F, 2, 1) FUSED_ONE(F, 2, 2) FUSED_ONE(F, 2, 3) FUSED_ONE(F, 2, 4)              \
-    FUSED_ONE(F, 4, 1) FUSED_ONE(F, 4, 2)
+    FUSED_ONE(F, 4, 1) FUSED_ONE(F, 4, 2) FUSED_ONE(F, 8, 1)
 #define FUSED_TABLE(F)                                                                       \
     {{fused_##F##_1_1, fused_##F##_1_2, fused_##F##_1_3, fused_##F##_1_4},                   \
      {fused_##F##_2_1, fused_##F##_2_2, fused_##F##_2_3, fused_##F##_2_4},                   \
-     {fused_##F##_4_1, fused_##F##_4_2, 0, 0}}
+     {fused_##F##_4_1, fused_##F##_4_2, 0, 0},                                               \
+     {fused_##F##_8_1, 0, 0, 0}}
 
 FUSED_FORMAT(SB_F32)
 FUSED_FORMAT(SB_Q4_1)
@@ -373,24 +375,24 @@ FUSED_FORMAT(SB_BF16)
 FUSED_FORMAT(SB_F16)
 
 /* [format][log2(rows)][strips - 1] */
-static const fused_fn FUSED[5][3][FUSED_S] = {
+static const fused_fn FUSED[5][4][FUSED_S] = {
     FUSED_TABLE(SB_F32), FUSED_TABLE(SB_Q4_1), FUSED_TABLE(SB_Q8_0), FUSED_TABLE(SB_BF16),
     FUSED_TABLE(SB_F16),
 };
-static const int FUSED_STRIPS[3] = {4, 4, 2}; /* strips per tile, by log2(rows) */
+static const int FUSED_STRIPS[4] = {4, 4, 2, 1}; /* strips per tile, by log2(rows) */
 
 /* Rows at or below this many take the fused path; more take the scratch path. */
 static long fused_max_rows = 16;
 
 /* Columns [n_begin, n_end) of a call on the fused path; 0 if it does not take it. Rows go in
- * tiles of 4, then 2, 1; each tile covers up to FUSED_STRIPS strips at a time. */
+ * tiles of 8, then 4, 2, 1; each tile covers up to FUSED_STRIPS strips at a time. */
 static int fused_columns(const float *x, long M, long K, const unsigned char *w, long format,
                          long strip_bytes, float *y, long Np, long n_begin, long n_end) {
     if (M > fused_max_rows || format < 0 || format > SB_F16 || !strip_bytes) return 0;
     for (long n0 = n_begin; n0 < n_end; n0 += FUSED_S * QN) {
         long n1 = n0 + FUSED_S * QN < n_end ? n0 + FUSED_S * QN : n_end;
         for (long m = 0; m < M;) {
-            int lg = M - m >= 4 ? 2 : M - m >= 2 ? 1 : 0;
+            int lg = M - m >= 8 ? 3 : M - m >= 4 ? 2 : M - m >= 2 ? 1 : 0;
             long mr = 1L << lg;
             for (long n = n0; n < n1;) {
                 long s = (n1 - n) / QN < FUSED_STRIPS[lg] ? (n1 - n) / QN : FUSED_STRIPS[lg];
@@ -457,7 +459,7 @@ static long prefetch_steps(const struct gemm_args *a, long strips) {
 #else
     return strips;
 #endif
-    long row_tiles = a->M / 4 + (a->M % 4 >= 2) + a->M % 2;
+    long row_tiles = a->M / 8 + (a->M % 8 >= 4) + (a->M % 4 >= 2) + a->M % 2;
     return row_tiles * ((strips + 1) / 2) * ((a->K + QK - 1) / QK);
 }
 
