@@ -50,13 +50,13 @@ def _linear(fmt: str, n: int, k: int, threads: int, gen: torch.Generator) -> sbg
 @pytest.mark.parametrize("n,k", [(200, 64), (33, 96), (300, 576)])
 def test_fused_and_scratch_paths_give_the_same_bits(fmt, n, k):
     gen = torch.Generator().manual_seed(n * k)
-    x = torch.randn(13, k, generator=gen)
+    x = torch.randn(37, k, generator=gen)
     for threads in (1, 2, 3):
         linear = _linear(fmt, n, k, threads, gen)
         with fused_max_rows(0):
             scratch = linear(x)
-        with fused_max_rows(1 << 20):
-            for rows in (1, 2, 3, 4, 5, 7, 8, 13):
+        with fused_max_rows(1 << 20):  # 16 and more: tiles of 16 rows from packed rows
+            for rows in (1, 2, 3, 4, 5, 7, 8, 13, 16, 17, 31, 37):
                 assert same_bits(linear(x[:rows]), scratch[:rows]), (fmt, threads, rows)
             assert same_bits(linear(x[12:13]), scratch[12:13])
 

@@ -22,9 +22,11 @@
  *
  * Two code paths compute the same FMA sequence per output (which one runs follows M only):
  *   - fused (M <= fused_max_rows, AVX-512): each k-row of a tile of up to 4 strips is
- *     expanded in registers and multiplied into the accumulators of up to 8 rows at once (no
+ *     expanded in registers and multiplied into the accumulators of up to 16 rows at once (no
  *     scratch memory; one row alone keeps 8 independent FMA chains in flight over 4 strips;
- *     8 rows of one strip spend 2 expansion FMAs per 16, 4 rows of two strips 4);
+ *     16 rows of half a strip spend 1 expansion FMA per 16 multiply-adds, 8 rows of a strip
+ *     2, 4 rows of two strips 4); tiles of 8 or more rows fetch the next strip's weights
+ *     while they compute;
  *   - scratch (more rows, or AVX2): each strip is expanded once into float32 scratch, then
  *     tiles of up to 8 rows x 32 columns run over it. */
 #include <stdlib.h>
@@ -310,6 +312,17 @@ INLINE void row_of(long format, const struct rows_at *r, long j, __m512 *w0, __m
     }
 }
 
+/* Fetches the k-block at k0 (QK k-rows) of the strip at `strip` into the cache: the tiles
+ * fetch the block of the strip they read next while they compute on theirs, so the weights'
+ * DRAM latency overlaps their FMAs (past the last strip it fetches unrelated lines or none:
+ * a prefetch never faults and never changes a value). */
+INLINE void prefetch_block(long format, const unsigned char *strip, long k0) {
+    long bytes = format == SB_Q4_1 ? Q4_1_BYTES : format == SB_Q8_0 ? Q8_0_BYTES
+               : QK * QN * (format == SB_F32 ? 4 : 2);
+    const unsigned char *p = strip + k0 / QK * bytes;
+    for (long o = 0; o < bytes; o += SB_LINE) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
+
 /* y[i, 32 s + c] for rows i < MR and strips s < S: the FMA chain over k in order, the
  * weights of each k-row expanded once in registers for all MR rows. */
 INLINE void fused_tile(long format, int MR, int S, const float *x, long ldx,
@@ -324,7 +337,10 @@ INLINE void fused_tile(long format, int MR, int S, const float *x, long ldx,
         prefetch_lines(cursor.per_step);
         struct rows_at r[FUSED_S];
 #pragma GCC unroll 8
-        for (int s = 0; s < S; s++) block_at(format, w + s * strip_bytes, k0, &r[s]);
+        for (int s = 0; s < S; s++) {
+            block_at(format, w + s * strip_bytes, k0, &r[s]);
+            if (MR >= 8) prefetch_block(format, w + (S + s) * strip_bytes, k0);
+        }
         for (long j = 0; j < n; j++) {
             __m512 xv[FUSED_MAX_MR];
 #pragma GCC unroll 8
@@ -349,6 +365,50 @@ INLINE void fused_tile(long format, int MR, int S, const float *x, long ldx,
             _mm512_storeu_ps(y + i * ldy + s * QN + 16, acc[i][s][1]);
         }
 }
+
+/* y[i, 16 h + c] for 16 rows i and one half h of one strip (columns 16 h .. 16 h + 15): the
+ * FMA chains of fused_tile, with the half's weights of each k-row expanded once for all 16
+ * rows (one expansion FMA per 16; row_of's other half is dead code). xt: the 16 rows packed
+ * k-major (xt[16 k + i] = x[i, k]), so each k's 16 values share one cache line. */
+INLINE void fused_half_tile(long format, int h, const float *xt, const unsigned char *w,
+                            long strip_bytes, long K, float *y, long ldy) {
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+    for (long k0 = 0; k0 < K; k0 += QK) {
+        long n = K - k0 < QK ? K - k0 : QK;
+        prefetch_lines(cursor.per_step);
+        struct rows_at r;
+        block_at(format, w, k0, &r);
+        if (!h) prefetch_block(format, w + strip_bytes, k0);
+        for (long j = 0; j < n; j++) {
+            __m512 w0, w1;
+            row_of(format, &r, j, &w0, &w1);
+            __m512 wh = h ? w1 : w0;
+            const float *xk = xt + (k0 + j) * 16;
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(xk[i]), wh, acc[i]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) _mm512_storeu_ps(y + i * ldy + 16 * h, acc[i]);
+}
+
+/* 16 rows x 1 strip from packed rows (fused_half_tile): its two halves. */
+typedef void (*sixteen_fn)(const float *, const unsigned char *, long, long, float *, long);
+#define SIXTEEN(F)                                                                           \
+    static void sixteen_##F(const float *xt, const unsigned char *w, long sb, long K,        \
+                            float *y, long ldy) {                                            \
+        fused_half_tile(F, 0, xt, w, sb, K, y, ldy);                                         \
+        fused_half_tile(F, 1, xt, w, sb, K, y, ldy);                                         \
+    }
+SIXTEEN(SB_F32)
+SIXTEEN(SB_Q4_1)
+SIXTEEN(SB_Q8_0)
+SIXTEEN(SB_BF16)
+SIXTEEN(SB_F16)
+static const sixteen_fn SIXTEEN_ROWS[5] = {sixteen_SB_F32, sixteen_SB_Q4_1, sixteen_SB_Q8_0,
+                                           sixteen_SB_BF16, sixteen_SB_F16};
 
 typedef void (*fused_fn)(const float *, long, const unsigned char *, long, long, float *, long);
 
@@ -384,14 +444,26 @@ static const int FUSED_STRIPS[4] = {4, 4, 2, 1}; /* strips per tile, by log2(row
 /* Rows at or below this many take the fused path; more take the scratch path. */
 static long fused_max_rows = 16;
 
+/* Whether a call of M rows takes the fused path. */
+static int takes_fused(long M, long format, long strip_bytes) {
+    return M <= fused_max_rows && format >= 0 && format <= SB_F16 && strip_bytes;
+}
+
 /* Columns [n_begin, n_end) of a call on the fused path; 0 if it does not take it. Rows go in
- * tiles of 8, then 4, 2, 1; each tile covers up to FUSED_STRIPS strips at a time. */
-static int fused_columns(const float *x, long M, long K, const unsigned char *w, long format,
-                         long strip_bytes, float *y, long Np, long n_begin, long n_end) {
-    if (M > fused_max_rows || format < 0 || format > SB_F16 || !strip_bytes) return 0;
+ * tiles of 16 (from xt: x's groups of 16 rows packed k-major), then 8, 4, 2, 1; each tile
+ * covers up to FUSED_STRIPS strips at a time. */
+static int fused_columns(const float *x, const float *xt, long M, long K, const unsigned char *w,
+                         long format, long strip_bytes, float *y, long Np, long n_begin,
+                         long n_end) {
+    if (!takes_fused(M, format, strip_bytes)) return 0;
+    long packed = xt ? M / 16 * 16 : 0;
     for (long n0 = n_begin; n0 < n_end; n0 += FUSED_S * QN) {
         long n1 = n0 + FUSED_S * QN < n_end ? n0 + FUSED_S * QN : n_end;
-        for (long m = 0; m < M;) {
+        for (long m = 0; m < packed; m += 16)
+            for (long n = n0; n < n1; n += QN)
+                SIXTEEN_ROWS[format](xt + m * K, w + n / QN * strip_bytes, strip_bytes, K,
+                                     y + m * Np + n, Np);
+        for (long m = packed; m < M;) {
             int lg = M - m >= 8 ? 3 : M - m >= 4 ? 2 : M - m >= 2 ? 1 : 0;
             long mr = 1L << lg;
             for (long n = n0; n < n1;) {
@@ -404,6 +476,19 @@ static int fused_columns(const float *x, long M, long K, const unsigned char *w,
         }
     }
     return 1;
+}
+
+/* x's groups of 16 rows packed k-major for fused_half_tile (0 when no 16-row tile runs:
+ * fewer rows, or the scratch path); free() it after the call. */
+static float *pack_sixteen(const float *x, long M, long K, long format, long strip_bytes) {
+    if (M < 16 || !takes_fused(M, format, strip_bytes)) return 0;
+    long groups = M / 16;
+    float *xt = aligned_alloc(64, (groups * K * 16 * sizeof(float) + 63) / 64 * 64);
+    if (!xt) return 0; /* then the 8-row tiles run: the same bits */
+    for (long g = 0; g < groups; g++)
+        for (long k = 0; k < K; k++)
+            for (long i = 0; i < 16; i++) xt[(g * K + k) * 16 + i] = x[(g * 16 + i) * K + k];
+    return xt;
 }
 
 /* Tuning (benchmarks only; never changes a bit): the most rows that take the fused path. */
@@ -430,10 +515,15 @@ static int fused_expand(const unsigned char *w, long format, long K, long Np, fl
 }
 #else
 void sb_gemm_set_fused_max_rows(long rows) { (void)rows; }
-static int fused_columns(const float *x, long M, long K, const unsigned char *w, long format,
-                         long strip_bytes, float *y, long Np, long n_begin, long n_end) {
-    (void)x, (void)M, (void)K, (void)w, (void)format, (void)strip_bytes, (void)y, (void)Np;
-    (void)n_begin, (void)n_end;
+static int fused_columns(const float *x, const float *xt, long M, long K, const unsigned char *w,
+                         long format, long strip_bytes, float *y, long Np, long n_begin,
+                         long n_end) {
+    (void)x, (void)xt, (void)M, (void)K, (void)w, (void)format, (void)strip_bytes, (void)y;
+    (void)Np, (void)n_begin, (void)n_end;
+    return 0;
+}
+static float *pack_sixteen(const float *x, long M, long K, long format, long strip_bytes) {
+    (void)x, (void)M, (void)K, (void)format, (void)strip_bytes;
     return 0;
 }
 static int fused_expand(const unsigned char *w, long format, long K, long Np, float *out) {
@@ -449,6 +539,7 @@ struct gemm_args {
     long format, Np;
     float *y;
     const struct sb_prefetch *pf;
+    const float *xt; /* pack_sixteen's rows, or 0 */
 };
 
 /* About how many times a chunk of `strips` strips calls prefetch_lines: once per k-block of
@@ -459,7 +550,8 @@ static long prefetch_steps(const struct gemm_args *a, long strips) {
 #else
     return strips;
 #endif
-    long row_tiles = a->M / 8 + (a->M % 8 >= 4) + (a->M % 4 >= 2) + a->M % 2;
+    long row_tiles = 2 * (a->M / 16) + (a->M % 16 >= 8) + (a->M % 8 >= 4) + (a->M % 4 >= 2) +
+                     a->M % 2; /* a 16-row tile: two halves */
     return row_tiles * ((strips + 1) / 2) * ((a->K + QK - 1) / QK);
 }
 
@@ -477,8 +569,8 @@ static void gemm_columns(void *ctx, long n_begin, long n_end) {
     const struct gemm_args *a = ctx;
     long strip_bytes = strip_bytes_of(a->format, a->K);
     start_prefetch(a, n_begin, n_end);
-    if (!fused_columns(a->x, a->M, a->K, a->w, a->format, strip_bytes, a->y, a->Np, n_begin,
-                       n_end)) {
+    if (!fused_columns(a->x, a->xt, a->M, a->K, a->w, a->format, strip_bytes, a->y, a->Np,
+                       n_begin, n_end)) {
         float *scratch = a->format == SB_F32 ? 0 : malloc(a->K * QN * sizeof(float));
         for (long n = n_begin; n < n_end; n += QN) {
             prefetch_lines(cursor.per_step);
@@ -501,8 +593,10 @@ static void gemm_columns(void *ctx, long n_begin, long n_end) {
  * the hint `pf` (or none) into the cache meanwhile (sbprefetch.h). */
 void sb_gemm_prefetching(const float *x, long M, long K, const unsigned char *w, long format,
                          long Np, float *y, long threads, const struct sb_prefetch *pf) {
-    struct gemm_args args = {x, M, K, w, format, Np, y, pf};
+    float *xt = pack_sixteen(x, M, K, format, strip_bytes_of(format, K));
+    struct gemm_args args = {x, M, K, w, format, Np, y, pf, xt};
     sb_parallel(gemm_columns, &args, Np, QN, threads);
+    free(xt);
 }
 
 /* y[M, Np] = x[M, K] @ w^T: sb_gemm_prefetching without a hint. */
