@@ -565,13 +565,25 @@ static void start_prefetch(const struct gemm_args *a, long n_begin, long n_end) 
     cursor_start(pf, at, count, (count + steps - 1) / (steps > 0 ? steps : 1));
 }
 
+/* The calling thread's scratch for one expanded strip of K rows (kept between calls). */
+static float *strip_scratch(long K) {
+    static __thread float *scratch;
+    static __thread long capacity;
+    if (capacity < K) {
+        free(scratch);
+        scratch = malloc(K * QN * sizeof(float));
+        capacity = scratch ? K : 0;
+    }
+    return scratch;
+}
+
 static void gemm_columns(void *ctx, long n_begin, long n_end) {
     const struct gemm_args *a = ctx;
     long strip_bytes = strip_bytes_of(a->format, a->K);
     start_prefetch(a, n_begin, n_end);
     if (!fused_columns(a->x, a->xt, a->M, a->K, a->w, a->format, strip_bytes, a->y, a->Np,
                        n_begin, n_end)) {
-        float *scratch = a->format == SB_F32 ? 0 : malloc(a->K * QN * sizeof(float));
+        float *scratch = a->format == SB_F32 ? 0 : strip_scratch(a->K);
         for (long n = n_begin; n < n_end; n += QN) {
             prefetch_lines(cursor.per_step);
             const float *w = strip_weights(a->w + n / QN * strip_bytes, a->format, a->K, scratch);
@@ -582,7 +594,6 @@ static void gemm_columns(void *ctx, long n_begin, long n_end) {
                               a->Np);
             }
         }
-        free(scratch);
     }
     prefetch_lines(cursor.left);
     cursor.pf = 0;
@@ -595,7 +606,9 @@ void sb_gemm_prefetching(const float *x, long M, long K, const unsigned char *w,
                          long Np, float *y, long threads, const struct sb_prefetch *pf) {
     float *xt = pack_sixteen(x, M, K, format, strip_bytes_of(format, K));
     struct gemm_args args = {x, M, K, w, format, Np, y, pf, xt};
-    sb_parallel(gemm_columns, &args, Np, QN, threads);
+    /* a chunk per strip for tiles of one strip (8 rows or more: the threads end within a
+     * strip of each other); fewer rows keep the default chunks, whose tiles span 2-4 strips */
+    sb_parallel_chunks(gemm_columns, &args, Np, QN, threads, M >= 8 ? Np / QN : 0);
     free(xt);
 }
 

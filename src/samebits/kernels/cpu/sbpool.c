@@ -137,6 +137,11 @@ static void publish(const struct job *job, long threads) {
 }
 
 void sb_parallel(sb_task fn, void *ctx, long total, long align, long threads) {
+    sb_parallel_chunks(fn, ctx, total, align, threads, 0);
+}
+
+void sb_parallel_chunks(sb_task fn, void *ctx, long total, long align, long threads,
+                        long chunks) {
     if (align < 1) align = 1;
     long units = total / align;
     if (threads <= 1 || units <= 1) {
@@ -144,7 +149,7 @@ void sb_parallel(sb_task fn, void *ctx, long total, long align, long threads) {
         return;
     }
     if (threads > MAX_WORKERS) threads = MAX_WORKERS;
-    long chunks = threads * CHUNKS_PER_THREAD;
+    if (chunks < 1) chunks = threads * CHUNKS_PER_THREAD;
     if (chunks > units) chunks = units;
     if (chunks > MAX_CHUNKS) chunks = MAX_CHUNKS;
     pthread_mutex_lock(&dispatch_mu);
