@@ -465,7 +465,7 @@ class LLMEngine:
 
     def _sample_tokens(self, sched_out, result: StepResult) -> dict[str, int]:
         """This step's token per sampling request still live. A plain-greedy row's token is
-        its argmax (`greedy_token`): read from the runner's device argmax when it has one
+        its argmax (`greedy_token`): read from the runner's argmax when it has one
         (no wait for the rows), else `sample` runs on the host row."""
         rids = [
             s.request_id for s in sched_out.scheduled if s.sample and s.request_id in self._states

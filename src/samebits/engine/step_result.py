@@ -6,7 +6,7 @@ running then. `greedy()` waits only for each sampled row's argmax (index and val
 bytes per row), `rows()` for the float32 rows (512 KB per row of a 128k vocabulary), which
 the engine needs for digests, logprobs and non-greedy sampling. Invariant: both describe the
 same rows, the rows `execute` would return; `greedy()[rid]` is (numpy's `argmax` of
-`rows()[rid]`, the value there), or `greedy()` is None where the runner has no device argmax.
+`rows()[rid]`, the value there), or `greedy()` is None where the runner has no argmax.
 `tokens()` is the same argmax where the runner keeps it (an array on the runner's device, in
 row order, and `request_id -> row`): what a step scheduled ahead is fed
 (`Scheduler.schedule_ahead`, `ModelRunner.launch(..., feed=)`), without a trip to the host.
@@ -46,21 +46,29 @@ class StepResult(Protocol):
 
 class ReadyStep:
     """A step whose rows are already on the host (the CPU, or a runner that only executes).
-    Its `tokens()` are numpy's argmax of the host rows."""
+    Its `greedy()` and `tokens()` are numpy's argmax of the host rows, taken here on the
+    calling thread (microseconds a row: a plain-greedy row then never waits for the row
+    workers, which hash the previous steps' rows)."""
 
     def __init__(self, rows: StepLogits) -> None:
         self._rows = rows
+        self._top: dict[str, int] | None = None
 
-    def greedy(self) -> None:
-        return None
+    def _argmax(self) -> dict[str, int]:
+        if self._top is None:
+            self._top = {rid: int(np.argmax(row)) for rid, row in self._rows.items()}
+        return self._top
+
+    def greedy(self) -> dict[str, tuple[int, float]]:
+        rows = self._rows
+        return {rid: (i, float(rows[rid][i])) for rid, i in self._argmax().items()}
 
     def digests(self) -> None:
         return None
 
     def tokens(self) -> tuple[np.ndarray, dict[str, int]]:
         row_of = {rid: i for i, rid in enumerate(self._rows)}
-        top = [int(np.argmax(row)) for row in self._rows.values()]
-        return np.array(top, dtype=np.int64), row_of
+        return np.array(list(self._argmax().values()), dtype=np.int64), row_of
 
     def rows(self) -> StepLogits:
         return self._rows
