@@ -449,6 +449,22 @@ static int takes_fused(long M, long format, long strip_bytes) {
     return M <= fused_max_rows && format >= 0 && format <= SB_F16 && strip_bytes;
 }
 
+/* log2 of the rows of the next unpacked tile when `left` rows remain (8, 4, 2 or 1). */
+static int row_tile_log2(long left) { return left >= 8 ? 3 : left >= 4 ? 2 : left >= 2 ? 1 : 0; }
+
+/* Tile calls per k-block of the fused path over `strips` strips of M rows (a 16-row tile
+ * counts its two halves); 0 when the call does not take the fused path. */
+static long fused_tiles(long M, long K, long format, long strips) {
+    if (!takes_fused(M, format, strip_bytes_of(format, K))) return 0;
+    long tiles = M / 16 * 2 * strips;
+    for (long m = M / 16 * 16; m < M;) {
+        int lg = row_tile_log2(M - m);
+        tiles += (strips + FUSED_STRIPS[lg] - 1) / FUSED_STRIPS[lg];
+        m += 1L << lg;
+    }
+    return tiles;
+}
+
 /* Columns [n_begin, n_end) of a call on the fused path; 0 if it does not take it. Rows go in
  * tiles of 16 (from xt: x's groups of 16 rows packed k-major), then 8, 4, 2, 1; each tile
  * covers up to FUSED_STRIPS strips at a time. */
@@ -464,7 +480,7 @@ static int fused_columns(const float *x, const float *xt, long M, long K, const 
                 SIXTEEN_ROWS[format](xt + m * K, w + n / QN * strip_bytes, strip_bytes, K,
                                      y + m * Np + n, Np);
         for (long m = packed; m < M;) {
-            int lg = M - m >= 8 ? 3 : M - m >= 4 ? 2 : M - m >= 2 ? 1 : 0;
+            int lg = row_tile_log2(M - m);
             long mr = 1L << lg;
             for (long n = n0; n < n1;) {
                 long s = (n1 - n) / QN < FUSED_STRIPS[lg] ? (n1 - n) / QN : FUSED_STRIPS[lg];
@@ -526,6 +542,10 @@ static float *pack_sixteen(const float *x, long M, long K, long format, long str
     (void)x, (void)M, (void)K, (void)format, (void)strip_bytes;
     return 0;
 }
+static long fused_tiles(long M, long K, long format, long strips) {
+    (void)M, (void)K, (void)format, (void)strips;
+    return 0;
+}
 static int fused_expand(const unsigned char *w, long format, long K, long Np, float *out) {
     (void)w, (void)format, (void)K, (void)Np, (void)out;
     return 0;
@@ -545,14 +565,8 @@ struct gemm_args {
 /* About how many times a chunk of `strips` strips calls prefetch_lines: once per k-block of
  * each tile on the fused path, once per strip on the scratch path. */
 static long prefetch_steps(const struct gemm_args *a, long strips) {
-#if defined(__AVX512F__)
-    if (a->M > fused_max_rows) return strips;
-#else
-    return strips;
-#endif
-    long row_tiles = 2 * (a->M / 16) + (a->M % 16 >= 8) + (a->M % 8 >= 4) + (a->M % 4 >= 2) +
-                     a->M % 2; /* a 16-row tile: two halves */
-    return row_tiles * ((strips + 1) / 2) * ((a->K + QK - 1) / QK);
+    long tiles = fused_tiles(a->M, a->K, a->format, strips);
+    return tiles ? tiles * ((a->K + QK - 1) / QK) : strips;
 }
 
 /* This chunk's share of the hint's lines, in proportion to its columns. */
