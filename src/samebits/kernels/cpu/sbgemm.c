@@ -221,6 +221,17 @@ static const float *strip_weights(const unsigned char *strip, long format, long 
 }
 
 
+/* A buffer of at least n floats that the calling thread keeps between calls (buf, cap: that
+ * thread's own variables); 0 if it cannot be allocated. */
+static float *thread_buffer(float **buf, long *cap, long n) {
+    if (*cap < n) {
+        free(*buf);
+        *buf = malloc(n * sizeof(float));
+        *cap = *buf ? n : 0;
+    }
+    return *buf;
+}
+
 /* ---- prefetch hints (sbprefetch.h): never change a bit ------------------------------------
  * Each chunk of columns fetches its share of the hint's lines (in proportion to its columns),
  * a few lines per k-block of each tile, so the misses overlap the FMAs instead of stalling
@@ -494,12 +505,14 @@ static int fused_columns(const float *x, const float *xt, long M, long K, const 
     return 1;
 }
 
-/* x's groups of 16 rows packed k-major for fused_half_tile (0 when no 16-row tile runs:
- * fewer rows, or the scratch path); free() it after the call. */
+/* x's groups of 16 rows packed k-major for fused_half_tile, in the calling thread's buffer
+ * (valid until its next call; 0 when no 16-row tile runs: fewer rows, or the scratch path). */
 static float *pack_sixteen(const float *x, long M, long K, long format, long strip_bytes) {
+    static __thread float *packed;
+    static __thread long capacity;
     if (M < 16 || !takes_fused(M, format, strip_bytes)) return 0;
     long groups = M / 16;
-    float *xt = aligned_alloc(64, (groups * K * 16 * sizeof(float) + 63) / 64 * 64);
+    float *xt = thread_buffer(&packed, &capacity, groups * K * 16);
     if (!xt) return 0; /* then the 8-row tiles run: the same bits */
     for (long g = 0; g < groups; g++)
         for (long k = 0; k < K; k++)
@@ -583,12 +596,7 @@ static void start_prefetch(const struct gemm_args *a, long n_begin, long n_end) 
 static float *strip_scratch(long K) {
     static __thread float *scratch;
     static __thread long capacity;
-    if (capacity < K) {
-        free(scratch);
-        scratch = malloc(K * QN * sizeof(float));
-        capacity = scratch ? K : 0;
-    }
-    return scratch;
+    return thread_buffer(&scratch, &capacity, K * QN);
 }
 
 static void gemm_columns(void *ctx, long n_begin, long n_end) {
@@ -623,7 +631,6 @@ void sb_gemm_prefetching(const float *x, long M, long K, const unsigned char *w,
     /* a chunk per strip for tiles of one strip (8 rows or more: the threads end within a
      * strip of each other); fewer rows keep the default chunks, whose tiles span 2-4 strips */
     sb_parallel_chunks(gemm_columns, &args, Np, QN, threads, M >= 8 ? Np / QN : 0);
-    free(xt);
 }
 
 /* y[M, Np] = x[M, K] @ w^T: sb_gemm_prefetching without a hint. */
