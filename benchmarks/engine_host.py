@@ -59,12 +59,12 @@ class StubRunner:
     """`ModelRunner`'s launch interface with no model: what a GPU runner hands the engine."""
 
     feeds_tokens = True
-    device_digests = True
+    hashes_on_device = True
 
     def __init__(self, vocab: int) -> None:
         self.vocab = vocab
 
-    def launch(self, sched_out, feed=None, copy_rows=True, device_digests=None) -> StubStep:
+    def launch(self, sched_out, feed=None, copy_rows=True, device_digests=False) -> StubStep:
         return StubStep(sched_out, self.vocab)
 
     def stats(self) -> dict[str, int]:
@@ -95,10 +95,10 @@ def build(batch: int):
 
     dep = build_deployment(load_model(None), "invariant")
     engine = LLMEngine.from_deployment(
-        dep, num_kv_blocks=4096, max_num_seqs=batch, max_num_batched_tokens=8192
+        dep, num_kv_blocks=4096, max_num_seqs=batch, max_num_batched_tokens=8192,
+        async_scheduling=True,
     )
     engine.runner = StubRunner(engine.vocab_size)
-    engine.async_scheduling = True
     return engine
 
 

@@ -162,19 +162,19 @@ def no_digests(llm):
     """No digest work at all inside (cost measurement only, never done outside benchmarks):
     on a GPU the device digests become `_NoDeviceDigests` (the rows then never cross to the
     host), on the CPU `logits_digest` becomes a no-op."""
-    import samebits.engine.engine as engine_module
+    import samebits.engine.output_processor as output_module
     import samebits.engine.runner as runner_module
 
-    real, real_device = engine_module.logits_digest, runner_module._DeviceDigests
-    engine_module.logits_digest = lambda row: ""
+    real, real_device = output_module.logits_digest, runner_module._DeviceDigests
+    output_module.logits_digest = lambda row: ""
     runner_module._DeviceDigests = _NoDeviceDigests
-    runner, before = llm.engine.runner, llm.engine.runner.device_digests
-    runner.device_digests = True
+    engine, before = llm.engine, llm.engine.runtime.device_digests
+    engine.update_runtime_config(device_digests=True)
     try:
         yield
     finally:
-        engine_module.logits_digest, runner_module._DeviceDigests = real, real_device
-        runner.device_digests = before
+        output_module.logits_digest, runner_module._DeviceDigests = real, real_device
+        engine.update_runtime_config(device_digests=before)
 
 
 def without_digests(llm, jobs) -> dict:
@@ -185,12 +185,12 @@ def without_digests(llm, jobs) -> dict:
 
 def other_digests(llm, jobs) -> dict:
     """A workload with the digests hashed the other way (host rows <-> the device SHA-256)."""
-    runner = llm.engine.runner
-    runner.device_digests = not runner.device_digests
+    engine, before = llm.engine, llm.engine.runtime.device_digests
+    engine.update_runtime_config(device_digests=not before)
     try:
         return run_engine(llm, jobs)
     finally:
-        runner.device_digests = not runner.device_digests
+        engine.update_runtime_config(device_digests=before)
 
 
 def hf_throughput(loaded, jobs, device: str) -> dict:
@@ -247,7 +247,7 @@ def run_plan(loaded, plan: str, args: argparse.Namespace, jobs_a, jobs_b, eager:
     """Workloads (a) and (b) on one engine; on the invariant plan also without digests and
     the alone check."""
     llm, build_s = build_llm(loaded, plan, args.device, eager)
-    llm.engine.runner.device_digests = not args.host_digests
+    llm.engine.update_runtime_config(device_digests=not args.host_digests)
     run_engine(llm, jobs_b[:4])  # warm-up: compile kernels
     a, b = run_engine(llm, jobs_a), run_engine(llm, jobs_b)
     out = {"build_s": build_s, "a_tok_s": a["tok_s"], "a_wall_s": a["wall_s"],
@@ -256,15 +256,14 @@ def run_plan(loaded, plan: str, args: argparse.Namespace, jobs_a, jobs_b, eager:
            "decode_step_ms_b64_streamed": decode_step_ms(llm, 64, streamed=True),
            "graph_replay_ms_b64": graph_replay_ms(llm, 64)}  # fmt: skip
     if plan == "invariant":
-        llm.engine.async_scheduling = False
+        llm.engine.update_runtime_config(async_scheduling=False)
         out["b_tok_s_sync_scheduling"] = run_engine(llm, jobs_b)["tok_s"]
         out["decode_step_ms_b64_sync_scheduling"] = decode_step_ms(llm, 64)
-        llm.engine.async_scheduling = True
-        llm.engine.lookahead = False
+        llm.engine.update_runtime_config(async_scheduling=True, lookahead=False)
         out["b_tok_s_without_lookahead"] = run_engine(llm, jobs_b)["tok_s"]
         out["decode_step_ms_b64_without_lookahead"] = decode_step_ms(llm, 64)
-        llm.engine.lookahead = True
-        out["device_digests"] = llm.engine.runner.device_digests
+        llm.engine.update_runtime_config(lookahead=True)
+        out["device_digests"] = llm.engine.runtime.device_digests
         out["a_tok_s_other_digests"] = other_digests(llm, jobs_a)["tok_s"]
         out["b_tok_s_other_digests"] = other_digests(llm, jobs_b)["tok_s"]
         out["a_tok_s_without_digests"] = without_digests(llm, jobs_a)["tok_s"]
@@ -313,9 +312,9 @@ def digest_cost(loaded, args: argparse.Namespace, jobs_a, jobs_b) -> dict:
     and not as digest cost. Per run: tokens/s, the step timeline by kind, the slowest steps and
     the Triton kernels compiled during the run (there should be none)."""
     llm, _ = build_llm(loaded, "invariant", args.device)
-    llm.engine.runner.device_digests = not args.host_digests
+    llm.engine.update_runtime_config(device_digests=not args.host_digests)
     run_engine(llm, jobs_b[:4])
-    out: dict = {"device_digests": llm.engine.runner.device_digests, "rounds": []}
+    out: dict = {"device_digests": llm.engine.runtime.device_digests, "rounds": []}
     steps = step_timeline(llm.engine)
     for r in range(args.rounds):
         runs = digest_round(llm, {"a": jobs_a, "b": jobs_b}, steps, with_first=r % 2 == 0)

@@ -116,7 +116,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 def _graphs_line(plan, enforce_eager: bool, max_num_seqs: int) -> str:
     """How steps run (not in the fingerprint: on the invariant plan a graph replay and an
     eager step give the same bits; tests/gpu/test_gpu_graphs.py checks it on the GPU)."""
-    from samebits.engine.graph_policy import graph_config
+    from samebits.graphs.policy import graph_config
 
     line = graph_config(plan.device, enforce_eager, max_num_seqs).describe()
     return (

@@ -108,11 +108,19 @@ class RuntimeConfig:
     `async_scheduling` (vLLM's name): schedule and launch step n+1 before step n's outputs
     are built (its digests, logprobs, text), so that work runs while the device computes;
     None: on for cuda, off for cpu (where the forward runs on the host's own cores). It
-    changes when a request added between steps joins, never a value (batch invariance)."""
+    changes when a request added between steps joins, never a value (batch invariance).
+    `lookahead` (used only with async scheduling): a step that only continues a plain-greedy
+    step is launched before that step's tokens are known, fed from the device argmax.
+    `device_digests`: where the runner can (a GPU), the SHA-256 of the rows of a step with no
+    streamed output is computed on the device. Neither changes a value or a digest (the same
+    strings either way), so neither is in the fingerprint; both may be switched between
+    steps (`LLMEngine.update_runtime_config`), like `async_scheduling`."""
 
     num_threads: int | None = None
     enforce_eager: bool = False
     async_scheduling: bool | None = None
+    lookahead: bool = True
+    device_digests: bool = True
 
     def __post_init__(self) -> None:
         if self.num_threads is not None:
@@ -120,6 +128,12 @@ class RuntimeConfig:
         _require_bool("enforce_eager", self.enforce_eager)
         if self.async_scheduling is not None:
             _require_bool("async_scheduling", self.async_scheduling)
+        _require_bool("lookahead", self.lookahead)
+        _require_bool("device_digests", self.device_digests)
+
+
+# RuntimeConfig fields an engine may switch between steps (no value depends on them).
+SWITCHABLE_RUNTIME = ("async_scheduling", "lookahead", "device_digests")
 
 
 # The flat keyword names `LLM(**kwargs)`, `LLMEngine.from_args(**kwargs)` and the CLI use,
@@ -145,6 +159,8 @@ KWARG_PARTS: dict[str, str] = {
     "num_threads": "runtime_config",
     "enforce_eager": "runtime_config",
     "async_scheduling": "runtime_config",
+    "lookahead": "runtime_config",
+    "device_digests": "runtime_config",
 }
 ENGINE_KWARGS = tuple(KWARG_PARTS)
 

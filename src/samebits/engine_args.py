@@ -86,7 +86,7 @@ def add_deployment_arguments(p: argparse.ArgumentParser, inherit: bool = False) 
 
 
 def add_step_arguments(p: argparse.ArgumentParser) -> None:
-    """The runtime flags of how steps run (CUDA graphs, async scheduling)."""
+    """The runtime flags of how steps run (CUDA graphs, async scheduling, lookahead, digests)."""
     p.add_argument(
         "--enforce-eager", action="store_true", default=_default(RuntimeConfig, "enforce_eager"),
         help="cuda: run every step eagerly (default: decode steps replay CUDA graphs)",
@@ -95,6 +95,18 @@ def add_step_arguments(p: argparse.ArgumentParser) -> None:
         "--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
         help="launch step n+1 before building step n's outputs (default: on for cuda, "
         "off for cpu; the same bits either way)",
+    )  # fmt: skip
+    p.add_argument(
+        "--lookahead", action=argparse.BooleanOptionalAction,
+        default=_default(RuntimeConfig, "lookahead"),
+        help="with async scheduling, launch a plain-greedy step's successor before its tokens "
+        "are known (default: on; the same bits either way)",
+    )  # fmt: skip
+    p.add_argument(
+        "--device-digests", action=argparse.BooleanOptionalAction,
+        default=_default(RuntimeConfig, "device_digests"),
+        help="cuda: hash the logits rows on the device (default: on; the same digests "
+        "either way)",
     )  # fmt: skip
 
 

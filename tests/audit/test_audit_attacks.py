@@ -23,6 +23,7 @@ from logtools import load_entries, reseal, serve_into_log
 from samebits.audit import check_chain, read_log
 from samebits.audit.verify import verify_log
 from samebits.engine.engine import LLMEngine
+from samebits.engine.step_result import ReadyStep, StepLogits
 from samebits.model.loader import load_model
 from samebits.sampling import SamplingParams
 
@@ -41,15 +42,25 @@ class ClaimedFingerprint:
 
 
 class NudgingRunner:
-    """Moves one logit by one float32 ulp in the rows a secret key selects (~1 in 8)."""
+    """Moves one logit by one float32 ulp in the rows a secret key selects (~1 in 8).
+    Implements `step_result.Runner` (no step fed ahead, no device digests)."""
+
+    feeds_tokens = False
+    hashes_on_device = False
 
     def __init__(self, runner, key: bytes) -> None:
         self.runner = runner
         self.key = key
         self.nudged: set[str] = set()
 
-    def execute(self, sched_out):
-        rows = self.runner.execute(sched_out)
+    def launch(self, sched_out, feed=None, copy_rows=True, device_digests=False) -> ReadyStep:
+        assert feed is None and not device_digests
+        return ReadyStep(StepLogits(self._nudged(self.runner.execute(sched_out))))
+
+    def stats(self) -> dict[str, int]:
+        return {}
+
+    def _nudged(self, rows) -> dict:
         out = {}
         for rid, row in rows.items():
             secret = hashlib.sha256(self.key + rid.encode() + row.tobytes()).digest()

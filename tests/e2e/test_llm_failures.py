@@ -32,22 +32,25 @@ def llm(deployment):
 def _poison(monkeypatch, engine: LLMEngine, bad_prompt, at_token: int = 2, where="_sample"):
     """Make `where` (the sampler or the detokenizer step) raise for requests whose prompt ids
     are `bad_prompt` once they have `at_token` outputs."""
-    real = getattr(engine, where)
+    text = where == "_append_text"  # the output processor's, called with the request state
+    owner = engine.output_processor if text else engine
+    real = getattr(owner, where)
 
-    def flaky(rid, *args):
-        request = engine._states[rid].request
-        done = request.num_output_tokens - (where == "_append_text")
+    def flaky(first, *args):
+        state = first if text else engine.output_processor.request_states[first]
+        request = state.request
+        done = request.num_output_tokens - text
         if list(request.prompt_token_ids) == list(bad_prompt) and done == at_token:
             raise FloatingPointError("poisoned row")
-        return real(rid, *args)
+        return real(first, *args)
 
-    monkeypatch.setattr(engine, where, flaky)
+    monkeypatch.setattr(owner, where, flaky)
 
 
 def _assert_clean(llm: LLM) -> None:
     engine = llm.engine
     assert not engine.has_unfinished_requests()
-    assert not engine._states
+    assert not engine.output_processor.request_states
     assert engine.pop_failures() == {}
     engine.scheduler.check_integrity()
     assert engine.scheduler.make_stats().num_free_blocks == NUM_KV_BLOCKS
@@ -94,7 +97,10 @@ def test_n_choices_one_child_failing_fails_the_prompt(llm, monkeypatch):
     real = engine._sample
 
     def flaky(rid, row):
-        if rid.endswith("-1") and list(engine._states[rid].request.prompt_token_ids) == BAD:
+        if (
+            rid.endswith("-1")
+            and list(engine.output_processor.request_states[rid].request.prompt_token_ids) == BAD
+        ):
             raise FloatingPointError("poisoned row")
         return real(rid, row)
 

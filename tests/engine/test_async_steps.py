@@ -50,13 +50,21 @@ class ArgmaxStep:
 
 
 class ArgmaxRunner:
-    """Wraps a ModelRunner: `launch` returns an ArgmaxStep (a row of `poison` all NaN)."""
+    """Wraps a ModelRunner (implements `step_result.Runner`): `launch` returns an ArgmaxStep
+    (a row of `poison` all NaN); it takes no step fed ahead and hashes nothing itself."""
+
+    feeds_tokens = False
+    hashes_on_device = False
 
     def __init__(self, runner, poison: str | None = None) -> None:
         self.runner, self.poison = runner, poison
 
-    def launch(self, sched_out) -> ArgmaxStep:
+    def launch(self, sched_out, feed=None, copy_rows=True, device_digests=False) -> ArgmaxStep:
+        assert feed is None and not device_digests
         return ArgmaxStep(self.runner.launch(sched_out).rows(), self.poison)
+
+    def stats(self) -> dict[str, int]:
+        return {}
 
 
 def _engine(deployment, **kwargs) -> LLMEngine:

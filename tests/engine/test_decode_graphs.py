@@ -14,10 +14,10 @@ import torch
 from samebits import SamplingParams
 from samebits.deployment import build_deployment
 from samebits.engine.engine import LLMEngine
-from samebits.engine.graph_policy import NOT_DECODE, TOO_LARGE, GraphConfig
 from samebits.engine.runner import ModelRunner
 from samebits.engine.scheduler import ScheduledRequest, SchedulerOutput
 from samebits.graphs.decode_buffers import DecodeBuffers
+from samebits.graphs.policy import NOT_DECODE, TOO_LARGE, GraphConfig
 from samebits.model import load_model
 from samebits.outputs import logits_digest
 

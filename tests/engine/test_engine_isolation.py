@@ -26,7 +26,10 @@ def test_one_failing_request_leaves_the_others_intact(deployment, monkeypatch):
     real_sample = engine._sample
 
     def flaky(rid, row):
-        if rid == "bad" and engine._states[rid].request.num_output_tokens == 2:
+        if (
+            rid == "bad"
+            and engine.output_processor.request_states[rid].request.num_output_tokens == 2
+        ):
             raise FloatingPointError("poisoned row")
         return real_sample(rid, row)
 

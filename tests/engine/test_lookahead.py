@@ -13,8 +13,8 @@ import pytest
 
 from samebits.deployment import build_deployment
 from samebits.engine.engine import LLMEngine
-from samebits.engine.graph_policy import GraphConfig
 from samebits.engine.runner import ModelRunner
+from samebits.graphs.policy import GraphConfig
 from samebits.model import load_model
 from samebits.sampling import SamplingParams
 
@@ -34,6 +34,24 @@ def _engine(dep, *, blocks: int = 64, graphs: bool = False, ahead: bool = True) 
         config = GraphConfig(True, (1, 2, 4, 8), capture_at_start=False)
         engine.runner = ModelRunner(dep.model, BLOCK, blocks, config, dep.max_model_len)
     return engine
+
+
+class DigestSpyRunner:
+    """A ModelRunner that says it hashes on the device (a CPU step ignores the hint) and
+    records each launch's `device_digests`: the engine's choice, seen from the runner."""
+
+    hashes_on_device = True
+
+    def __init__(self, runner: ModelRunner, asked: list[bool]) -> None:
+        self.runner, self.asked = runner, asked
+        self.feeds_tokens = runner.feeds_tokens
+
+    def launch(self, sched_out, feed=None, copy_rows=True, device_digests=False):
+        self.asked.append(device_digests)
+        return self.runner.launch(sched_out, feed, copy_rows, device_digests)
+
+    def stats(self) -> dict[str, int]:
+        return self.runner.stats()
 
 
 def _prompts(vocab: int, n: int) -> list[list[int]]:
@@ -121,7 +139,7 @@ def test_steps_ahead_with_arrivals_a_small_cache_and_an_abort(deployment):
 
 def test_lookahead_off_launches_no_step_ahead(deployment):
     engine = _engine(deployment)
-    engine.lookahead = False
+    engine.update_runtime_config(lookahead=False)
     _drive(engine, _jobs(engine))
     assert engine.num_steps_ahead == 0
 
@@ -141,13 +159,7 @@ def test_device_digests_asked_only_for_steps_without_streamed_outputs(deployment
 
     engine = _engine(deployment)
     asked: list[bool] = []
-    real = engine.runner.launch
-
-    def spy(sched_out, **kw):
-        asked.append(kw["device_digests"])
-        return real(sched_out, **kw)
-
-    engine.runner.launch = spy
+    engine.runner = DigestSpyRunner(engine.runner, asked)
     kinds = (
         [RequestOutputKind[k] for k in ("FINAL_ONLY", "DELTA")]
         if kind == "mixed"

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from samebits.engine.engine import LLMEngine, _shown_length
+from samebits.engine.engine import LLMEngine
+from samebits.engine.output_processor import _shown_length
 from samebits.outputs import RequestOutputKind
 from samebits.sampling import SamplingParams
 
@@ -229,7 +230,7 @@ def test_delta_output_size_does_not_grow_with_the_request(base_engine):
     # each character is handed out once (text held back while a character is incomplete)
     assert "".join(o.outputs[0].text for o in outputs) == engine.tokenizer.decode(tokens)
     # the engine keeps no pending rows for a DELTA request once handed out
-    assert not engine._states
+    assert not engine.output_processor.request_states
 
 
 def test_output_kind_must_be_an_output_kind(base_engine):

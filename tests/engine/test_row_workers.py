@@ -50,7 +50,7 @@ def test_digest_later_is_the_digest(monkeypatch):
 def test_digests_in_flight_across_steps_stay_exact(tiny_llama_dir, monkeypatch):
     """Every digest computed on a worker, async scheduling, at most one step of digests in
     flight: the outputs (FINAL_ONLY and streamed DELTA) are those of the inline engine."""
-    import samebits.engine.engine as engine_module
+    import samebits.engine.output_processor as engine_module
 
     params = SamplingParams(max_tokens=6, temperature=0.0, seed=5)
     prompts = [f"prompt number {i}" for i in range(6)]
@@ -75,7 +75,7 @@ def test_final_outputs_held_for_slow_digests_are_reported_later_and_equal(
     unfinished work until the held outputs are out."""
     import time
 
-    import samebits.engine.engine as engine_module
+    import samebits.engine.output_processor as engine_module
 
     params = [SamplingParams(max_tokens=2 + i, temperature=0.0, seed=i) for i in range(6)]
     prompts = [f"prompt number {i}" for i in range(6)]
@@ -95,9 +95,9 @@ def test_final_outputs_held_for_slow_digests_are_reported_later_and_equal(
     for i, prompt in enumerate(prompts[:2]):
         engine.add_request(f"h{i}", prompt, params[0], output_kind=final)
     reported: list[str] = []
-    while not engine._held and engine.scheduler.has_unfinished_requests():
+    while not engine.output_processor.held and engine.scheduler.has_unfinished_requests():
         reported += [o.request_id for o in engine.step()]
-    held = list(engine._held)
+    held = list(engine.output_processor.held)
     assert held and engine.has_unfinished_requests()
     engine.abort_request(held[0])
     while engine.has_unfinished_requests():

@@ -154,8 +154,9 @@ def test_steps_scheduled_ahead_equal_the_synchronous_engine(dep8b, gpu_record):
     lengths = [int(n) for n in rng.integers(3, 41, len(prompts))]
     results, stats = {}, {}
     for ahead in (False, True):
-        engine = LLMEngine.from_deployment(dep8b, num_kv_blocks=2048, max_num_seqs=64)
-        engine.lookahead = ahead
+        engine = LLMEngine.from_deployment(
+            dep8b, num_kv_blocks=2048, max_num_seqs=64, lookahead=ahead
+        )
         if not results:  # a stop token: the 3rd token of request 0's greedy run
             probe = _run(engine, [(prompts[0], SamplingParams(max_tokens=3, temperature=0.0))])
             stop = probe["0"].token_ids[2]
@@ -189,8 +190,9 @@ def test_device_digests_are_the_host_digests_of_the_returned_rows(dep8b, gpu_rec
     ]  # fmt: skip
     outs, hashed = {}, {}
     for on_device in (True, False):
-        engine = LLMEngine.from_deployment(dep8b, num_kv_blocks=1024, max_num_seqs=16)
-        engine.runner.device_digests = on_device
+        engine = LLMEngine.from_deployment(
+            dep8b, num_kv_blocks=1024, max_num_seqs=16, device_digests=on_device
+        )
         outs[on_device] = _run(engine, jobs, RequestOutputKind.FINAL_ONLY)
         hashed[on_device] = engine.runner.num_device_digest_steps
         del engine

@@ -73,7 +73,8 @@ def test_memory_sized_kv_cache_is_capped(tiny_llama_dir, monkeypatch):
     `num_kv_blocks` given wins."""
     from samebits.deployment import build_deployment
     from samebits.engine import runner
-    from samebits.engine.engine import KV_BLOCKS_PER_SEQUENCE_SLOT, LLMEngine
+    from samebits.engine.assembly import KV_BLOCKS_PER_SEQUENCE_SLOT
+    from samebits.engine.engine import LLMEngine
     from samebits.model import load_model
 
     dep = build_deployment(load_model(tiny_llama_dir), "invariant", 1)

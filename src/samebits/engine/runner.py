@@ -15,9 +15,9 @@ import itertools
 import numpy as np
 import torch
 
-from samebits.engine.graph_policy import GraphConfig
 from samebits.engine.scheduler import PLACEHOLDER_TOKEN, ScheduledRequest
 from samebits.engine.step_result import ReadyStep, StepLogits, StepResult
+from samebits.graphs.policy import GraphConfig
 from samebits.graphs.runner import DecodeGraphRunner
 from samebits.kernels.metadata import FlatBatch, to_device_aligned
 
@@ -72,7 +72,7 @@ def logits_rows(scheduled, query_start_loc: np.ndarray) -> list[int]:
     rows: list[int] = []
     for i, s in enumerate(scheduled):
         end = int(query_start_loc[i + 1])
-        if getattr(s, "all_rows", False):
+        if s.all_rows:
             rows.extend(range(int(query_start_loc[i]), end))
         elif s.sample:
             rows.append(end - 1)
@@ -128,7 +128,10 @@ class ModelRunner:
         graphs = graphs or GraphConfig()
         sink = 1 if graphs.enabled else 0
         self.kv_cache = model.new_kv_cache((num_blocks + sink) * block_size)
-        if self.device.type == "cuda" and self.device_digests:
+        # on a GPU the rows' SHA-256 can be computed on the device (kernels/triton/sha256.py),
+        # for the steps whose launch asks for it (the engine: those with no streamed output)
+        self.hashes_on_device = self.device.type == "cuda"
+        if self.hashes_on_device:
             from samebits.kernels.triton.sha256 import warm_up
 
             warm_up(self.device)  # a step never waits for the SHA-256 kernel's compiler
@@ -147,15 +150,12 @@ class ModelRunner:
         each `all_rows` chunk in `chunk_rows` (see StepLogits)."""
         return self.launch(sched_out).rows()
 
-    feeds_tokens = True  # `launch` takes `feed=` (a step ahead), `copy_rows=`, `device_digests=`
-    # on a GPU: the rows' SHA-256 computed on the device (kernels/triton/sha256.py), for the
-    # steps whose launch asks for it (the engine: those with no streamed output).
-    device_digests = True
+    feeds_tokens = True  # `launch` takes `feed=` (a step scheduled ahead)
     num_device_digest_steps = 0  # steps launched with device digests
 
     def launch(
         self, sched_out, feed: StepResult | None = None, copy_rows: bool = True,
-        device_digests: bool | None = None,
+        device_digests: bool = False,
     ) -> StepResult:  # fmt: skip
         """Start the step and return (see `step_result`): on a GPU the forward is queued on
         the stream and this returns before it ends; on the CPU it has run. `feed`: the
@@ -163,10 +163,8 @@ class ModelRunner:
         PLACEHOLDER_TOKEN per request), whose input tokens are then `feed.tokens()`, gathered
         on the device in the stream's order (after the previous step's argmax). `copy_rows`
         False: the rows cross to the host only if `rows()` asks (a hint; any value is
-        correct). On a GPU with `device_digests` (default: the runner's), `digests()` come
-        from the device."""
-        on_device = self.device_digests if device_digests is None else device_digests
-        hints = StepHints(copy_rows, on_device and self.device.type == "cuda")
+        correct). On a GPU with `device_digests`, `digests()` come from the device."""
+        hints = StepHints(copy_rows, device_digests and self.hashes_on_device)
         scheduled = sched_out.scheduled
         if not scheduled:
             return ReadyStep(StepLogits())
@@ -213,7 +211,7 @@ def row_layout(scheduled) -> Layout:
     chunks: dict[str, tuple[int, slice]] = {}
     at = 0
     for s in scheduled:
-        if getattr(s, "all_rows", False):
+        if s.all_rows:
             chunks[s.request_id] = (s.start_position, slice(at, at + len(s.token_ids)))
             at += len(s.token_ids)
             if s.sample:

@@ -14,7 +14,7 @@ row order, and `request_id -> row`): what a step scheduled ahead is fed
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -74,11 +74,21 @@ class ReadyStep:
         return self._rows
 
 
-def launch_step(runner, sched_out) -> StepResult:
-    """`runner.launch(sched_out)`; a runner with `execute` only (a test's wrapper that edits
-    rows) runs the step at once."""
-    launch = getattr(runner, "launch", None)
-    if launch is not None:
-        return launch(sched_out)
-    rows = runner.execute(sched_out)
-    return ReadyStep(rows if isinstance(rows, StepLogits) else StepLogits(rows))
+class Runner(Protocol):
+    """What `LLMEngine` drives (`ModelRunner`; a test's or a benchmark's stand-in implements
+    the same). Capabilities are fixed per runner; the engine's `RuntimeConfig` decides
+    whether to use them. No value depends on a capability or a hint: the rows and digests of
+    a step are the same bits with or without them."""
+
+    feeds_tokens: bool  # launch(feed=) takes a step scheduled ahead (fed on the device)
+    hashes_on_device: bool  # launch(device_digests=True) gives `digests()` from the device
+
+    def launch(
+        self, sched_out: Any, feed: StepResult | None = None, copy_rows: bool = True,
+        device_digests: bool = False,
+    ) -> StepResult:  # fmt: skip
+        """Start the step (on a GPU it may still run when this returns). `copy_rows` False:
+        the rows cross to the host only when `rows()` asks."""
+
+    def stats(self) -> dict[str, int]:
+        """Counters for /metrics (graph replays, eager steps); may be empty."""

@@ -1,5 +1,5 @@
 """Decode steps replayed from per-bucket graphs (CUDA graphs on a GPU, `EagerStepGraph` in CPU
-tests); see `graph_policy` for which steps, `decode_buffers` for the static inputs and the
+tests); see `policy` for which steps, `decode_buffers` for the static inputs and the
 padding invariant.
 
 Invariant: for a step that replays, the logits row of each real request is the row the eager
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 import torch
 
-from samebits.engine.graph_policy import GraphConfig, graph_bucket
 from samebits.graphs.decode_buffers import DecodeBuffers
+from samebits.graphs.policy import GraphConfig, graph_bucket
 from samebits.graphs.step_graph import StepGraph, step_graph_factory
 
 logger = logging.getLogger("samebits.graphs")

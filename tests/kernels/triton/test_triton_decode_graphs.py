@@ -9,9 +9,9 @@ import numpy as np
 import torch
 from test_triton_engine import triton_deployment  # noqa: F401 - the module fixture
 
-from samebits.engine.graph_policy import GraphConfig
 from samebits.engine.runner import ModelRunner
 from samebits.engine.scheduler import ScheduledRequest, SchedulerOutput
+from samebits.graphs.policy import GraphConfig
 
 BLOCKS, BLOCK = 12, 16
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from samebits.engine.graph_policy import (
+from samebits.engine.scheduler import ScheduledRequest
+from samebits.graphs.policy import (
     DEFAULT_BUCKETS,
     NOT_DECODE,
     TOO_LARGE,
@@ -13,7 +14,6 @@ from samebits.engine.graph_policy import (
     graph_bucket,
     graph_config,
 )
-from samebits.engine.scheduler import ScheduledRequest
 
 
 def _req(n_tokens: int = 1, all_rows: bool = False, sample: bool = True) -> ScheduledRequest:

@@ -71,7 +71,7 @@ def graph_config(device: str, enforce_eager: bool, max_num_seqs: int, **kw) -> G
 
 def is_pure_decode(scheduled: Sequence) -> bool:
     """Every request brings one token and none asks for all rows."""
-    return all(len(s.token_ids) == 1 and not getattr(s, "all_rows", False) for s in scheduled)
+    return all(len(s.token_ids) == 1 and not s.all_rows for s in scheduled)
 
 
 def graph_bucket(scheduled: Sequence, buckets: Sequence[int]) -> tuple[int | None, str]:
