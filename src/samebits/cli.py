@@ -103,7 +103,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         print("compiled linear specializations (split plan -> launches by M):")
         print("\n".join(f"  {line}" for line in dep.components["specializations"]))
     if dep.plan.device != "cpu":
-        from samebits.analysis.kernel_prover.gate import certificate_lines
+        from samebits.kernels.triton.certified.gate import certificate_lines
 
         for line in certificate_lines(dep):
             print(line)

@@ -94,11 +94,11 @@ def build_deployment(
 def _certificates(plan: KernelPlan, loaded) -> dict | None:
     """The GPU invariant plan deploys only certified kernel specializations (fail closed):
     the certificate set's status and digest for the fingerprint, or UncertifiedKernelError
-    naming what is missing and the command that makes it (see samebits.analysis.kernel_prover
+    naming what is missing and the command that makes it (see samebits.kernels.triton.certified
     .gate; SAMEBITS_ALLOW_UNCERTIFIED=1 opts out, loudly, recorded as uncertified)."""
     if plan.device != "cuda" or plan.name != "invariant":
         return None
-    from samebits.analysis.kernel_prover import gate, units
+    from samebits.kernels.triton.certified import gate, units
 
     hint = getattr(loaded, "name", None) or "<model>"
     return gate.gate(units.units_for(units.dims_of(loaded.config)), model_hint=hint)

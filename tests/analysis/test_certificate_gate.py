@@ -7,15 +7,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from samebits.analysis import certify_cli
-from samebits.analysis.kernel_prover import gate
-from samebits.analysis.kernel_prover import units as U
 from samebits.deployment import _certificates, build_deployment
 from samebits.kernels import fingerprint as F
 from samebits.kernels.plan import build_plan
+from samebits.kernels.triton.certified import gate
+from samebits.kernels.triton.certified import units as U
 from samebits.model.random_init import random_model
 
 
@@ -190,7 +191,7 @@ def test_shipped_certificates_cover_the_shipped_models():
 def test_the_embedded_model_is_in_the_shipped_set(smollm2_model):
     """`--device cuda` on the README's default model deploys without an opt-out: every unit
     its deployment gates on is shipped (and the test above checks they are valid)."""
-    from samebits.analysis.kernel_prover.units import dims_of, units_for
+    from samebits.kernels.triton.certified.units import dims_of, units_for
 
     needed = {u["key"] for u in units_for(dims_of(smollm2_model.config))}
     shipped = {u["key"] for u in certify_cli.units_of(certify_cli.SHIPPED_MODELS)}
@@ -244,7 +245,7 @@ def test_certify_reuses_only_proofs_of_the_same_specialization(tmp_path):
 def test_reference_path_change_makes_the_fused_unit_stale(tmp_path, monkeypatch):
     """A fused kernel's certificate rests on the op-by-op path's text (reference.py): when
     that text changes, the gate calls the unit stale (other units are unaffected)."""
-    from samebits.analysis.kernel_prover import reference
+    from samebits.kernels.triton.certified import reference
 
     key = "rows.qkv_rope_store.h4.kv2.d16"
     src = gate.SHIPPED_DIR / f"{key}.json"
@@ -254,3 +255,46 @@ def test_reference_path_change_makes_the_fused_unit_stale(tmp_path, monkeypatch)
     monkeypatch.setattr(reference, "SOURCE", reference.SOURCE + "\n# changed\n")
     problem = gate.check_unit(unit, tmp_path)[0]
     assert problem is not None and "reference.py" in problem
+
+
+# what the certified runtime (samebits.kernels.triton.certified) may never import
+FORBIDDEN = ("z3", "samebits.analysis", "samebits.testing", "samebits.server", "samebits.audit",
+             "samebits.engine")  # fmt: skip
+
+
+def _forbidden(name: str) -> bool:
+    return any(name == f or name.startswith(f + ".") for f in FORBIDDEN)
+
+
+def test_certified_runtime_imports_no_solver_and_no_analysis():
+    """The gate runs at every GPU deployment: the package it lives in imports no solver and
+    nothing of analysis / testing / server / audit / engine, at module level or inside a
+    function (read from the source), and checking the shipped set in a fresh process loads no
+    solver, analysis, server, audit or engine module. (samebits.testing.bits does get loaded
+    there, by the kernel code the specializations read: kernels/cpu/linear.py imports it.)"""
+    import ast
+
+    sources = sorted(Path(gate.__file__).parent.glob("*.py"))
+    assert {p.name for p in sources} >= {"__init__.py", "gate.py", "units.py", "reference.py"}
+    bad = []
+    for path in sources:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                bad += [f"{path.name}: {a.name}" for a in node.names if _forbidden(a.name)]
+            elif isinstance(node, ast.ImportFrom):
+                assert node.level == 0, f"{path.name}: relative import"
+                if _forbidden(node.module):
+                    bad.append(f"{path.name}: {node.module}")
+    assert not bad, bad
+    loaded = tuple(f for f in FORBIDDEN if f != "samebits.testing")
+    code = (
+        "import json, sys\n"
+        "from samebits.kernels.triton.certified import gate, units, reference\n"
+        "files = sorted(gate.SHIPPED_DIR.glob('*.json'))\n"
+        "res = gate.check([json.loads(f.read_text())['unit'] for f in files], gate.SHIPPED_DIR)\n"
+        "assert files and all(p is None for p in res['units'].values()), res\n"
+        "gate.certificate_lines(type('D', (), {'components': {}})())\n"
+        f"bad = [m for m in sys.modules if any(m == f or m.startswith(f + '.') for f in {loaded!r})]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)

@@ -14,10 +14,10 @@ import pytest
 
 pytest.importorskip("z3")
 
-from samebits.analysis.kernel_prover import gate  # noqa: E402
 from samebits.analysis.kernel_prover import specs as S  # noqa: E402
-from samebits.analysis.kernel_prover import units as U  # noqa: E402
 from samebits.analysis.kernel_prover.certify import prove_spec, reusable  # noqa: E402
+from samebits.kernels.triton.certified import gate  # noqa: E402
+from samebits.kernels.triton.certified import units as U  # noqa: E402
 
 FUSED = U.KERNEL_DIR / "_fused_kernels.py"
 SHAPE = ("down", 64, 512)  # S = 4, two 64-steps per range (the prover tests' split weight)

@@ -1,7 +1,8 @@
 """A non-editable install works like the checkout: the wheel ships every file the native build
-needs (C sources and the headers they include) and the pure-Python Triton package, and the
-samebits imported from it builds the C kernels and chooses the native plan (issue 10: a wheel
-that lacked sbpool.h/sbexp.h silently fell back to MKL tiles + numba)."""
+needs (C sources and the headers they include), the pure-Python Triton package and its shipped
+kernel certificates, and the samebits imported from it builds the C kernels and chooses the
+native plan (issue 10: a wheel that lacked sbpool.h/sbexp.h silently fell back to MKL tiles +
+numba) and finds every shipped certificate valid for the kernels it installed."""
 
 from __future__ import annotations
 
@@ -33,6 +34,17 @@ guided = SamplingParams(structured_outputs={"json": {"type": "object"}}).structu
 print(json.dumps({"file": samebits.__file__, "linear": plan.linear_kernel,
                   "attention": plan.attention_kernel, "error": native.build_error(),
                   "describe": plan.describe(), "guided": guided.kind}))
+"""
+# the GPU plan's gate as the installed package runs it (no GPU needed): its shipped certificates
+# (package data) against its own kernel files
+CERTIFICATE_PROBE = """
+import json
+from samebits.kernels.triton.certified import gate, units
+files = sorted(gate.SHIPPED_DIR.glob("*.json"))
+res = gate.check([json.loads(f.read_text())["unit"] for f in files])
+print(json.dumps({"directory": res["directory"], "kernels": str(units.KERNEL_DIR),
+                  "files": [f.name for f in files], "digest": res["digest"],
+                  "bad": {k: p for k, p in res["units"].items() if p is not None}}))
 """
 
 
@@ -66,16 +78,24 @@ def test_wheel_ships_native_sources_headers_and_triton(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     needed = [p.relative_to(PACKAGE.parent) for p in native.SOURCES + native.HEADERS]
     needed += [p.relative_to(PACKAGE.parent) for p in (PACKAGE / "structured").glob("*.py")]
-    needed += [p.relative_to(PACKAGE.parent) for p in (PACKAGE / "kernels" / "triton").glob("*.py")]
+    triton = PACKAGE / "kernels" / "triton"  # with certified/ and its shipped certificates
+    certificates = sorted((triton / "certified" / "certificates").glob("*.json"))
+    assert certificates, "no shipped certificates in the checkout"
+    needed += [p.relative_to(PACKAGE.parent) for p in [*triton.rglob("*.py"), *certificates]]
     missing = sorted(str(p) for p in needed if p.as_posix() not in names)
     assert not missing, f"the wheel lacks {missing}"
 
 
-def test_installed_wheel_builds_and_uses_the_native_kernels(wheel, tmp_path):
-    site = tmp_path / "site"
+@pytest.fixture(scope="module")
+def site(wheel, tmp_path_factory) -> Path:
+    site = tmp_path_factory.mktemp("installed") / "site"
     cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q"]
     proc = subprocess.run([*cmd, "--target", str(site), str(wheel)], capture_output=True, text=True)
     assert proc.returncode == 0, f"pip install failed:\n{proc.stdout}\n{proc.stderr}"
+    return site
+
+
+def test_installed_wheel_builds_and_uses_the_native_kernels(site, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(site), SAMEBITS_CACHE_DIR=str(tmp_path / "cache"))
     env.pop("SAMEBITS_LINEAR_KERNEL", None)
     proc = subprocess.run(
@@ -89,6 +109,29 @@ def test_installed_wheel_builds_and_uses_the_native_kernels(wheel, tmp_path):
     assert got["guided"] == "json"  # structured outputs (llguidance) work from the wheel
     assert "failed to build" not in got["describe"]
     assert list((tmp_path / "cache").glob("samebits-native-*.so")), "built outside the cache"
+
+
+def test_installed_wheel_gates_on_its_shipped_certificates(site, tmp_path):
+    """The installed gate reads the certificates shipped as package data (every one of the
+    checkout's) and finds them valid for the kernel files installed next to it: a certificate
+    left out of the wheel, or a kernel directory resolved outside the install, fails here."""
+    from samebits.kernels.triton.certified import gate
+
+    env = dict(os.environ, PYTHONPATH=str(site))
+    env.pop(gate.ENV_DIR, None)
+    proc = subprocess.run(
+        [sys.executable, "-c", CERTIFICATE_PROBE], cwd=tmp_path, env=env, capture_output=True,
+        text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"the probe failed:\n{proc.stderr}"
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    for key in ("directory", "kernels"):
+        assert Path(got[key]).resolve().is_relative_to(site.resolve()), got[key]
+    shipped = sorted(gate.SHIPPED_DIR.glob("*.json"))
+    assert got["files"] == [f.name for f in shipped] and got["files"]
+    assert got["bad"] == {}
+    units = [json.loads(f.read_text())["unit"] for f in shipped]
+    assert got["digest"] == gate.check(units, gate.SHIPPED_DIR)["digest"]
 
 
 def test_every_included_header_is_listed():

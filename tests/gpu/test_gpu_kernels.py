@@ -54,7 +54,7 @@ def test_linear_rows_any_m_equal_row_alone(cuda, role, gpu_record):
 
 @pytest.mark.parametrize("role", ["o", "down", "qkv", "gate_up"])
 def test_linear_every_launch_same_bits(cuda, role, gpu_record):
-    from samebits.analysis.kernel_prover.units import plan_launches
+    from samebits.kernels.triton.certified.units import plan_launches
     from samebits.kernels.triton.linear import linear, split_plan
 
     n, k = LLAMA3_8B[role]

@@ -30,7 +30,7 @@ def _inputs(n: int):
     """qkv, RoPE tables of Llama 3 (theta 500000, llama3 scaling), a random cache, a batch of
     n tokens at random positions with shuffled distinct slots."""
     from samebits.kernels.backend import KVCache
-    from samebits.model.random_init import PRESETS
+    from samebits.model.presets import PRESETS
     from samebits.model.rope_tables import rope_tables
 
     cfg = PRESETS["llama-3-8b"]

@@ -3,15 +3,17 @@ synthetic tokenizer covers any vocabulary, and a random model runs through the C
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 import torch
 
 from samebits.model import LoadedModel, expected_weight_shapes
+from samebits.model.config import model_config_from_hf
+from samebits.model.presets import PRESETS
 from samebits.model.random_init import (
     MIN_VOCAB,
-    PRESETS,
     random_model,
     random_tokenizer,
     tensor_seed,
@@ -44,6 +46,15 @@ def test_preset_param_counts(preset):
     if preset in REAL_PARAMS:
         assert count == pytest.approx(REAL_PARAMS[preset], rel=0.01)
     assert PRESETS[preset].vocab_size >= MIN_VOCAB
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "mistral"])
+def test_tiny_test_presets_are_the_tiny_checkpoints(arch, request):
+    """The preset tiny-test-<arch> (the kernel prover's "tiny" model, the shipped certificates'
+    tiny-test:<arch> units) is the config of tests/tiny_models.py's checkpoint of `arch`."""
+    folder = request.getfixturevalue(f"tiny_{arch}_dir")
+    config = model_config_from_hf(json.loads((folder / "config.json").read_text()))
+    assert PRESETS[f"tiny-test-{arch}"] == config
 
 
 @pytest.mark.parametrize("preset", TINY)

@@ -4,7 +4,8 @@
     samebits certify --check DIR [--model M]          # verify against the kernel sources now
     samebits certify --shipped                        # refresh the certificates in the package
 
-`--model` is a preset name (samebits.model.random_init.PRESETS), a HF model folder or its
+`--model` is a preset name (samebits.model.presets.PRESETS; `tiny-test:<arch>` names the
+preset tiny-test-<arch>, tests/tiny_models.py's checkpoint), a HF model folder or its
 config.json, a GGUF file, or `smollm2` (the embedded default model); repeatable. Without
 it: the models the shipped set covers (SHIPPED_MODELS).
 Then `export SAMEBITS_CERTIFICATES=DIR` for `build_deployment(..., device="cuda")`.
@@ -20,9 +21,6 @@ from pathlib import Path
 # the shipped set: the presets and test models the GPU tests deploy
 SHIPPED_MODELS = ("llama-3-8b", "qwen3-8b", "tiny-test:llama", "tiny-test:qwen2", "tiny-test:qwen3",
                   "tiny-llama", "tiny-qwen3", "tiny-qwen2", "smollm2")  # fmt: skip
-# tests/tiny_models.py _DIMS (the tiny checkpoints of every architecture)
-_TINY_TEST = dict(vocab_size=320, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=16)  # fmt: skip
 
 
 def add_certify_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,13 +38,10 @@ def add_certify_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def model_dims(spec: str) -> dict:
-    from samebits.analysis.kernel_prover.units import dims_of
+    from samebits.kernels.triton.certified.units import dims_of
 
-    if spec.startswith("tiny-test:"):
-        arch = spec.split(":", 1)[1]
-        return dims_of(
-            {**_TINY_TEST, "qk_norm": arch == "qwen3", "attention_bias": arch == "qwen2"}
-        )
+    if spec.startswith("tiny-test:"):  # tests/tiny_models.py's checkpoint of an architecture
+        spec = "tiny-test-" + spec.split(":", 1)[1]
     if spec.startswith("random:"):  # a random-weight model's name: random:<preset>:seed<n>
         spec = spec.split(":")[1]
     if spec == "smollm2":  # the embedded default model
@@ -64,7 +59,7 @@ def model_dims(spec: str) -> dict:
         from samebits.model.config import model_config_from_hf
 
         return dims_of(model_config_from_hf(json.loads(path.read_text())))
-    from samebits.model.random_init import PRESETS
+    from samebits.model.presets import PRESETS
 
     if spec not in PRESETS:
         raise ValueError(f"--model {spec!r}: not a preset ({sorted(PRESETS)}) nor a HF folder")
@@ -72,7 +67,7 @@ def model_dims(spec: str) -> dict:
 
 
 def units_of(models) -> list[dict]:
-    from samebits.analysis.kernel_prover.units import units_for
+    from samebits.kernels.triton.certified.units import units_for
 
     out, seen = [], set()
     for m in models:
@@ -92,7 +87,7 @@ def _prove_one(args):
 
 
 def certify_main(args: argparse.Namespace) -> int:
-    from samebits.analysis.kernel_prover import gate
+    from samebits.kernels.triton.certified import gate
 
     models = args.model or list(SHIPPED_MODELS)
     if args.check:

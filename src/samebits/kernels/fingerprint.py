@@ -112,7 +112,7 @@ def fingerprint_components(
     """`specializations`: the compiled kernel variants a GPU plan may launch (see
     `samebits.kernels.triton.backend.linear_specializations`); `certificates`: the kernel
     certificate set's status ("certified" / "uncertified"), digest and units (GPU plans, see
-    `samebits.analysis.kernel_prover.gate`)."""
+    `samebits.kernels.triton.certified.gate`)."""
     components = {
         "plan": plan.to_dict(),
         "qualification": qualification,

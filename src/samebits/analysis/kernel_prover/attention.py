@@ -54,8 +54,9 @@ from samebits.analysis.kernel_prover.executor import (
     _active,
     opaque_mul,
 )
+from samebits.analysis.kernel_prover.specs import MODELS
 from samebits.analysis.kernel_prover.terms import Lin, Term
-from samebits.analysis.kernel_prover.units import ATTENTION_PAGES
+from samebits.kernels.triton.certified.units import ATTENTION_PAGES
 
 ATTENTION = "attention_invariance"
 ACT = "bf16"
@@ -88,11 +89,6 @@ ASSUMPTIONS = {
     "block-table row covers its keys (stride * PAGE > last); distinct block-table entries of "
     "one request may share a physical page only with equal content (prefix caching)",
     "kernel-sequencing": "one kernel call; the KV cache is written before the call (stream order)",
-}
-
-MODELS = {
-    "llama-3-8b": dict(heads=32, kv_heads=8, head_dim=128),
-    "tiny": dict(heads=4, kv_heads=2, head_dim=16),
 }
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import z3
 
-from samebits.analysis.kernel_prover import units as U
 from samebits.analysis.kernel_prover.attention import ASSUMPTIONS as ATTENTION_ASSUMPTIONS
 from samebits.analysis.kernel_prover.attention import AttentionSpec, prove_attention
 from samebits.analysis.kernel_prover.attention import calls as attention_calls
@@ -23,6 +22,7 @@ from samebits.analysis.kernel_prover.executor import DOT_ATOM, CDiv, KernelSourc
 from samebits.analysis.kernel_prover.prover import Result, prove
 from samebits.analysis.kernel_prover.specs import Spec, all_specs, unit_specs
 from samebits.analysis.kernel_prover.terms import Lin
+from samebits.kernels.triton.certified import units as U
 
 PROVER_NAME = "samebits.kernel_prover"
 PROVER_VERSION = "0.1"

@@ -48,7 +48,7 @@ class Goal:
     # the slot mapping is assumed injective over the rows of a launch (`slot-injective`).
     scatter: dict = field(default_factory=dict)
     # the right execution is a reference path whose helper kernels (torch copies as Triton
-    # text, reference.py) are added to the kernel file's functions
+    # text, certified/reference.py) are added to the kernel file's functions
     reference: str = ""
 
     def to_dict(self) -> dict:
@@ -56,7 +56,7 @@ class Goal:
         if self.scatter:  # absent for the goals without scatter outputs (older records)
             out["scatter"] = {k: list(v) for k, v in self.scatter.items()}
         if self.reference:
-            from samebits.analysis.kernel_prover import reference
+            from samebits.kernels.triton.certified import reference
 
             out["reference"] = {"name": self.reference, "source_sha256": reference.sha256()}
         return out
@@ -123,6 +123,16 @@ def prove(
     return Result(True, goal, time.perf_counter() - t0, stats)
 
 
+def reference_source(name: str) -> KernelSource:
+    """The reference kernels of path ``name`` (the text in
+    `samebits.kernels.triton.certified.reference`) as a parsed :class:`KernelSource`."""
+    from samebits.kernels.triton.certified import reference
+
+    if name not in reference.NAMES:
+        raise ValueError(f"no reference path {name!r}")
+    return KernelSource.parse(reference.SOURCE, reference.FILENAME)
+
+
 def _prove(src, goal, left_calls, right_calls, m_left, stats) -> None:
     r = z3.Int("elem.r")
     elem_r = Lin.var(r)
@@ -150,9 +160,7 @@ def _prove(src, goal, left_calls, right_calls, m_left, stats) -> None:
             raise Unsupported(where, f"cannot decide whether {array}[{idx}] stays in its row")
 
     if goal.reference:
-        from samebits.analysis.kernel_prover import reference
-
-        src = src.with_functions(reference.source(goal.reference))
+        src = src.with_functions(reference_source(goal.reference))
     left = Execution("L", src, left_calls).run()
     right = Execution("R", src, right_calls, remap=remap).run()
     stats["paths"] = [left.paths, right.paths]

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import z3
 
-from samebits.analysis.kernel_prover import units as _units
 from samebits.analysis.kernel_prover.executor import (
     ArrayArg,
     CDiv,
@@ -23,27 +22,15 @@ from samebits.analysis.kernel_prover.executor import (
 )
 from samebits.analysis.kernel_prover.prover import BATCH, LAUNCH, Goal
 from samebits.analysis.kernel_prover.terms import Lin
+from samebits.kernels.triton.certified import units as _units
+from samebits.model.presets import PRESETS
 
-# Llama-3-8B and the tests' tiny model (tests/tiny_models.py): (role, N, K) per linear.
-MODELS: dict[str, dict] = {
-    "llama-3-8b": dict(hidden=4096, inter=14336, heads=32, kv_heads=8, head_dim=128,
-                       vocab=128256, head_norm=False),
-    "tiny": dict(hidden=64, inter=128, heads=4, kv_heads=2, head_dim=16, vocab=320,
-                 head_norm=True),
-}  # fmt: skip
+# The prover's models (`--models`, attention.py's too): its name -> the preset whose dimensions
+# it proves (`units.dims_of`): Llama-3-8B and the tests' tiny model (tests/tiny_models.py, the
+# qwen3 one: q/k norms; all_specs adds the qkv bias of its qwen2 sibling).
+MODEL_PRESETS = {"llama-3-8b": "llama-3-8b", "tiny": "tiny-test-qwen3"}
+MODELS: dict[str, dict] = {name: _units.dims_of(PRESETS[p]) for name, p in MODEL_PRESETS.items()}
 ACT = "bf16"
-
-
-def linear_shapes(model: str) -> list[tuple[str, int, int]]:
-    c = MODELS[model]
-    qkv = (c["heads"] + 2 * c["kv_heads"]) * c["head_dim"]
-    return [
-        ("qkv", qkv, c["hidden"]),
-        ("o", c["hidden"], c["heads"] * c["head_dim"]),
-        ("gate_up", 2 * c["inter"], c["hidden"]),
-        ("down", c["hidden"], c["inter"]),
-        ("lm_head", c["vocab"], c["hidden"]),
-    ]
 
 
 @dataclass
@@ -142,7 +129,7 @@ def linear_specs(
     from samebits.kernels.triton.splitplan import split_plan
 
     specs = []
-    for role, n, k in shapes or linear_shapes(model):
+    for role, n, k in shapes or _units.linear_shapes(MODELS[model]):
         if roles and role not in roles:
             continue
         out_dt = "fp32" if role == "lm_head" else ACT
@@ -419,7 +406,7 @@ def all_specs(models=("tiny", "llama-3-8b"), kinds=("linear", "rows")) -> list:
         if "attention" in kinds:
             out += attention_specs(model)
         if "fused" in kinds:
-            for u in _units.fused_units({"bias": False}, linear_shapes(model)):
+            for u in _units.fused_units({"bias": False}, _units.linear_shapes(MODELS[model])):
                 out += linear_add_rms_specs(model, u["role"], u["n"], u["k"])
     return out
 

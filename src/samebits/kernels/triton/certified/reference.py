@@ -3,8 +3,10 @@
 A fused kernel is proved equal to the op-by-op path it replaces (a launch-equivalence goal
 whose right launch is that path). The path's Triton kernels come from the kernel file itself
 (``rope_kernel``); its torch ops are stated here as small Triton functions that the prover
-executes like the kernels (the text is parsed, never imported or compiled). They are bit
-copies: a load and a store of the same element type, no arithmetic.
+executes like the kernels (the text is parsed by the prover, `prover.reference_source`, never
+imported or compiled). They are bit copies: a load and a store of the same element type, no
+arithmetic. A certificate proved against a path records ``sha256()`` of SOURCE, which the gate
+compares with today's (`gate._stale_reference`).
 
 ``qkv-rope-store`` (`ops.TorchPlacement.qkv_rope_store`): ``split_qkv`` (contiguous copies of
 the q and k column ranges of qkv, ``split_copy_kernel``), ``rope`` of q and of k in place
@@ -16,7 +18,9 @@ from __future__ import annotations
 
 import hashlib
 
-FILENAME = "kernel_prover/reference.py"
+# the name the prover reports this text's lines under (its error locations); certificates
+# name the text by sha256() of SOURCE, not by this name
+FILENAME = "kernels/triton/certified/reference.py"
 
 SOURCE = '''
 @triton.jit
@@ -44,15 +48,6 @@ def index_copy_kernel(src_ptr, slot_ptr, dst_ptr, SRC_STRIDE: tl.constexpr,
 '''
 
 NAMES = ("qkv-rope-store",)
-
-
-def source(name: str):
-    """The reference kernels of path ``name`` as a parsed :class:`KernelSource`."""
-    from samebits.analysis.kernel_prover.executor import KernelSource
-
-    if name not in NAMES:
-        raise ValueError(f"no reference path {name!r}")
-    return KernelSource.parse(SOURCE, FILENAME)
 
 
 def sha256() -> str:

@@ -6,7 +6,7 @@ succeeded, whose kernel source SHA-256s are those of the kernel files now (the u
 the further files a fused unit was proved against), and whose specialization
 (split plan and launches, row-kernel constexprs, attention tile constants) is what the engine
 launches now. The directory is ``$SAMEBITS_CERTIFICATES`` when set, else the certificates
-shipped with the package (``kernel_prover/certificates/``). ``SAMEBITS_ALLOW_UNCERTIFIED=1``
+shipped with the package (``certified/certificates/``). ``SAMEBITS_ALLOW_UNCERTIFIED=1``
 runs anyway, announced on stderr and recorded in the fingerprint as "uncertified".
 """
 
@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from samebits.analysis.kernel_prover import units as U
+from samebits.kernels.triton.certified import units as U
 
 ENV_DIR = "SAMEBITS_CERTIFICATES"
 ENV_ALLOW = "SAMEBITS_ALLOW_UNCERTIFIED"
@@ -58,7 +58,7 @@ def check_unit(unit: dict, directory: Path) -> tuple[str | None, str | None]:
     if rec.get("specialization") != U.specialization(unit):
         return "stale: the launches / constexprs the engine uses changed", digest
     if _stale_reference(rec):
-        return "stale: kernel_prover/reference.py (the op-by-op path) changed", digest
+        return "stale: certified/reference.py (the op-by-op path) changed", digest
     return None, digest
 
 
@@ -76,9 +76,9 @@ def _changed_sources(unit: dict, rec: dict) -> list[str]:
 
 
 def _stale_reference(rec: dict) -> bool:
-    """Whether a certificate proved against a reference path (kernel_prover/reference.py,
+    """Whether a certificate proved against a reference path (certified/reference.py,
     the op-by-op path a fused kernel must equal) names another text than today's."""
-    from samebits.analysis.kernel_prover import reference
+    from samebits.kernels.triton.certified import reference
 
     for cert in rec.get("certificates", []):
         ref = cert.get("goal", {}).get("reference")

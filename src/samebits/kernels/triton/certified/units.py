@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-KERNEL_DIR = Path(__file__).resolve().parents[2] / "kernels" / "triton"
+KERNEL_DIR = Path(__file__).resolve().parents[1]  # samebits/kernels/triton (this package's parent)
 KERNEL_FILES = {
     "linear": "_linear_kernels.py",
     "rows": "_row_kernels.py",
@@ -111,7 +111,7 @@ def fused_units(d: dict, shapes: list[tuple[str, int, int]]) -> list[dict]:
     return out
 
 
-# --- launches (shared with specs.py) ---------------------------------------------------
+# --- launches (shared with the prover's specs.py) --------------------------------------
 
 
 def plan_launches(plan) -> list:
