@@ -76,9 +76,10 @@ def assemble(deployment: Any, cfg: EngineConfig) -> tuple[EngineConfig, Any, Sch
             f"length {deployment.max_model_len}: set model_config.max_model_len instead"
         )
     cfg = resolve(deployment, cfg)
-    from samebits.analysis.kernel_prover.gate import check_block_size
+    if deployment.components.get("certificates"):  # a certified GPU plan: certified pages
+        from samebits.kernels.triton.certified.gate import check_block_size
 
-    check_block_size(deployment, cfg.cache_config.block_size)  # certified GPU plans' pages
+        check_block_size(deployment, cfg.cache_config.block_size)
     salt = bytes.fromhex(deployment.fingerprint)
     scheduler = Scheduler.from_configs(cfg.cache_config, cfg.scheduler_config, salt)
     return cfg, _runner(deployment, cfg), scheduler
