@@ -12,7 +12,7 @@ request's work is handed to `fail(request_id, exc)` (the engine aborts that requ
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,7 +159,7 @@ class OutputProcessor:
 
     # ------------------------------------------------------------------ rows and digests
     def record_rows(
-        self, rows: StepLogits, device: dict[str, object] | None, sampled: dict[str, int]
+        self, rows: StepLogits, device: Mapping[str, Any] | None, sampled: dict[str, int]
     ) -> None:
         """Fold a step's rows into the records: prompt logprobs of `all_rows` chunks, then
         each sampled row's digest (`device`'s, else hashed from the host row on the row

@@ -172,7 +172,7 @@ class ModelRunner:
         fed = self._fed(scheduled, feed) if feed is not None else None
         rows = self.graphs.run(scheduled, fed) if self.graphs is not None else None
         if rows is not None:  # one row per request, in batch order; overwritten by a replay
-            layout = ({s.request_id: i for i, s in enumerate(scheduled) if s.sample}, {})
+            layout: Layout = ({s.request_id: i for i, s in enumerate(scheduled) if s.sample}, {})
             return _started(rows, layout, True, hints)
         batch = build_flat_batch(scheduled, self.block_size, self.device, fed)
         logits = self.model.forward(batch, self.kv_cache)
@@ -252,7 +252,9 @@ class DeviceStep:
         self, logits: torch.Tensor, layout: Layout, reused: bool, copy_rows: bool = True,
         digests: bool = False,
     ) -> None:  # fmt: skip
-        self._layout, self._rows, self._host = layout, None, None
+        self._layout = layout
+        self._rows: StepLogits | None = None
+        self._host: torch.Tensor | None = None
         stream = torch.cuda.current_stream(logits.device)
         values, indices = logits.max(dim=-1)
         self._tokens = indices  # read by a step scheduled ahead, later on this stream
@@ -263,7 +265,8 @@ class DeviceStep:
         self._ready = torch.cuda.Event()
         self._ready.record(stream)
         self._digests = _DeviceDigests(source, self._ready) if digests else None
-        self._source = None if copy_rows else source  # kept only for a copy on demand
+        # kept only for a copy on demand
+        self._source: torch.Tensor | None = None if copy_rows else source
         if copy_rows:
             self._copy_rows(source)
 
@@ -294,8 +297,10 @@ class DeviceStep:
     def rows(self) -> StepLogits:
         if self._rows is None:
             if self._host is None:
+                assert self._source is not None, "rows not copied at launch: source kept"
                 self._copy_rows(self._source)
             self._rows_ready.synchronize()
+            assert self._host is not None
             self._rows = _split(self._host.numpy(), self._layout)
         return self._rows
 
@@ -343,12 +348,14 @@ class _RowDigest:
     __slots__ = ("_index", "_step", "_value")
 
     def __init__(self, step: _DeviceDigests, index: int) -> None:
-        self._step, self._index, self._value = step, index, None
+        self._step, self._index = step, index
+        self._value: str | None = None
 
     def result(self) -> str:
-        if self._value is None:
-            self._value = self._step.hex()[self._index]
-        return self._value
+        value = self._value
+        if value is None:
+            value = self._value = self._step.hex()[self._index]
+        return value
 
     def done(self) -> bool:
         return self._value is not None or self._step.done()

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from samebits.config import CacheConfig, SchedulerConfig
+from samebits.engine.block_pool import KVCacheBlock
 from samebits.engine.kv_cache_manager import KVCacheManager, cdiv
 from samebits.engine.request import Request, RequestStatus
 
@@ -116,6 +117,8 @@ class Scheduler:
     ) -> Scheduler:
         """A scheduler on its parts of an EngineConfig (sizes resolved: `num_kv_blocks` and
         `max_model_len` set; `gpu_memory_utilization` is the engine's business)."""
+        if scheduler.max_model_len is None or cache.num_kv_blocks is None:
+            raise ValueError("Scheduler.from_configs needs max_model_len and num_kv_blocks set")
         return cls(
             max_num_seqs=scheduler.max_num_seqs,
             max_num_batched_tokens=scheduler.max_num_batched_tokens,
@@ -255,9 +258,9 @@ class Scheduler:
         manager = self.kv_cache_manager
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             request = self.waiting[0]
-            if request.needs_prompt_rows:  # its prompt rows must be computed: no hit
-                hit_blocks, num_hit = [], 0
-            else:
+            hit_blocks: list[KVCacheBlock] = []
+            num_hit = 0
+            if not request.needs_prompt_rows:  # prompt rows must be computed: no hit then
                 hit_blocks, num_hit = manager.get_computed_blocks(request)
             num_new = min(request.num_tokens - num_hit, budget)
             if num_new < 1:

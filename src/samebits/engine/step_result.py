@@ -14,6 +14,7 @@ row order, and `request_id -> row`): what a step scheduled ahead is fed
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -39,7 +40,7 @@ class StepResult(Protocol):
 
     def tokens(self) -> tuple[object, dict[str, int]]: ...
 
-    def digests(self) -> dict[str, object] | None:
+    def digests(self) -> Mapping[str, object] | None:
         """Each sampled row's `logits_digest`, future-like (`result()`), where the runner
         computes them next to the rows (a GPU); None: the engine hashes the host rows."""
 
