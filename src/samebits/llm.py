@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 from samebits.config import EngineConfig
 from samebits.engine.engine import LLMEngine
 from samebits.outputs import RequestOutput, RequestOutputKind
-from samebits.sampling import SamplingParams, derive_seed, new_seed
+from samebits.sampling import SamplingParams, new_seed
 
 Prompt = str | Sequence[int]
 
@@ -120,11 +119,10 @@ class LLM:
                     if text is not None
                     else list(prompt)
                 )
-                base = p.seed if p.seed is not None else new_seed()
+                seeded = p if p.seed is not None else p.with_seed(new_seed())
                 groups[rid] = []
-                for i in range(p.n):
+                for i, single in enumerate(seeded.expand_n()):
                     child = f"{rid}-{i}"
-                    single = dataclasses.replace(p, n=1, seed=derive_seed(base, i))
                     self.engine.add_request(child, ids, single, prompt=text, output_kind=kind)
                     groups[rid].append(child)
         except BaseException:

@@ -47,7 +47,7 @@ def logits_row_bytes(row: np.ndarray) -> bytes:
 def _canonical(row: np.ndarray) -> np.ndarray:
     """`row` as a C-contiguous little-endian float32 array (no copy when it already is)."""
     if not isinstance(row, np.ndarray) or row.ndim != 1:
-        raise ValueError(f"logits row must be a 1-D numpy array, got {_describe(row)}")
+        raise ValueError(f"logits row must be a 1-D numpy array, got {describe_value(row)}")
     if row.dtype.kind != "f" or row.dtype.itemsize != 4:
         raise ValueError(f"logits row must have dtype float32, got {row.dtype}")
     return np.ascontiguousarray(row, dtype="<f4")
@@ -121,12 +121,13 @@ class RequestOutput:
 
 def _check_rows(rows: np.ndarray) -> None:
     if not isinstance(rows, np.ndarray) or rows.ndim != 2:
-        raise ValueError(f"logits must be a 2-D numpy array [n, vocab], got {_describe(rows)}")
+        raise ValueError(f"logits must be a 2-D numpy array [n, vocab], got {describe_value(rows)}")
     if rows.dtype.kind != "f" or rows.dtype.itemsize != 4:
         raise ValueError(f"logits must have dtype float32, got {rows.dtype}")
 
 
-def _describe(value: object) -> str:
+def describe_value(value: object) -> str:
+    """What `value` is, for an error message: an array's shape and dtype, else its type."""
     if isinstance(value, np.ndarray):
         return f"array of shape {value.shape} and dtype {value.dtype}"
     return type(value).__name__

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from samebits.outputs import describe_value
 from samebits.structured.params import StructuredOutputsParams
 
 MAX_LOGPROBS = 20
@@ -130,6 +131,19 @@ class SamplingParams:
     def with_seed(self, seed: int) -> SamplingParams:
         """A copy with `seed` set (validated like the constructor)."""
         return dataclasses.replace(self, seed=seed)
+
+    def expand_n(self) -> list[SamplingParams]:
+        """The `n` single-choice parameters of an n-choice request: choice `i` is this with
+        `n=1` and seed `derive_seed(seed, i)`, so choice 0 keeps `seed` and equals the same
+        request with n = 1. The one place n > 1 is expanded (`LLM`, the server).
+
+        Requires `seed` to be set (a caller without one draws `new_seed()` first and keeps
+        it, so every choice replays)."""
+        if self.seed is None:
+            raise ValueError("SamplingParams.seed must be set to expand n choices, got None")
+        return [
+            dataclasses.replace(self, n=1, seed=derive_seed(self.seed, i)) for i in range(self.n)
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe full state; `SamplingParams.from_dict(p.to_dict()) == p`.
@@ -399,7 +413,9 @@ def _greedy(
     off the argmax (it is the first NaN if any, else the first +inf if any, else -inf only
     when no entry is finite)."""
     if not isinstance(logits, np.ndarray) or logits.ndim != 1 or logits.size == 0:
-        raise ValueError(f"logits must be a non-empty 1-D numpy array, got {_describe(logits)}")
+        raise ValueError(
+            f"logits must be a non-empty 1-D numpy array, got {describe_value(logits)}"
+        )
     if not np.issubdtype(logits.dtype, np.floating):
         raise ValueError(f"logits must have a floating dtype, got {logits.dtype}")
     _token_array("prompt_token_ids", prompt_token_ids, logits.size)
@@ -455,7 +471,7 @@ def processed_logits(
 
 def _allowed_mask(allowed: object, vocab_size: int) -> np.ndarray:
     if not isinstance(allowed, np.ndarray) or allowed.dtype != np.bool_:
-        raise ValueError(f"allowed must be a bool numpy array, got {_describe(allowed)}")
+        raise ValueError(f"allowed must be a bool numpy array, got {describe_value(allowed)}")
     if allowed.shape != (vocab_size,):
         raise ValueError(f"allowed has shape {allowed.shape}, the row has {vocab_size} ids")
     return allowed
@@ -564,7 +580,9 @@ def compute_logprobs(logits: np.ndarray, token_id: int, num_top: int) -> dict[in
 
 def _float64_row(logits: np.ndarray) -> np.ndarray:
     if not isinstance(logits, np.ndarray) or logits.ndim != 1 or logits.size == 0:
-        raise ValueError(f"logits must be a non-empty 1-D numpy array, got {_describe(logits)}")
+        raise ValueError(
+            f"logits must be a non-empty 1-D numpy array, got {describe_value(logits)}"
+        )
     if not np.issubdtype(logits.dtype, np.floating):
         raise ValueError(f"logits must have a floating dtype, got {logits.dtype}")
     return logits.astype(np.float64, copy=True)
@@ -584,9 +602,3 @@ def _token_array(name: str, ids: Sequence[int], vocab_size: int) -> np.ndarray:
     if array.dtype.kind not in "iu" or array.min() < 0 or array.max() >= vocab_size:
         raise ValueError(f"{name} must be int token ids in [0, {vocab_size}), got {list(ids)[:8]}")
     return array.astype(np.int64)
-
-
-def _describe(value: object) -> str:
-    if isinstance(value, np.ndarray):
-        return f"array of shape {value.shape} and dtype {value.dtype}"
-    return type(value).__name__

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -215,6 +216,24 @@ def test_derive_seed():
     assert derive_seed(78, 1) != derive_seed(77, 1)
     with pytest.raises(ValueError, match="index"):
         derive_seed(1, -1)
+
+
+def test_expand_n_derives_each_choice():
+    params = SamplingParams(
+        n=3, temperature=0.7, top_k=5, stop=["x"], logit_bias={4: 1.5}, max_tokens=9, seed=77
+    )
+    choices = params.expand_n()
+    # pinned: changing how a choice's seed is derived changes every replayed n > 1 request
+    assert [c.seed for c in choices] == [77, 1415096084101229369, 3671060520255609958]
+    assert [c.seed for c in choices] == [derive_seed(77, i) for i in range(3)]
+    assert all(c.n == 1 for c in choices)
+    for choice in choices:
+        assert dataclasses.replace(choice, n=3, seed=77) == params
+    # choice 0 is the same request with n = 1
+    assert choices[0] == dataclasses.replace(params, n=1)
+    assert SamplingParams(seed=5).expand_n() == [SamplingParams(seed=5)]
+    with pytest.raises(ValueError, match="seed must be set"):
+        SamplingParams(n=2).expand_n()
 
 
 def test_new_seed_in_range():

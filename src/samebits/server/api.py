@@ -30,7 +30,6 @@ from samebits.server.metrics import ServerMetrics
 from samebits.server.params import (
     base_params,
     check_n,
-    choice_params,
     echoes,
     num_logprobs,
     request_seed,
@@ -121,7 +120,7 @@ class OpenAIService:
                 req, len(prompt.token_ids), self.max_model_len, self.config
             )
             base = base_params(req, max_tokens, meta.seed, self.vocab_size)
-            for i, params in enumerate(choice_params(base, req.n)):
+            for i, params in enumerate(base.expand_n()):
                 index = p * req.n + i
                 choices.append(
                     Choice(

@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from samebits.sampling import LOGIT_BIAS_LIMIT, SamplingParams, derive_seed, new_seed
+from samebits.sampling import LOGIT_BIAS_LIMIT, SamplingParams, new_seed
 from samebits.server.config import ServerConfig
 from samebits.server.errors import bad_request
 from samebits.server.protocol import ChatCompletionRequest, CompletionRequest
@@ -144,8 +144,9 @@ def _bias_value(key: str, value: Any) -> float:
 def base_params(
     req: AnyRequest, max_tokens: int, seed: int, vocab_size: int | None = None
 ) -> SamplingParams:
-    """The request's sampling parameters with n = 1 and `seed` (`max_tokens` 0, scoring
-    only, runs one token). `vocab_size` bounds the `logit_bias` ids (None: not checked here)."""
+    """The request's sampling parameters with its `n` and `seed` (`max_tokens` 0, scoring
+    only, runs one token); `.expand_n()` gives each choice's. `vocab_size` bounds the
+    `logit_bias` ids (None: not checked here)."""
     vocab = vocab_size if vocab_size is not None else 2**63
     bias = logit_bias(req, vocab)
     check_token_ids("stop_token_ids", req.stop_token_ids or (), vocab, "'stop_token_ids' id")
@@ -153,7 +154,7 @@ def base_params(
     structured = structured_outputs(req)
     try:
         return SamplingParams(
-            n=1,
+            n=req.n,
             temperature=req.temperature,
             top_p=req.top_p,
             top_k=req.top_k,
@@ -176,12 +177,6 @@ def base_params(
         )
     except ValueError as exc:
         raise bad_request(str(exc), _field_named_in(str(exc))) from exc
-
-
-def choice_params(base: SamplingParams, n: int) -> list[SamplingParams]:
-    """Parameters of choices 0..n-1: `base` with seed `derive_seed(base.seed, i)`."""
-    assert base.seed is not None
-    return [base.with_seed(derive_seed(base.seed, i)) for i in range(n)]
 
 
 def _stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:
