@@ -69,7 +69,9 @@ def validate_request(
     if not isinstance(params, SamplingParams):
         raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
     if params.n != 1:
-        raise ValueError("LLMEngine.add_request takes n=1; expand n>1 with derive_seed")
+        raise ValueError(
+            "LLMEngine.add_request takes n=1; expand n>1 with SamplingParams.expand_n()"
+        )
     if in_use:
         raise ValueError(f"request_id {request_id!r} is already in use")
     if not ids:
