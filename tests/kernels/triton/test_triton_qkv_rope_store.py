@@ -20,6 +20,7 @@ from test_triton_engine import PLAN_NAME, InterpreterTritonOps, _interpreter_pla
 from triton_bits import differing_rows, same_bits
 
 from samebits.engine.runner import build_flat_batch
+from samebits.engine.scheduler import ScheduledRequest
 from samebits.kernels.backend import KVCache, register_ops
 from samebits.kernels.metadata import FlatBatch
 from samebits.kernels.ops import TorchPlacement
@@ -144,10 +145,10 @@ PROMPTS = {"a": ([7, 1, 99, 4, 250], [2]), "b": ([11, 12, 13], [1])}  # ids, blo
 
 def _steps(model: DecoderModel, kv: KVCache) -> list[torch.Tensor]:
     """Logits of a prefill step (two requests, 5 and 3 tokens), then of a decode step."""
-    prefill = [SimpleNamespace(token_ids=ids, start_position=0, block_table=table, sample=True)
-               for ids, table in PROMPTS.values()]  # fmt: skip
-    decode = [SimpleNamespace(token_ids=[ids[0]], start_position=len(ids), block_table=table,
-                              sample=True) for ids, table in PROMPTS.values()]  # fmt: skip
+    prefill = [ScheduledRequest(f"r{i}", tuple(ids), 0, tuple(table), sample=True)
+               for i, (ids, table) in enumerate(PROMPTS.values())]  # fmt: skip
+    decode = [ScheduledRequest(f"r{i}", (ids[0],), len(ids), tuple(table), sample=True)
+              for i, (ids, table) in enumerate(PROMPTS.values())]  # fmt: skip
     return [model.forward(build_flat_batch(sched, 16), kv) for sched in (prefill, decode)]
 
 
