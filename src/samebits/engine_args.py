@@ -91,23 +91,22 @@ def add_step_arguments(p: argparse.ArgumentParser) -> None:
         "--enforce-eager", action="store_true", default=_default(RuntimeConfig, "enforce_eager"),
         help="cuda: run every step eagerly (default: decode steps replay CUDA graphs)",
     )  # fmt: skip
-    p.add_argument(
-        "--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
-        help="launch step n+1 before building step n's outputs (default: on for cuda, "
-        "off for cpu; the same bits either way)",
-    )  # fmt: skip
-    p.add_argument(
-        "--lookahead", action=argparse.BooleanOptionalAction,
-        default=_default(RuntimeConfig, "lookahead"),
-        help="with async scheduling, launch a plain-greedy step's successor before its tokens "
-        "are known (default: on; the same bits either way)",
-    )  # fmt: skip
-    p.add_argument(
-        "--device-digests", action=argparse.BooleanOptionalAction,
-        default=_default(RuntimeConfig, "device_digests"),
-        help="cuda: hash the logits rows on the device (default: on; the same digests "
-        "either way)",
-    )  # fmt: skip
+    for flag, help_text in _SWITCH_HELP.items():
+        name = flag[2:].replace("-", "_")
+        default = None if name == "async_scheduling" else _default(RuntimeConfig, name)
+        p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default,
+                       help=help_text)  # fmt: skip
+
+
+# The on/off runtime switches (RuntimeConfig fields; none changes a value).
+_SWITCH_HELP = {
+    "--async-scheduling": "launch step n+1 before building step n's outputs (default: on for "
+    "cuda, off for cpu; the same bits either way)",
+    "--lookahead": "with async scheduling, launch a plain-greedy step's successor before its "
+    "tokens are known (default: on; the same bits either way)",
+    "--device-digests": "cuda: hash the logits rows on the device (default: on; the same "
+    "digests either way)",
+}
 
 
 def add_engine_arguments(p: argparse.ArgumentParser) -> None:
