@@ -95,7 +95,10 @@ def build(batch: int):
 
     dep = build_deployment(load_model(None), "invariant")
     engine = LLMEngine.from_deployment(
-        dep, num_kv_blocks=4096, max_num_seqs=batch, max_num_batched_tokens=8192,
+        dep,
+        num_kv_blocks=4096,
+        max_num_seqs=batch,
+        max_num_batched_tokens=8192,
         async_scheduling=True,
     )
     engine.runner = StubRunner(engine.vocab_size)

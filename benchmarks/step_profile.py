@@ -20,6 +20,7 @@ def instrument(llm, clock: OpClock) -> list:
     """Wrap the engine's step parts, the model's ops and linears, and the C kernels. Returns a
     one-item list that holds the latest scheduler output."""
     import samebits.engine.engine as engine_module
+    import samebits.engine.output_processor as output_module
     from samebits.kernels.cpu import native
 
     lib = native.library()
@@ -40,10 +41,12 @@ def instrument(llm, clock: OpClock) -> list:
         setattr(model.ops, name, clock.wrap(f"py {name}", getattr(model.ops, name)))
     model.forward = clock.wrap("forward", model.forward)
     engine.runner.launch = clock.wrap("execute", engine.runner.launch)  # runs it on the CPU
-    for name in ("sample", "logits_digest", "map_rows"):
-        setattr(engine_module, name, clock.wrap(f"host {name}", getattr(engine_module, name)))
+    for module, name in ((engine_module, "sample"), (output_module, "logits_digest"),
+                         (engine_module, "map_rows"), (output_module, "map_rows")):  # fmt: skip
+        setattr(module, name, clock.wrap(f"host {name}", getattr(module, name)))
     engine._sample = clock.wrap("host row work", engine._sample)
-    engine._emit = clock.wrap("host advance", engine._emit)  # detokenizer + output, per row
+    out = engine.output_processor  # detokenizer + output, per row
+    out.emit = clock.wrap("host advance", out.emit)
     sched = engine.scheduler
     sched.schedule = clock.wrap("host schedule", sched.schedule)
     last = record_schedule(sched)

@@ -43,14 +43,15 @@ def build_engine(num_threads: int | None, max_tokens: int):
 
 class OutputPathTimer:
     """Times the per-request output path, call by call (one call per streamed token here):
-    the engine building the request's output (`LLMEngine._output`), the engine thread turning
+    the engine building the request's output (`OutputProcessor._output`), the engine thread turning
     it into a `Delta` for the event loop (`EngineLoop._emit`), and the event loop folding it
     into the call's `Choice` (`Choice.apply`). Present before and after output kinds, so the
     same script measures both."""
 
     def __init__(self, engine: Any) -> None:
         self.calls: dict[str, list[float]] = {"output": [], "emit": [], "apply": []}
-        engine._output = self._timed(engine._output, "output")
+        out = engine.output_processor
+        out._output = self._timed(out._output, "output")
         try:
             from samebits.server.engine_loop import EngineLoop
             from samebits.server.generation import Choice
