@@ -7,10 +7,10 @@ import dataclasses
 
 import torch
 
+from samebits.bits import same_bits
 from samebits.deployment import build_deployment
 from samebits.engine.runner import cold_logits
 from samebits.model import load_model
-from samebits.testing.bits import same_bits
 from tiny_models import make_tiny_checkpoint
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from samebits import LLM, SamplingParams
-from samebits.testing.bits import same_bits
+from samebits.bits import same_bits
 
 PROMPTS = ["Scoring is log-likelihood.", "A", "The same bits, whatever the batch.", "x y z"]
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from samebits.bits import same_bits
 from samebits.deployment import build_deployment
 from samebits.engine.runner import cold_logits
-from samebits.testing.bits import same_bits
 
 
 def test_smollm2_reads_quantized_blocks_with_float32_bits(smollm2_model):

@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 from safetensors.torch import load_file
 
+from samebits.bits import same_bits
 from samebits.model import WeightTarget, load_model
-from samebits.testing.bits import same_bits
 from tiny_models import make_tiny_checkpoint
 
 

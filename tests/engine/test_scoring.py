@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from samebits.bits import same_bits
 from samebits.deployment import build_deployment
 from samebits.engine.engine import LLMEngine
 from samebits.engine.runner import cold_logits
 from samebits.model import load_model
 from samebits.sampling import SamplingParams, compute_logprobs
-from samebits.testing.bits import same_bits
 
 K = 3
 

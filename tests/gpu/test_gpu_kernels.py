@@ -158,13 +158,13 @@ def test_linear_add_rms_norm_fused_equals_op_by_op(cuda, role, gpu_record):
     """The split-K grid's ordered sum fused with the residual add and RMSNorm
     (`TritonOps.linear_add_rms_norm`) against the linear then `add_rms_norm`, at every M of
     the grid's rows and past them (op by op there too): output and residual bit for bit."""
-    from samebits.kernels.ops import TorchPlacement
-    from samebits.kernels.plan import KernelPlan
-    from samebits.kernels.triton.backend import TritonOps, build_cuda_plan
+    from samebits.kernels.placement import TorchPlacement
+    from samebits.kernels.plan import KernelPlan, build_plan
+    from samebits.kernels.triton.backend import TritonOps
 
     n, k = LLAMA3_8B[role]
     g = _gen(7)
-    plan: KernelPlan = build_cuda_plan("invariant", "bfloat16", 128, 4)
+    plan: KernelPlan = build_plan("invariant", head_dim=128, group=4, device="cuda")
     ops = TritonOps(plan)
     lin = ops.linear((torch.randn((n, k), device="cuda", generator=g) * 0.02).to(BF16), None,
                      role=role)  # fmt: skip

@@ -29,7 +29,7 @@ def rows_differing(a: torch.Tensor, b: torch.Tensor) -> int:
 def _inputs(n: int):
     """qkv, RoPE tables of Llama 3 (theta 500000, llama3 scaling), a random cache, a batch of
     n tokens at random positions with shuffled distinct slots."""
-    from samebits.kernels.backend import KVCache
+    from samebits.kernels.interface import KVCache
     from samebits.model.presets import PRESETS
     from samebits.model.rope_tables import rope_tables
 
@@ -51,7 +51,7 @@ def _batch(pos: torch.Tensor, slots: torch.Tensor) -> SimpleNamespace:
 
 
 def _run(fn, ops, qkv, cos, sin, kv, pos, slots):
-    from samebits.kernels.backend import KVCache
+    from samebits.kernels.interface import KVCache
 
     kv = KVCache([t.clone() for t in kv.k], [t.clone() for t in kv.v])
     q = fn(ops, qkv.clone(), _batch(pos, slots), cos, sin, kv, 0, HEADS, KV_HEADS, D)
@@ -61,7 +61,7 @@ def _run(fn, ops, qkv, cos, sin, kv, pos, slots):
 
 @pytest.mark.parametrize("n", [1, 64, 257])
 def test_qkv_rope_store_same_bits_as_op_by_op(cuda, n, gpu_record):
-    from samebits.kernels.ops import TorchPlacement
+    from samebits.kernels.placement import TorchPlacement
     from samebits.kernels.triton.backend import TritonOps
 
     ops = TritonOps(SimpleNamespace(dtype="bfloat16", group=HEADS // KV_HEADS))

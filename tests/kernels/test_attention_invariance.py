@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
+from samebits.bits import same_bits
 from samebits.engine.runner import build_flat_batch
 from samebits.engine.scheduler import ScheduledRequest
 from samebits.kernels.cpu import attention as cpu_attention
-from samebits.kernels.ops import FastOps, InvariantOps
-from samebits.kernels.plan import KEY_TILE, LINEAR_TILES
-from samebits.testing.bits import same_bits
+from samebits.kernels.cpu.ops import FastOps, InvariantOps
+from samebits.kernels.cpu.plan import KEY_TILE, LINEAR_TILES
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK, PROMPT = 9, 3, 64, 16, 100
 NUM_BLOCKS = 40

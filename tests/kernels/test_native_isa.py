@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from quantized_weights import random_f16, random_q4_1
+from samebits.bits import same_bits
 from samebits.kernels.cpu import native, sbattn, sbgemm, sbrow
-from samebits.testing.bits import same_bits
 
 
 def _avx2_library(tmp_path) -> ctypes.CDLL:

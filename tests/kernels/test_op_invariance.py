@@ -16,12 +16,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from samebits.bits import differing_rows, same_bits
 from samebits.kernels.cpu import sbgemm, sbrow
 from samebits.kernels.cpu.numba_env import numba
-from samebits.kernels.ops import InvariantOps
-from samebits.kernels.plan import KEY_TILE, LINEAR_TILES
+from samebits.kernels.cpu.ops import InvariantOps
+from samebits.kernels.cpu.plan import KEY_TILE, LINEAR_TILES
 from samebits.model.rope_tables import rope_tables
-from samebits.testing.bits import differing_rows, same_bits
 
 ROW_COUNTS = (1, 2, 3, 7, 8, 16, 33, 64, 128)
 HIDDEN, INTER, HEADS, KV_HEADS, HEAD_DIM, VOCAB = 576, 1536, 9, 3, 64, 49152

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from quantized_weights import random_bf16, random_f16, random_q4_1, random_q8_0
+from samebits.bits import same_bits
 from samebits.kernels.cpu import native, sbgemm
-from samebits.testing.bits import same_bits
 
 MAKERS = {"Q4_1": random_q4_1, "Q8_0": random_q8_0, "BF16": random_bf16, "F16": random_f16}
 DEFAULT_FUSED_MAX_ROWS = 16  # sbgemm.c fused_max_rows

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from quantized_weights import from_raw, random_bf16, random_f16, random_q4_1, random_q8_0
+from samebits.bits import same_bits
 from samebits.kernels.cpu import sbgemm
 from samebits.kernels.quantized import QuantizedTensor
-from samebits.testing.bits import same_bits
 
 MAKERS = {"Q4_1": random_q4_1, "Q8_0": random_q8_0, "BF16": random_bf16, "F16": random_f16}
 MIN_SHRINK = {"Q4_1": 3, "Q8_0": 3, "BF16": 1.9, "F16": 1.9}

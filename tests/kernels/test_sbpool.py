@@ -10,8 +10,8 @@ import threading
 import pytest
 import torch
 
+from samebits.bits import same_bits
 from samebits.kernels.cpu import sbgemm
-from samebits.testing.bits import same_bits
 
 
 @pytest.fixture(autouse=True)

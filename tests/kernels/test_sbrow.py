@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
+from samebits.bits import same_bits
 from samebits.kernels.cpu import sbrow
-from samebits.kernels.ops import InvariantOps
-from samebits.kernels.plan import KEY_TILE, LINEAR_TILES
-from samebits.testing.bits import same_bits
+from samebits.kernels.cpu.ops import InvariantOps
+from samebits.kernels.cpu.plan import KEY_TILE, LINEAR_TILES
 
 DIMS = (5, 70, 576, 1536)
 THREADS = (1, 2, 3)

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from samebits.config import ModelConfig
-from samebits.kernels.backend import make_ops
-from samebits.kernels.ops import FastOps, InvariantOps
+from samebits.kernels import registry
+from samebits.kernels.cpu.ops import FastOps, InvariantOps
 from samebits.kernels.plan import build_plan
+from samebits.kernels.registry import make_ops
 
 
 def test_device_defaults_and_bad_values():
@@ -36,6 +37,14 @@ def test_registry_builds_the_plans_op_sets():
     assert isinstance(make_ops(build_plan("invariant", 1)), InvariantOps)
     fast = make_ops(build_plan("fast", 1))
     assert isinstance(fast, FastOps) and fast.device.type == "cpu"
+
+
+def test_registry_table_names_importable_factories():
+    """Every (device, plan) entry of the static table resolves to a callable factory."""
+    for (device, name), target in registry.OPS_FACTORIES.items():
+        if target.startswith("samebits.kernels.triton."):
+            pytest.importorskip("triton")
+        assert callable(registry.factory(device, name)), target
 
 
 def test_registry_refuses_unknown_pairs():

@@ -1,4 +1,4 @@
-"""samebits.testing.bits: same bits means same shape, dtype and bytes (not value equality)."""
+"""samebits.bits: same bits means same shape, dtype and bytes (not value equality)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from samebits.testing.bits import differing_rows, same_bits
+from samebits.bits import differing_rows, same_bits
 
 
 def test_signed_zeros_differ_and_nans_match():

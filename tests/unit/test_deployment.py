@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from samebits.bits import same_bits
 from samebits.deployment import build_deployment
 from samebits.engine.runner import cold_logits
 from samebits.model import load_model
-from samebits.testing.bits import same_bits
 
 
 def test_release_sources_keeps_fingerprint_and_logits(tiny_llama_dir):

@@ -13,11 +13,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from samebits.bits import same_bits
 from samebits.model import ModelLoadError, RopeScaling, load_model
 from samebits.model.checkpoint import expected_weight_shapes, model_name_from_path
 from samebits.model.config import _INT_FIELDS
 from samebits.model.gguf_loader import SUPPORTED_TYPES, dequantize
-from samebits.testing.bits import same_bits
 from tiny_models import make_tiny_checkpoint, write_tiny_gguf
 
 ARCH_FIXTURES = ["tiny_llama_dir", "tiny_qwen2_dir", "tiny_qwen3_dir", "tiny_mistral_dir"]

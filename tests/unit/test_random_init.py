@@ -9,6 +9,7 @@ import time
 import pytest
 import torch
 
+from samebits.bits import same_bits
 from samebits.model import LoadedModel, expected_weight_shapes
 from samebits.model.config import model_config_from_hf
 from samebits.model.presets import PRESETS
@@ -18,7 +19,6 @@ from samebits.model.random_init import (
     random_tokenizer,
     tensor_seed,
 )
-from samebits.testing.bits import same_bits
 
 TINY = ["tiny-llama", "tiny-qwen3", "tiny-qwen2"]
 # Parameter counts of the real checkpoints (embeddings included, tied ones counted once).

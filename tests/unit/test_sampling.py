@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from samebits.bits import same_bits
 from samebits.sampling import (
     MAX_LOGPROBS,
     SAMPLER_FIELDS,
@@ -23,7 +24,6 @@ from samebits.sampling import (
     truncation_mask,
     uniform_noise,
 )
-from samebits.testing.bits import same_bits
 
 # ---------------------------------------------------------------------------------------------
 # SamplingParams validation

@@ -9,10 +9,10 @@ import json
 import numpy as np
 import pytest
 
+from samebits.bits import same_bits
 from samebits.sampling import SamplingParams, processed_logits, sample
 from samebits.structured import StructuredOutputsParams
 from samebits.structured.matcher import GrammarMatcher, GrammarTokenizer, grammar_step
-from samebits.testing.bits import same_bits
 
 SCHEMA = {
     "type": "object",

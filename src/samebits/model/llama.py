@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from samebits.kernels.backend import KVCache
+from samebits.kernels.interface import KVCache, default_scale
 from samebits.kernels.metadata import FlatBatch
-from samebits.kernels.ops import default_scale
 from samebits.kernels.plan import KernelPlan
 from samebits.kernels.quantized import QuantizedTensor
 from samebits.model.rope_tables import rope_tables

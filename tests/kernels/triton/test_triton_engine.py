@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import samebits.deployment as deployment_module
-from samebits.kernels.backend import register_ops
-from samebits.kernels.plan import KernelPlan
-from samebits.kernels.triton.backend import TritonOps, build_cuda_plan
+from samebits.kernels import registry
+from samebits.kernels.plan import KernelPlan, build_plan
+from samebits.kernels.triton.backend import TritonOps
 from samebits.model import load_model
 from samebits.testing.determinism_matrix import MatrixSize, build_scenarios, check_matrix
 
@@ -31,14 +31,21 @@ class InterpreterTritonOps(TritonOps):
 
 def _interpreter_plan(name="invariant", num_threads=None, linear_kernel=None, head_dim=64,
                       group=1, device="cpu", dtype=None) -> KernelPlan:  # fmt: skip
-    plan = build_cuda_plan("invariant", "float32", head_dim, group)
+    plan = build_plan("invariant", head_dim=head_dim, group=group, device="cuda", dtype="float32")
     return dataclasses.replace(plan, name=PLAN_NAME, device="cpu", num_threads=1)
+
+
+def register_interpreter_ops(mp: pytest.MonkeyPatch) -> None:
+    """Name `InterpreterTritonOps` as the cpu/PLAN_NAME op set in the registry's table (undone
+    with `mp`)."""
+    target = f"{InterpreterTritonOps.__module__}:{InterpreterTritonOps.__name__}"
+    mp.setitem(registry.OPS_FACTORIES, ("cpu", PLAN_NAME), target)
 
 
 @pytest.fixture(scope="module")
 def triton_deployment(tiny_qwen3_dir):
-    register_ops("cpu", PLAN_NAME, InterpreterTritonOps)
     with pytest.MonkeyPatch.context() as mp:
+        register_interpreter_ops(mp)
         mp.setattr(deployment_module, "build_plan", _interpreter_plan)
         return deployment_module.build_deployment(load_model(tiny_qwen3_dir), PLAN_NAME)
 

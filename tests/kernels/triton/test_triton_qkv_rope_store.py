@@ -16,14 +16,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from test_triton_engine import PLAN_NAME, InterpreterTritonOps, _interpreter_plan
+from test_triton_engine import InterpreterTritonOps, _interpreter_plan, register_interpreter_ops
 from triton_bits import differing_rows, same_bits
 
 from samebits.engine.runner import build_flat_batch
 from samebits.engine.scheduler import ScheduledRequest
-from samebits.kernels.backend import KVCache, register_ops
+from samebits.kernels.interface import KVCache
 from samebits.kernels.metadata import FlatBatch
-from samebits.kernels.ops import TorchPlacement
+from samebits.kernels.placement import TorchPlacement
 from samebits.kernels.triton import _row_kernels, rows
 from samebits.kernels.triton.backend import TritonOps
 from samebits.model import load_model
@@ -153,7 +153,7 @@ def _steps(model: DecoderModel, kv: KVCache) -> list[torch.Tensor]:
 
 
 def test_decoder_fused_equals_op_by_op(tiny_llama_dir, monkeypatch):
-    register_ops("cpu", PLAN_NAME, InterpreterTritonOps)
+    register_interpreter_ops(monkeypatch)
     loaded = load_model(tiny_llama_dir)
     cfg = loaded.config
     model = DecoderModel(cfg, loaded.weights, _interpreter_plan(head_dim=cfg.head_dim, group=2), 64)

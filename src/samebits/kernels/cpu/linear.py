@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from samebits.testing.bits import same_bits
+from samebits.bits import same_bits
 
 PROBE_ROW_COUNTS = (1, 2, 3, 5, 8, 13, 21, 33, 64, 100, 128)
 

@@ -1,6 +1,7 @@
-"""The CUDA op sets: the Triton invariant plan (registered as cuda/invariant) and the plan
-description `samebits info` prints. The stock-torch negative control (cuda/fast: cuBLAS, SDPA)
-is `samebits.kernels.ops.FastOps` on the CUDA device.
+"""The CUDA invariant op set: `TritonOps` (cuda/invariant in `samebits.kernels.registry`), its
+start-up qualification probe and the fingerprinted list of linear specializations. The
+stock-torch negative control (cuda/fast: cuBLAS, SDPA) is `samebits.kernels.cpu.ops.FastOps`
+on the CUDA device; the GPU plans' fields are `samebits.kernels.triton.plan`'s.
 
 Invariant of `TritonOps`: every op's output row is a function of the row's inputs and its
 logical position only; linears follow the split plan of their weight (N, K, role), attention
@@ -13,23 +14,13 @@ import dataclasses
 
 import torch
 
-from samebits.kernels.backend import register_ops
 from samebits.kernels.metadata import FlatBatch
-from samebits.kernels.ops import TorchPlacement
+from samebits.kernels.placement import TorchPlacement
 from samebits.kernels.plan import KernelPlan
 from samebits.kernels.triton import attention as triton_attention
 from samebits.kernels.triton import rows
 from samebits.kernels.triton.linear import TritonLinear, choose_launch
 
-FAST_CUDA_OPS = {
-    "embedding": "torch.index_select",
-    "linear": "torch.nn.functional.linear (cuBLAS, shape-dependent algorithm)",
-    "rms_norm": "torch pow/mean/rsqrt (float32)",
-    "rope": "torch elementwise (float32)",
-    "silu_mul": "torch.nn.functional.silu (bfloat16)",
-    "attention": "torch scaled_dot_product_attention per request",
-    "final_norm_logits": "torch ops on sampled rows, cuBLAS LM head",
-}
 QUALIFY_ROWS = (1, 3, 16, 64, 200, 1100)  # one M per launch-table row
 
 
@@ -115,17 +106,6 @@ class TritonOps(TorchPlacement):
         return triton_attention.paged_attention(q, k_cache, v_cache, batch.attn, scale)
 
 
-def build_cuda_plan(name: str, dtype: str, head_dim: int, group: int) -> KernelPlan:
-    """The GPU plan for a model with this head_dim / GQA group (static facts only)."""
-    from samebits.kernels.triton import describe
-
-    ops = dict(FAST_CUDA_OPS) if name == "fast" else describe()
-    linear, attention = ("cublas", "sdpa") if name == "fast" else ("triton-split", "triton-paged")
-    return KernelPlan(
-        name, 0, (), 0, ops, linear, attention, 0, "cuda", dtype, head_dim, group
-    )  # fmt: skip
-
-
 def linear_specializations(shapes: list[tuple[str, int, int]]) -> list[str]:
     """The launches the plan may compile for each (role, N, K), one line each (for the
     fingerprint and `samebits info`): the split plan and every launch M may select."""
@@ -140,5 +120,3 @@ def linear_specializations(shapes: list[tuple[str, int, int]]) -> list[str]:
 
 
 _M_PROBES = (1, 2, 8, 16, 32, 64, 65, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
-
-register_ops("cuda", "invariant", TritonOps)

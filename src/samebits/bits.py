@@ -1,6 +1,7 @@
-"""Bitwise comparison for tests. `torch.equal` and `np.array_equal` compare values: -0.0
-equals 0.0, NaN never equals itself, and mixed dtypes may compare equal. A claim that two
-results have the same bits compares the bytes."""
+"""Bitwise comparison (tests, and the start-up qualification of the linear kernels).
+`torch.equal` and `np.array_equal` compare values: -0.0 equals 0.0, NaN never equals itself,
+and mixed dtypes may compare equal. A claim that two results have the same bits compares the
+bytes."""
 
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
-"""The op-set interface every backend implements, and the registry keyed by (device, plan).
+"""The op-set interface every backend implements: the `Ops` protocol, the KV cache, the linear
+callable and the factory type (`samebits.kernels.registry` maps (device, plan) to a factory).
 
 The decoder (`samebits.model.llama`) calls only the methods of `Ops`; adding a backend means
-registering a factory here, never changing the model. A factory receives the built
-`KernelPlan` (static facts only) and returns the op set.
+adding a factory to the registry's table, never changing the model. A factory receives the
+built `KernelPlan` (static facts only) and returns the op set. This module imports nothing
+from the rest of `samebits.kernels` at runtime (the bottom layer of the package).
 
 Invariant of an op set registered under plan name "invariant": every output row of every op
 is a function of that row's inputs and its logical position only (never of the other rows in
@@ -11,6 +13,7 @@ the batch, the number of query tokens of a chunk, or where KV pages sit in memor
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -96,27 +99,8 @@ class Ops(Protocol):
 
 
 OpsFactory = Callable[["KernelPlan"], Ops]
-_REGISTRY: dict[tuple[str, str], OpsFactory] = {}
 
 
-def register_ops(device: str, plan_name: str, factory: OpsFactory) -> None:
-    """Register the op-set factory for plans named `plan_name` on `device` ("cpu", "cuda")."""
-    _REGISTRY[(device, plan_name)] = factory
-
-
-def make_ops(plan: KernelPlan) -> Ops:
-    """The op set of `plan` (raises ValueError for an unregistered (device, plan) pair)."""
-    _load_backends(plan.device)
-    factory = _REGISTRY.get((plan.device, plan.name))
-    if factory is None:
-        known = ", ".join(f"{d}/{p}" for d, p in _REGISTRY)
-        raise ValueError(f"no kernel plan {plan.name!r} for device {plan.device!r} ({known})")
-    return factory(plan)
-
-
-def _load_backends(device: str) -> None:
-    """Import the module that registers `device`'s op sets (GPU code only when asked for)."""
-    if device == "cuda":
-        import samebits.kernels.triton.backend  # noqa: F401
-    else:
-        import samebits.kernels.ops  # noqa: F401
+def default_scale(head_dim: int) -> float:
+    """The attention scale the decoder passes to `Ops.attention`: 1 / sqrt(head_dim)."""
+    return 1.0 / math.sqrt(head_dim)
