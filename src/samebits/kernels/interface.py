@@ -1,5 +1,5 @@
 """The op-set interface every backend implements: the `Ops` protocol, the KV cache, the linear
-callable and the factory type (`samebits.kernels.registry` maps (device, plan) to a factory).
+callable (`samebits.kernels.registry` maps (device, plan) to the factory of an op set).
 
 The decoder (`samebits.model.llama`) calls only the methods of `Ops`; adding a backend means
 adding a factory to the registry's table, never changing the model. A factory receives the
@@ -22,7 +22,6 @@ import torch
 
 if TYPE_CHECKING:
     from samebits.kernels.metadata import FlatBatch
-    from samebits.kernels.plan import KernelPlan
     from samebits.kernels.quantized import QuantizedTensor
 
 Linear = Callable[[torch.Tensor], torch.Tensor]
@@ -96,9 +95,6 @@ class Ops(Protocol):
         """Per-forward metadata (e.g. attention tile maps), computed once for all layers."""
 
     def attention(self, q, k_cache, v_cache, batch: FlatBatch, scale: float) -> torch.Tensor: ...
-
-
-OpsFactory = Callable[["KernelPlan"], Ops]
 
 
 def default_scale(head_dim: int) -> float:

@@ -8,14 +8,8 @@ of kernels is per device: `samebits.kernels.cpu.plan` and `samebits.kernels.trit
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
-
-from samebits.kernels.registry import make_ops
-
-if TYPE_CHECKING:
-    from samebits.kernels.interface import Ops
 
 
 @dataclass(frozen=True)
@@ -48,10 +42,6 @@ class KernelPlan:
         """Set torch's intra-op thread count for a CPU plan (process-wide; cheap if unchanged)."""
         if self.device == "cpu" and torch.get_num_threads() != self.intra_op_threads():
             torch.set_num_threads(self.intra_op_threads())
-
-    def make_ops(self) -> Ops:
-        """The op set the registry names for (device, name) (`samebits.kernels.registry`)."""
-        return make_ops(self)
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -7,11 +7,14 @@ line here (and its factory, which receives the built `KernelPlan` and returns an
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from samebits.kernels.interface import Ops, OpsFactory
+    from samebits.kernels.interface import Ops
     from samebits.kernels.plan import KernelPlan
+
+OpsFactory = Callable[["KernelPlan"], "Ops"]
 
 OPS_FACTORIES: dict[tuple[str, str], str] = {
     ("cpu", "invariant"): "samebits.kernels.cpu.ops:invariant_ops",

@@ -10,6 +10,7 @@ from samebits.kernels.interface import KVCache, default_scale
 from samebits.kernels.metadata import FlatBatch
 from samebits.kernels.plan import KernelPlan
 from samebits.kernels.quantized import QuantizedTensor
+from samebits.kernels.registry import make_ops
 from samebits.model.rope_tables import rope_tables
 
 __all__ = ["DecoderModel", "KVCache"]
@@ -65,7 +66,7 @@ class DecoderModel:
         (peak memory ~ one copy of the weights; the caller owns them)."""
         self.cfg = cfg
         self.plan = plan
-        self.ops = plan.make_ops()
+        self.ops = make_ops(plan)
         blocks = quantized if quantized is not None else {}
         self.embed = self.ops.embedding(weights["model.embed_tokens.weight"])
         self.layers = []
