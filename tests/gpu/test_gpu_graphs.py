@@ -73,10 +73,11 @@ def _compare(graphed: dict, eager: dict) -> int:
 def _same_kv(graphed: LLMEngine, eager: LLMEngine) -> None:
     import torch
 
-    real = NUM_KV_BLOCKS * graphed.block_size
+    block = graphed.config.cache_config.block_size
+    real = NUM_KV_BLOCKS * block
     g, e = graphed.runner.kv_cache, eager.runner.kv_cache
     for a, b in zip(g.k + g.v, e.k + e.v, strict=True):
-        assert a.shape[0] == real + graphed.block_size  # the sink block
+        assert a.shape[0] == real + block  # the sink block
         assert torch.equal(a[:real].view(torch.int16), b.view(torch.int16))
 
 
