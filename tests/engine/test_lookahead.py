@@ -144,6 +144,28 @@ def test_lookahead_off_launches_no_step_ahead(deployment):
     assert engine.num_steps_ahead == 0
 
 
+def test_runtime_switches_change_between_steps_and_no_value(deployment):
+    """`update_runtime_config` switches lookahead and async scheduling off and on while
+    requests run (the outputs equal the synchronous engine's), validates like the config,
+    and refuses a setting that is fixed once the engine is built."""
+    want = _drive(_engine(deployment, ahead=False), _jobs(_engine(deployment)))
+    engine = _engine(deployment)
+    jobs, done = _jobs(engine), {}
+    for rid, prompt, params in jobs:
+        engine.add_request(rid, prompt, params)
+    for step in range(60):
+        if step % 3 == 0:
+            engine.update_runtime_config(lookahead=step % 2 == 0, async_scheduling=step != 9)
+        done.update({o.request_id: o.outputs[0] for o in engine.step() if o.finished})
+    assert not engine.has_unfinished_requests() and engine.num_steps_ahead >= 1
+    assert all(_same(done[rid], want[rid]) for rid in want) and sorted(done) == sorted(want)
+    with pytest.raises(TypeError, match="enforce_eager"):
+        engine.update_runtime_config(enforce_eager=True)
+    with pytest.raises(ValueError, match="lookahead"):
+        engine.update_runtime_config(lookahead="yes")
+    assert engine.config.runtime_config.enforce_eager is False
+
+
 def test_a_sampled_request_keeps_the_step_behind(deployment):
     engine = _engine(deployment)
     engine.add_request("t", [5, 6, 7], SamplingParams(max_tokens=6, temperature=0.7, seed=1))
