@@ -19,9 +19,11 @@ from samebits.analysis.kernel_prover import units as U
 from samebits.analysis.kernel_prover.attention import ASSUMPTIONS as ATTENTION_ASSUMPTIONS
 from samebits.analysis.kernel_prover.attention import AttentionSpec, prove_attention
 from samebits.analysis.kernel_prover.attention import calls as attention_calls
-from samebits.analysis.kernel_prover.executor import DOT_ATOM, CDiv, KernelSource, Unsupported
 from samebits.analysis.kernel_prover.prover import Result, prove
 from samebits.analysis.kernel_prover.specs import Spec, all_specs, unit_specs
+from samebits.analysis.kernel_prover.symbolic.source import KernelSource
+from samebits.analysis.kernel_prover.symbolic.tl_semantics import DOT_ATOM
+from samebits.analysis.kernel_prover.symbolic.values import CDiv, Unsupported
 from samebits.analysis.kernel_prover.terms import Lin
 
 PROVER_NAME = "samebits.kernel_prover"

@@ -48,7 +48,7 @@ NAMES = ("qkv-rope-store",)
 
 def source(name: str):
     """The reference kernels of path ``name`` as a parsed :class:`KernelSource`."""
-    from samebits.analysis.kernel_prover.executor import KernelSource
+    from samebits.analysis.kernel_prover.symbolic.source import KernelSource
 
     if name not in NAMES:
         raise ValueError(f"no reference path {name!r}")

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 import z3
 
 from samebits.analysis.kernel_prover import units as _units
-from samebits.analysis.kernel_prover.executor import (
+from samebits.analysis.kernel_prover.prover import BATCH, LAUNCH, Goal
+from samebits.analysis.kernel_prover.symbolic.values import (
     ArrayArg,
     CDiv,
     DescArg,
     FloatArg,
     KernelCall,
 )
-from samebits.analysis.kernel_prover.prover import BATCH, LAUNCH, Goal
 from samebits.analysis.kernel_prover.terms import Lin
 
 # Llama-3-8B and the tests' tiny model (tests/tiny_models.py): (role, N, K) per linear.
