@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("z3")
 
 from samebits.analysis.kernel_prover.attention import attention_specs, prove_attention  # noqa: E402
-from samebits.analysis.kernel_prover.executor import KernelSource  # noqa: E402
+from samebits.analysis.kernel_prover.symbolic.source import KernelSource  # noqa: E402
 from samebits.kernels.triton.attention_meta import _programs  # noqa: E402
 
 KDIR = Path(__file__).resolve().parents[2] / "src" / "samebits" / "kernels" / "triton"

@@ -130,8 +130,8 @@ def test_a_helper_imported_from_the_wrong_file_is_rejected(tmp_path):
 
 
 def test_a_helper_whose_file_is_not_joined_is_rejected():
-    from samebits.analysis.kernel_prover.executor import KernelSource
     from samebits.analysis.kernel_prover.prover import prove
+    from samebits.analysis.kernel_prover.symbolic.source import KernelSource
 
     spec = specs()[fast("batch")]
     linear = U.KERNEL_DIR / "_linear_kernels.py"

@@ -14,8 +14,8 @@ pytest.importorskip("z3")
 
 from samebits.analysis.kernel_prover import specs as S  # noqa: E402
 from samebits.analysis.kernel_prover.certify import certificate  # noqa: E402
-from samebits.analysis.kernel_prover.executor import KernelSource  # noqa: E402
 from samebits.analysis.kernel_prover.prover import prove  # noqa: E402
+from samebits.analysis.kernel_prover.symbolic.source import KernelSource  # noqa: E402
 from samebits.kernels.triton.certified import units as U  # noqa: E402
 
 KDIR = Path(__file__).resolve().parents[2] / "src" / "samebits" / "kernels" / "triton"

@@ -42,19 +42,18 @@ from dataclasses import dataclass
 import z3
 
 from samebits.analysis.kernel_prover import terms as T
-from samebits.analysis.kernel_prover.executor import (
+from samebits.analysis.kernel_prover.specs import MODELS
+from samebits.analysis.kernel_prover.symbolic.execution import Execution
+from samebits.analysis.kernel_prover.symbolic.memory import Store, _active
+from samebits.analysis.kernel_prover.symbolic.source import KernelSource
+from samebits.analysis.kernel_prover.symbolic.tl_semantics import opaque_mul
+from samebits.analysis.kernel_prover.symbolic.values import (
     ArrayArg,
-    Execution,
     FloatArg,
     KernelCall,
-    KernelSource,
-    Store,
     Tile,
     Unsupported,
-    _active,
-    opaque_mul,
 )
-from samebits.analysis.kernel_prover.specs import MODELS
 from samebits.analysis.kernel_prover.terms import Lin, Term
 from samebits.kernels.triton.certified.units import ATTENTION_PAGES
 

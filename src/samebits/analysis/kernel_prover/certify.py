@@ -18,9 +18,11 @@ import z3
 from samebits.analysis.kernel_prover.attention import ASSUMPTIONS as ATTENTION_ASSUMPTIONS
 from samebits.analysis.kernel_prover.attention import AttentionSpec, prove_attention
 from samebits.analysis.kernel_prover.attention import calls as attention_calls
-from samebits.analysis.kernel_prover.executor import DOT_ATOM, CDiv, KernelSource, Unsupported
 from samebits.analysis.kernel_prover.prover import Result, prove
 from samebits.analysis.kernel_prover.specs import Spec, all_specs, unit_specs
+from samebits.analysis.kernel_prover.symbolic.source import KernelSource
+from samebits.analysis.kernel_prover.symbolic.tl_semantics import DOT_ATOM
+from samebits.analysis.kernel_prover.symbolic.values import CDiv, Unsupported
 from samebits.analysis.kernel_prover.terms import Lin
 from samebits.kernels.triton.certified import units as U
 
@@ -89,9 +91,11 @@ def _jsonable(v):
 
 
 def _prover_digest() -> str:
+    """SHA-256 over the prover's own sources: this package's modules and `symbolic/`."""
     h = hashlib.sha256()
-    for f in sorted(Path(__file__).parent.glob("*.py")):
-        h.update(f.name.encode())
+    root = Path(__file__).parent
+    for f in sorted(root.rglob("*.py")):
+        h.update(f.relative_to(root).as_posix().encode())
         h.update(f.read_bytes())
     return h.hexdigest()
 

@@ -17,16 +17,11 @@ from dataclasses import dataclass, field
 import z3
 
 from samebits.analysis.kernel_prover import terms as T
-from samebits.analysis.kernel_prover.executor import (
-    Execution,
-    KernelSource,
-    Oracle,
-    RaceError,
-    Store,
-    Unsupported,
-    _active,
-    witness,
-)
+from samebits.analysis.kernel_prover.symbolic.execution import Execution
+from samebits.analysis.kernel_prover.symbolic.memory import RaceError, Store, _active, witness
+from samebits.analysis.kernel_prover.symbolic.oracle import Oracle
+from samebits.analysis.kernel_prover.symbolic.source import KernelSource
+from samebits.analysis.kernel_prover.symbolic.values import Unsupported
 from samebits.analysis.kernel_prover.terms import Lin, Term
 
 BATCH = "batch_invariance"

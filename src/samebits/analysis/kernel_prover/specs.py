@@ -13,14 +13,14 @@ from dataclasses import dataclass
 
 import z3
 
-from samebits.analysis.kernel_prover.executor import (
+from samebits.analysis.kernel_prover.prover import BATCH, LAUNCH, Goal
+from samebits.analysis.kernel_prover.symbolic.values import (
     ArrayArg,
     CDiv,
     DescArg,
     FloatArg,
     KernelCall,
 )
-from samebits.analysis.kernel_prover.prover import BATCH, LAUNCH, Goal
 from samebits.analysis.kernel_prover.terms import Lin
 from samebits.kernels.triton.certified import units as _units
 from samebits.model.presets import PRESETS

@@ -256,7 +256,7 @@ def fold_divmod(x: Lin) -> Lin:
     """``x`` with each ``q*c*(a div c) + q*(b mod c)`` replaced by ``q*a`` where ``a - b`` is a
     multiple of ``c`` (Z3's integers: ``a = c*(a div c) + a mod c`` and equal residues have
     equal ``mod``): the program id and lane a writer's store was inverted into (mixed-radix
-    digits, `executor.witness`) recombined into the index they came from. An equal Lin."""
+    digits, `symbolic.memory.witness`) recombined into the index they came from. An equal Lin."""
     atoms = {k: _divmod_atom(k) for k, _ in x.terms}
     divs = [(k, a) for k, a in atoms.items() if a is not None and a[0] == "div"]
     mods = [(k, a) for k, a in atoms.items() if a is not None and a[0] == "mod"]

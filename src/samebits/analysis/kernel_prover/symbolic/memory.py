@@ -1,0 +1,164 @@
+"""Memory of a launch: the stores and loads the programs make, and what a read sees.
+
+Concern: the records of each ``tl.store`` / ``tl.load`` (with the path, program ids and lane
+ranges under which they happen), which (program, lane) of a store writes an element
+(:func:`witness`, :func:`_active`), and the value a read returns (:func:`read`): an
+intermediate written by an earlier kernel call resolves to its writer's value (the latest
+call that wrote it, stream order), an input goes through the goal's relation between the
+executions. Invariants: a read no earlier call may have written is an input read; a read
+that may hit an element no program wrote is rejected, never defaulted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import z3
+
+from samebits.analysis.kernel_prover import terms as T
+from samebits.analysis.kernel_prover.symbolic.values import FLOAT_RANK, Unsupported
+from samebits.analysis.kernel_prover.terms import Lin, Term
+
+
+@dataclass
+class Store:
+    call: int
+    array: str
+    offset: Lin
+    value: Any  # Term, or Lin for integer stores
+    mask: Any
+    path: tuple
+    wvars: tuple  # atom keys of symbolic program ids and lanes
+    ranges: dict  # atom key -> (lo Lin, hi Lin)
+    pids: tuple  # Lin per grid axis
+    seq: int
+    where: str
+
+
+@dataclass
+class Load:
+    call: int
+    array: str
+    index: Lin
+    mask: Any
+    path: tuple
+    pids: tuple
+    seq: int
+    where: str
+
+
+class RaceError(Exception):
+    def __init__(self, msg, model):
+        super().__init__(msg)
+        self.model = model
+
+
+def _active(st: Store, sub: dict, target: Lin) -> list:
+    """Z3 facts: the store ``st`` (variables renamed by ``sub``) writes ``target``."""
+    out = []
+    for k, (lo, hi) in st.ranges.items():
+        x = sub[k] if k in sub else Lin(((k, 1),), 0)
+        out += [x.z3() >= T.subst_lin(lo, sub).z3(), x.z3() < T.subst_lin(hi, sub).z3()]
+    out += [T.cond_z3(T.subst_cond(c, sub)) for c in st.path]
+    out.append(T.cond_z3(T.subst_cond(st.mask, sub)))
+    out.append(T.subst_lin(st.offset, sub).z3() == target.z3())
+    return out
+
+
+def witness(st: Store, target: Lin) -> dict | None:
+    """Program ids and lanes of the store that writes ``target``, as mixed-radix digits of
+    ``target`` (``None`` when the store's offset is not of that form)."""
+    wv = set(st.wvars)
+    coefs, rest = [], T.const(st.offset.const)
+    for k, c in st.offset.terms:
+        if k in wv:
+            coefs.append((c, k))
+        else:
+            e = T.atom(k)
+            if e.num_args() and any(T.atom_key(v) in wv for v in T.z3_vars(e)):
+                return None
+            rest = rest.add(Lin(((k, c),), 0))
+    if {k for _, k in coefs} != wv or any(c <= 0 for c, _ in coefs):
+        return None
+    coefs.sort(reverse=True)
+    if len({c for c, _ in coefs}) != len(coefs):
+        return None
+    r = target.add(rest, -1)
+    sub = {}
+    for c, k in coefs:
+        sub[k] = T.floordiv(r, T.const(c))
+        r = T.mod(r, T.const(c))
+    return sub
+
+
+def read(self, array: str, idx: Lin, mask, dtype: str, node):
+    """A read of ``array[idx]`` (assumed where ``mask`` holds): an intermediate written by an
+    earlier call of this launch resolves to its writer's value; inputs go through the goal's
+    relation between the two executions."""
+    ambient = [*self.facts(), T.cond_z3(mask)]
+    if self.ex.read_hook is not None:
+        hit = self.ex.read_hook(self, array, idx, mask, dtype, ambient)
+        if hit is not None:
+            return hit
+    earlier = [s for s in self.ex.stores if s.array == array and s.call < self.ci]
+    if earlier:
+        # the latest call that wrote the element is the one the read sees (stream order)
+        calls = sorted({s.call for s in earlier}, reverse=True)
+        groups = [[s for s in earlier if s.call == c] for c in calls]
+        return _resolve(self, groups, array, idx, ambient, node)
+    if self.ex.remap is not None:
+        array, idx = self.ex.remap(array, idx, ambient, self.where(node))
+    if dtype in FLOAT_RANK:
+        return T.read(array, idx, dtype)
+    f = z3.Function(f"mem.{array}", z3.IntSort(), z3.IntSort())
+    return Lin.var(f(idx.z3()))
+
+
+def _resolve(self, groups: list, array: str, idx: Lin, ambient: list, node):
+    """The value of ``array[idx]`` written by the stores of ``groups`` (one list per kernel
+    call, latest first): the writer of the latest call that wrote it; where that call may not
+    have written it, the earlier calls' value (a select)."""
+    group, rest = groups[0], groups[1:]
+    cands = []
+    for st in group:
+        sub = witness(st, idx)
+        if sub is None:
+            raise Unsupported(self.where(node), f"cannot invert the store to {array} at {st.where}")
+        f = z3.And(_active(st, sub, idx))
+        s = z3.Solver()
+        s.set("timeout", 20000)
+        s.add(*ambient)
+        s.push()
+        s.add(f)
+        res = s.check()
+        s.pop()
+        if res == z3.unsat:
+            continue
+        val = st.value
+        val = T.subst_term(val, sub) if isinstance(val, Term) else T.subst_lin(val, sub)
+        s.add(z3.Not(f))
+        if s.check() == z3.unsat:
+            return val
+        cands.append((f, val))
+    covered = z3.Or([f for f, _ in cands] or [z3.BoolVal(False)])
+    s = z3.Solver()
+    s.set("timeout", 20000)
+    s.add(*ambient)
+    s.add(z3.Not(covered))
+    if s.check() != z3.unsat:
+        if not rest:
+            raise Unsupported(
+                self.where(node), f"{array}[{idx}] may be read where no program wrote it"
+            )
+        out = _resolve(self, rest, array, idx, [*ambient, z3.Not(covered)], node)
+        if not cands:
+            return out
+    else:
+        out = cands.pop()[1]
+    # the writer depends on the element: a select over the candidate writers
+    for f, val in reversed(cands):
+        out = (
+            T.ite(("z3", f), val, out) if isinstance(val, Term) else T.ite_int(("z3", f), val, out)
+        )
+    return out
