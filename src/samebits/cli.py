@@ -85,7 +85,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         loaded, mc.kernel_plan, rc.num_threads, mc.max_model_len, device=mc.device,
         dtype=mc.dtype,
     )  # fmt: skip
-    max_num_seqs = config.scheduler_config.max_num_seqs
+    max_num_seqs = config.max_num_seqs
     if args.json:
         graphs = _graphs_line(dep.plan, rc.enforce_eager, max_num_seqs)
         print(json.dumps({"fingerprint": dep.fingerprint, **dep.components, "graphs": graphs},

@@ -1,7 +1,9 @@
 """Command-line flags of the engine options, shared by `samebits generate / info / serve /
 verify` (vLLM's EngineArgs role): `add_engine_arguments(parser)` adds them, with the
 defaults of `samebits.config` (defined there only), and `config_from_args(args)` turns the
-parsed flags into the one `EngineConfig` the command passes down.
+parsed flags into the one `EngineConfig` the command passes down. A flag whose default
+depends on the device (`--dtype`, `--max-num-seqs`, `--max-num-batched-tokens`, ...)
+defaults to None: the config fills it in for the chosen `--device`.
 
 Flag names are the keyword names with dashes (`--max-num-seqs` -> `max_num_seqs`), except
 `--no-prefix-caching` (stores `enable_prefix_caching=False`) and `--threads`, a deprecated
@@ -20,11 +22,11 @@ from samebits.config import (
     DEVICE_DTYPES,
     ENGINE_KWARGS,
     KERNEL_PLANS,
+    SCHEDULER_DEFAULTS,
     CacheConfig,
     EngineConfig,
     ModelConfig,
     RuntimeConfig,
-    SchedulerConfig,
 )
 
 DEPLOYMENT_OPTIONS = (
@@ -113,11 +115,12 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     """Every engine option: the deployment's, the KV cache's, the scheduler's, the runtime's."""
     add_deployment_arguments(p)
     add = p.add_argument
-    add("--max-num-seqs", type=int, default=_default(SchedulerConfig, "max_num_seqs"),
-        metavar="N", help="most requests in one step")  # fmt: skip
-    add("--max-num-batched-tokens", type=int, metavar="N",
-        default=_default(SchedulerConfig, "max_num_batched_tokens"),
-        help="token budget of one step (prompts are chunked to fit)")  # fmt: skip
+    cpu, gpu = SCHEDULER_DEFAULTS["cpu"], SCHEDULER_DEFAULTS["cuda"]
+    add("--max-num-seqs", type=int, default=None, metavar="N",
+        help=f"most requests in one step (default: {cpu[0]} on cpu, {gpu[0]} on cuda)")  # fmt: skip
+    add("--max-num-batched-tokens", type=int, default=None, metavar="N",
+        help="token budget of one step; prompts are chunked to fit (default: "
+        f"{cpu[1]} on cpu, {gpu[1]} on cuda)")  # fmt: skip
     add("--block-size", type=int, default=_default(CacheConfig, "block_size"), metavar="N",
         help="tokens per KV-cache block")  # fmt: skip
     add("--num-kv-blocks", type=int, default=None, metavar="N",

@@ -1,12 +1,15 @@
 """The user-facing path on the GPU: `LLM(path, device="cuda")` loads a HF folder straight to
-bfloat16 on the device, sizes the KV cache from free memory, and every batched output equals
-the same request alone (tokens and logits digests)."""
+bfloat16 on the device, takes the GPU's scheduler budgets (256 / 8192), sizes the KV cache
+from free memory (capped by max_num_seqs), and every batched output equals the same request
+alone (tokens and logits digests)."""
 
 from __future__ import annotations
 
 import pytest
 
 from samebits import LLM, SamplingParams
+from samebits.config import SCHEDULER_DEFAULTS
+from samebits.engine.assembly import KV_BLOCKS_PER_SEQUENCE_SLOT
 
 pytestmark = pytest.mark.gpu
 
@@ -27,5 +30,7 @@ def test_llm_on_cuda_batched_equals_alone(cuda, tiny_qwen3_dir, gpu_record):
         assert one.outputs[0].logits_digests == many.outputs[0].logits_digests
     gpu_record("LLM(device='cuda') tiny qwen3", f"{blocks} KV blocks at 0.5 utilization; "
                f"{len(alone)} requests alone == batched (tokens, digests)")  # fmt: skip
-    useful = 4 * 32 * -(-llm.engine.max_model_len // 16)  # KV_BLOCKS_PER_SEQUENCE_SLOT cap
+    seqs = llm.engine.config.max_num_seqs
+    assert (seqs, llm.engine.config.max_num_batched_tokens) == SCHEDULER_DEFAULTS["cuda"]
+    useful = KV_BLOCKS_PER_SEQUENCE_SLOT * seqs * -(-llm.engine.max_model_len // 16)
     assert 512 < blocks <= useful

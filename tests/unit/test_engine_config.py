@@ -13,6 +13,7 @@ from samebits.config import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
     DEFAULT_NUM_KV_BLOCKS,
     ENGINE_KWARGS,
+    SCHEDULER_DEFAULTS,
     CacheConfig,
     EngineConfig,
     ModelConfig,
@@ -40,7 +41,8 @@ def test_defaults():
     cfg = EngineConfig()
     assert cfg.model_config == ModelConfig(None, "cpu", "float32", "invariant", None)
     assert cfg.cache_config == CacheConfig(16, None, True, DEFAULT_GPU_MEMORY_UTILIZATION)
-    assert cfg.scheduler_config == SchedulerConfig(32, 512, None)
+    assert cfg.scheduler_config == SchedulerConfig(32, 512, None)  # the cpu's budgets
+    assert SchedulerConfig() == SchedulerConfig(None, None, None)  # filled in by EngineConfig
     assert cfg.runtime_config == RuntimeConfig(None, False)
     assert DEFAULT_NUM_KV_BLOCKS == 512  # the CPU cache size when num_kv_blocks is None
     assert EngineConfig.from_kwargs() == cfg
@@ -143,6 +145,104 @@ def test_device_change_takes_its_default_dtype(monkeypatch):
     cfg = EngineConfig.from_kwargs(device="cuda")  # values only: no GPU needed to describe one
     assert cfg.model_config.dtype == "bfloat16"
     assert EngineConfig().replace(device="cuda").model_config.dtype == "bfloat16"
+
+
+def test_scheduler_budgets_default_by_device():
+    """Issue 25: a GPU that is not tuned gets vLLM's budgets (256 / 8192), the CPU keeps
+    32 / 512; a value given is kept on either device."""
+    assert SCHEDULER_DEFAULTS == {"cpu": (32, 512), "cuda": (256, 8192)}
+    cuda = EngineConfig.from_kwargs(device="cuda")  # values only: no GPU needed
+    assert cuda.scheduler_config == SchedulerConfig(256, 8192, None)
+    assert (cuda.max_num_seqs, cuda.max_num_batched_tokens) == (256, 8192)
+    assert EngineConfig(ModelConfig(device="cuda")).scheduler_config == cuda.scheduler_config
+    cpu = EngineConfig.from_kwargs(device="cpu")
+    assert (cpu.max_num_seqs, cpu.max_num_batched_tokens) == (32, 512)
+    for device in ("cpu", "cuda"):
+        cfg = EngineConfig.from_kwargs(device=device, max_num_seqs=7, max_num_batched_tokens=99)
+        assert cfg.scheduler_config == SchedulerConfig(7, 99, None), device
+        one = EngineConfig.from_kwargs(device=device, max_num_seqs=5)
+        assert one.max_num_seqs == 5
+        assert one.max_num_batched_tokens == SCHEDULER_DEFAULTS[device][1]
+    # a device's default given explicitly is kept on the other device
+    assert EngineConfig.from_kwargs(device="cuda", max_num_seqs=32).max_num_seqs == 32
+    assert EngineConfig.from_kwargs(max_num_batched_tokens=8192).max_num_batched_tokens == 8192
+
+
+def test_device_change_takes_its_default_budgets():
+    moved = EngineConfig().replace(device="cuda")
+    assert moved.scheduler_config == SchedulerConfig(256, 8192, None)
+    assert moved == EngineConfig.from_kwargs(device="cuda")
+    assert moved.replace(device="cpu") == EngineConfig()
+    tuned = EngineConfig.from_kwargs(max_num_seqs=3, max_num_batched_tokens=40)
+    assert tuned.replace(device="cuda").scheduler_config == SchedulerConfig(3, 40, None)
+    half = EngineConfig.from_kwargs(max_num_seqs=3).replace(device="cuda")
+    assert (half.max_num_seqs, half.max_num_batched_tokens) == (3, 8192)
+    given = EngineConfig().replace(device="cuda", max_num_seqs=32)
+    assert (given.max_num_seqs, given.max_num_batched_tokens) == (32, 8192)
+    # no device change: nothing moves
+    assert (
+        EngineConfig.from_kwargs(device="cuda", max_num_seqs=8).replace(block_size=4).max_num_seqs
+        == 8
+    )
+
+
+def test_cli_scheduler_flags_default_by_device():
+    parser = build_parser()
+    for command in (["generate", "hi"], ["serve"]):
+        args = parser.parse_args(command + ["--device", "cuda"])
+        assert (args.max_num_seqs, args.max_num_batched_tokens) == (None, None)
+        cfg = config_from_args(args)
+        assert cfg.scheduler_config == SchedulerConfig(256, 8192, None), command
+        cpu = config_from_args(parser.parse_args(command))
+        assert cpu.scheduler_config == SchedulerConfig(32, 512, None), command
+        flags = ["--device", "cuda", "--max-num-seqs", "32", "--max-num-batched-tokens", "512"]
+        kept = config_from_args(parser.parse_args(command + flags))
+        assert kept.scheduler_config == SchedulerConfig(32, 512, None), command
+        flags = ["--max-num-seqs", "256", "--max-num-batched-tokens", "8192"]
+        kept = config_from_args(parser.parse_args(command + flags))
+        assert kept.scheduler_config == SchedulerConfig(256, 8192, None), command
+    serve = parser._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr]
+    help_text = " ".join(serve.format_help().split())
+    assert "(default: 32 on cpu, 256 on cuda)" in help_text
+    assert "(default: 512 on cpu, 8192 on cuda)" in help_text
+
+
+def test_scheduler_refuses_unresolved_budgets():
+    from samebits.engine.scheduler import Scheduler
+
+    cache = CacheConfig(4, 8)
+    with pytest.raises(ValueError, match="max_num_seqs and max_num_batched_tokens set"):
+        Scheduler.from_configs(cache, SchedulerConfig(max_model_len=16))
+    with pytest.raises(ValueError, match="max_num_seqs and max_num_batched_tokens set"):
+        Scheduler.from_configs(cache, SchedulerConfig(4, None, 16))
+    assert Scheduler.from_configs(cache, SchedulerConfig(4, 8, 16)).max_num_seqs == 4
+
+
+def test_from_deployment_takes_the_deployment_devices_budgets(tiny_llama_dir, monkeypatch):
+    """A cuda deployment with no budgets given resolves to the GPU's, and sizes the KV cache
+    with them; budgets given are kept (the plan is only relabelled: nothing runs)."""
+    from samebits.deployment import build_deployment
+    from samebits.engine import runner
+    from samebits.engine.assembly import KV_BLOCKS_PER_SEQUENCE_SLOT
+    from samebits.engine.engine import LLMEngine
+    from samebits.model import load_model
+
+    dep = build_deployment(load_model(str(tiny_llama_dir)), "invariant", 1)
+    gpu_like = dataclasses.replace(
+        dep, plan=dataclasses.replace(dep.plan, device="cuda", dtype="bfloat16")
+    )
+    monkeypatch.setattr(runner, "kv_blocks_for_device", lambda *a: 10**7)
+    per_sequence = -(-dep.max_model_len // 16)
+    engine = LLMEngine.from_deployment(gpu_like)
+    assert engine.config.model_config.device == "cuda"
+    assert (engine.config.max_num_seqs, engine.config.max_num_batched_tokens) == (256, 8192)
+    assert (engine.scheduler.max_num_seqs, engine.scheduler.max_num_batched_tokens) == (256, 8192)
+    assert engine.scheduler.num_kv_blocks == KV_BLOCKS_PER_SEQUENCE_SLOT * 256 * per_sequence
+    kept = LLMEngine.from_deployment(gpu_like, max_num_seqs=32, max_num_batched_tokens=512)
+    assert (kept.scheduler.max_num_seqs, kept.scheduler.max_num_batched_tokens) == (32, 512)
+    assert kept.scheduler.num_kv_blocks == KV_BLOCKS_PER_SEQUENCE_SLOT * 32 * per_sequence
+    cpu = LLMEngine.from_deployment(dep)
+    assert (cpu.scheduler.max_num_seqs, cpu.scheduler.max_num_batched_tokens) == (32, 512)
 
 
 def test_llm_kwargs_and_config_give_the_same_engine_config(tiny_llama_dir):

@@ -18,6 +18,7 @@ from samebits.config import (
     KERNEL_PLANS,
     KWARG_PARTS,
     EngineConfig,
+    build_config,
     resolved_parts,
 )
 from samebits.engine.scheduler import Scheduler
@@ -51,6 +52,20 @@ def deploy(loaded: Any, cfg: EngineConfig, release_sources: bool) -> Any:
         loaded, mc.kernel_plan, rc.num_threads, mc.max_model_len, release_sources,
         mc.device, _dtype(cfg),
     )  # fmt: skip
+
+
+def deployment_config(
+    deployment: Any, config: EngineConfig | None, kwargs: dict[str, Any]
+) -> EngineConfig:
+    """`build_config(config, **kwargs)` on the deployment's device: a config for another
+    device (the default one is for the cpu) moves to it as `EngineConfig.replace` does, so
+    scheduler budgets not given in `kwargs` and left at the old device's defaults take the
+    deployment device's (`SCHEDULER_DEFAULTS`); a value given is kept."""
+    base = build_config(config)
+    device = _plan_settings(deployment.plan).get("device")
+    if device is not None and device != base.model_config.device:
+        kwargs = {"device": device, **kwargs}
+    return build_config(base, **kwargs)
 
 
 def check_deployment_kwargs(kwargs: dict[str, Any]) -> None:
@@ -103,9 +118,9 @@ def _runner(deployment: Any, cfg: EngineConfig) -> Any:
     from samebits.engine.runner import ModelRunner
     from samebits.graphs.policy import graph_config
 
-    cache, sched = cfg.cache_config, cfg.scheduler_config
+    cache = cfg.cache_config
     graphs = graph_config(
-        deployment.plan.device, cfg.runtime_config.enforce_eager, sched.max_num_seqs
+        deployment.plan.device, cfg.runtime_config.enforce_eager, cfg.max_num_seqs
     )
     blocks = _resolved(cache.num_kv_blocks, "num_kv_blocks")
     return ModelRunner(deployment.model, cache.block_size, blocks, graphs, deployment.max_model_len)
@@ -123,7 +138,7 @@ def num_kv_blocks(deployment: Any, cfg: EngineConfig) -> int:
     from samebits.engine.runner import kv_blocks_for_device
 
     per_sequence = -(-deployment.max_model_len // cache.block_size)
-    useful = KV_BLOCKS_PER_SEQUENCE_SLOT * cfg.scheduler_config.max_num_seqs * per_sequence
+    useful = KV_BLOCKS_PER_SEQUENCE_SLOT * cfg.max_num_seqs * per_sequence
     fits = kv_blocks_for_device(deployment.model, cache.block_size, cache.gpu_memory_utilization)
     return min(useful, fits)
 

@@ -100,9 +100,10 @@ class LLMEngine:
         `enable_prefix_caching`, `gpu_memory_utilization`, `max_num_seqs`,
         `max_num_batched_tokens`, `enforce_eager`, ...); the deployment's model settings
         (plan, device, dtype, context length, threads) are what it was built with, whatever
-        the config says (`assembly.assemble`)."""
+        the config says (`assembly.assemble`); scheduler budgets not given take the
+        deployment device's defaults (`assembly.deployment_config`)."""
         assembly.check_deployment_kwargs(kwargs)
-        return cls._assemble(deployment, build_config(config, **kwargs))
+        return cls._assemble(deployment, assembly.deployment_config(deployment, config, kwargs))
 
     @classmethod
     def _assemble(cls, deployment: Any, cfg: EngineConfig) -> LLMEngine:

@@ -115,13 +115,20 @@ class Scheduler:
     def from_configs(
         cls, cache: CacheConfig, scheduler: SchedulerConfig, cache_salt: bytes = b""
     ) -> Scheduler:
-        """A scheduler on its parts of an EngineConfig (sizes resolved: `num_kv_blocks` and
-        `max_model_len` set; `gpu_memory_utilization` is the engine's business)."""
+        """A scheduler on its parts of an EngineConfig (sizes resolved: `num_kv_blocks`,
+        `max_model_len` and the budgets set, as a resolved `EngineConfig` has them;
+        `gpu_memory_utilization` is the engine's business)."""
         if scheduler.max_model_len is None or cache.num_kv_blocks is None:
             raise ValueError("Scheduler.from_configs needs max_model_len and num_kv_blocks set")
+        seqs, tokens = scheduler.max_num_seqs, scheduler.max_num_batched_tokens
+        if seqs is None or tokens is None:
+            raise ValueError(
+                "Scheduler.from_configs needs max_num_seqs and max_num_batched_tokens set (an "
+                f"EngineConfig fills them in from its device), got {seqs!r} and {tokens!r}"
+            )
         return cls(
-            max_num_seqs=scheduler.max_num_seqs,
-            max_num_batched_tokens=scheduler.max_num_batched_tokens,
+            max_num_seqs=seqs,
+            max_num_batched_tokens=tokens,
             max_model_len=scheduler.max_model_len,
             block_size=cache.block_size,
             num_kv_blocks=cache.num_kv_blocks,
