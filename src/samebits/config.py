@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 KERNEL_PLANS = ("invariant", "fast")
 DEVICE_DTYPES = {"cpu": ("float32",), "cuda": ("bfloat16",)}  # first: the device's default
@@ -232,12 +234,12 @@ class EngineConfig:
     @property
     def max_num_seqs(self) -> int:
         """The resolved `scheduler_config.max_num_seqs` (set by `__post_init__`)."""
-        return _filled(self.scheduler_config.max_num_seqs, "max_num_seqs")
+        return resolved(self.scheduler_config.max_num_seqs, "max_num_seqs")
 
     @property
     def max_num_batched_tokens(self) -> int:
         """The resolved `scheduler_config.max_num_batched_tokens` (set by `__post_init__`)."""
-        return _filled(self.scheduler_config.max_num_batched_tokens, "max_num_batched_tokens")
+        return resolved(self.scheduler_config.max_num_batched_tokens, "max_num_batched_tokens")
 
     def to_kwargs(self) -> dict[str, Any]:
         """The flat keyword arguments this config is built from (`from_kwargs` inverts it)."""
@@ -304,8 +306,10 @@ def kv_blocks_for_memory(
     return blocks
 
 
-def _filled(value: int | None, name: str) -> int:
-    if value is None:  # EngineConfig.__post_init__ fills it in: only a bypassed one lacks it
+def resolved(value: T | None, name: str) -> T:
+    """`value`, which the config has resolved (a None left where `EngineConfig` or the
+    engine's assembly fills it in): AssertionError naming the field otherwise."""
+    if value is None:
         raise AssertionError(f"the engine config's {name} is unresolved")
     return value
 

@@ -19,6 +19,7 @@ from samebits.config import (
     KWARG_PARTS,
     EngineConfig,
     build_config,
+    resolved,
     resolved_parts,
 )
 from samebits.engine.scheduler import Scheduler
@@ -122,7 +123,7 @@ def _runner(deployment: Any, cfg: EngineConfig) -> Any:
     graphs = graph_config(
         deployment.plan.device, cfg.runtime_config.enforce_eager, cfg.max_num_seqs
     )
-    blocks = _resolved(cache.num_kv_blocks, "num_kv_blocks")
+    blocks = resolved(cache.num_kv_blocks, "num_kv_blocks")
     return ModelRunner(deployment.model, cache.block_size, blocks, graphs, deployment.max_model_len)
 
 
@@ -158,12 +159,4 @@ def _async_scheduling(device: str, cfg: EngineConfig) -> bool:
 
 
 def _dtype(cfg: EngineConfig) -> str:
-    return _resolved(cfg.model_config.dtype, "dtype")
-
-
-def _resolved(value: Any, name: str) -> Any:
-    """`value`, which the config has resolved (ModelConfig fills in dtype; `resolve` the KV
-    block count): AssertionError naming it otherwise."""
-    if value is None:
-        raise AssertionError(f"the engine config's {name} is unresolved")
-    return value
+    return resolved(cfg.model_config.dtype, "dtype")

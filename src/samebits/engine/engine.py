@@ -249,11 +249,12 @@ class LLMEngine:
         arrives a few steps later; a streamed output waits for its digests, hashed on the
         host in about a millisecond), and is told whether the rows are needed on the host at
         all (`_needs_host_rows`). Hints only: the digests are the same strings either way."""
-        rids = [s.request_id for s in sched_out.scheduled if s.sample]
         on_device = (
             self.runtime.device_digests
             and self.runner.hashes_on_device
-            and not self.output_processor.streams(rids)
+            and not self.output_processor.streams(
+                s.request_id for s in sched_out.scheduled if s.sample
+            )
         )
         copy_rows = not on_device or self._needs_host_rows(sched_out)
         return self.runner.launch(

@@ -12,7 +12,7 @@ request's work is handed to `fail(request_id, exc)` (the engine aborts that requ
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,7 +123,7 @@ class OutputProcessor:
             if rid not in self.held:
                 self.request_states.pop(rid, None)
 
-    def streams(self, rids: list[str]) -> bool:
+    def streams(self, rids: Iterable[str]) -> bool:
         """Whether one of these requests reports before it finishes (not FINAL_ONLY)."""
         states = (self.request_states.get(rid) for rid in rids)
         final = RequestOutputKind.FINAL_ONLY
