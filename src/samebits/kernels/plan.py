@@ -11,6 +11,12 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+# Key span of attention (DESIGN.md §2b): the keys of a query are cut into spans at absolute
+# positions 0, S, 2S, ...; each span is an online softmax from a fresh state and the spans are
+# merged in span order by one merge formula, whichever launch (sequential spans or split-KV)
+# runs. Part of the numerics of every plan, so it is in the fingerprint (`to_dict`).
+ATTENTION_SPAN = 512
+
 
 @dataclass(frozen=True)
 class KernelPlan:
@@ -28,6 +34,7 @@ class KernelPlan:
     dtype: str = "float32"  # activations, KV cache and (GPU) weights; residual/logits float32
     head_dim: int = 0  # the model's; attention kernels are specialised on it
     group: int = 1  # query heads per KV head
+    attention_span: int = ATTENTION_SPAN  # keys per span (a multiple of every key tile)
     # why the native kernels are not used although the plan would use them (the build failed);
     # shown by describe(), not part of to_dict() (the fingerprint has linear_kernel)
     native_fallback: str = field(default="", compare=False)
