@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from samebits.kernels.metadata import VIEW_ALIGN_BYTES, FlatBatch
+from samebits.kernels.plan import ATTENTION_SPAN
 
 _INT64 = ("ids", "positions", "slots", "seq_lens", "feed")
 _INT32 = ("positions32", "table")
@@ -52,14 +53,15 @@ class DecodeBuffers:
 
     def __init__(
         self, max_batch: int, width: int, block_size: int, sink_block: int,
-        device: torch.device, attention_group: int | None = None,
+        device: torch.device, attention_group: int | None = None, attention_span: int = ATTENTION_SPAN,
     ) -> None:  # fmt: skip
-        """`attention_group`: GQA group of the GPU attention kernel, whose program map is
-        built once per bucket (None: the op set plans attention from the host arrays)."""
+        """`attention_group` / `attention_span`: GQA group and key span of the GPU attention
+        kernel, whose program map is built once per bucket (None: the op set plans attention
+        from the host arrays)."""
         self.max_batch, self.width, self.block_size = max_batch, width, block_size
         self.sink_block = sink_block
         self.device = device
-        self.group = attention_group
+        self.group, self.span = attention_group, attention_span
         self._offsets, nbytes = _layout(max_batch, width)
         pin = device.type == "cuda"
         self.hosts = [torch.zeros(nbytes, dtype=torch.uint8, pin_memory=pin) for _ in range(2)]
@@ -162,7 +164,8 @@ class DecodeBuffers:
     def _attention_meta(self, b: int):
         """The GPU attention's program map of a decode step: program r holds request r's one
         token (as `attention_metadata` plans it for one-token requests: `block_m` from
-        `default_block_m(1, group)`, the default warps)."""
+        `default_block_m(1, group)`, the default warps); positions are bounded by the table
+        width, so the launch (spans in sequence or split-KV) is fixed per bucket."""
         if self.group is None:
             return None
         from samebits.kernels.triton import attention_meta as am
@@ -172,5 +175,6 @@ class DecodeBuffers:
             prog_row0=self.arange32[:b], query_end=self.query_end32[:b],
             block_tables=self.table[:b], num_programs=b, block_size=self.block_size,
             group=self.group, block_m=am.default_block_m(1, self.group),
-            num_warps=am.ATTENTION_WARPS,
+            num_warps=am.ATTENTION_WARPS, span=self.span, one_token_each=True,
+            max_position=self.width * self.block_size - 1,
         )  # fmt: skip

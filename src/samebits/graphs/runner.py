@@ -40,7 +40,13 @@ class DecodeGraphRunner:
         width = -(-max_model_len // block_size)
         device = torch.device(model.ops.device)
         self.buffers = DecodeBuffers(
-            config.buckets[-1], width, block_size, sink_block, device, group
+            config.buckets[-1],
+            width,
+            block_size,
+            sink_block,
+            device,
+            group,
+            plan.attention_span,
         )
         self._new_graph = step_graph_factory(device)
         self.graphs: dict[int, StepGraph] = {}

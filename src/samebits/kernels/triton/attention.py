@@ -1,9 +1,13 @@
-"""Paged causal attention on the GPU: one kernel for prefill, chunked prefill, decode and mixed.
+"""Paged causal attention on the GPU: one definition for prefill, chunked prefill, decode, mixed.
 
 Invariant: the output row of query token i, head h, depends only on q[i, h], its position t
-and the cached keys/values 0..t of its own request; keys are reduced in tiles of
-``KEY_BLOCK`` at absolute positions with an online softmax in tile order, denominators by MMA.
-So chunking, batching, tile height, GQA packing and physical page placement never change bits.
+and the cached keys/values 0..t of its own request; keys are cut into spans of
+``meta.span`` keys at absolute positions, each span reduced in tiles of ``KEY_BLOCK`` at
+absolute positions with an online softmax in tile order (denominators by MMA), and the span
+states folded in span order by one merge formula (`_attention_kernel`). So chunking,
+batching, tile height, GQA packing, physical page placement and the launch (spans in
+sequence, or split-KV decode: spans in parallel, then the ordered merge) never change bits.
+The launch is chosen by `decode_splits` from the batch and a bound on the positions only.
 """
 
 from __future__ import annotations
@@ -12,14 +16,24 @@ import math
 
 import torch
 
-from samebits.kernels.triton._attention_kernel import paged_attention_kernel
+from samebits.kernels.triton._attention_kernel import (
+    merge_spans_kernel,
+    paged_attention_kernel,
+    split_span_kernel,
+)
 from samebits.kernels.triton.attention_meta import (
     DECODE_BLOCK_M,
     AttentionMeta,
     attention_metadata,
 )
 
-__all__ = ["KEY_BLOCK", "AttentionMeta", "attention_metadata", "paged_attention"]
+__all__ = [
+    "KEY_BLOCK",
+    "AttentionMeta",
+    "attention_metadata",
+    "decode_splits",
+    "paged_attention",
+]
 
 KEY_BLOCK = 64  # key tile width: part of the numerics (tile boundaries at multiples of it)
 # Register cap (ptxas .maxnreg) of decode launches (tiles of DECODE_BLOCK_M rows, head dim
@@ -31,6 +45,10 @@ KEY_BLOCK = 64  # key tile width: part of the numerics (tile boundaries at multi
 DECODE_MAXNREG = 128
 ATTENTION_MAXNREG: int | None = None  # an experiment's override of `register_cap` (benchmarks)
 LOG2E = 1.4426950408889634
+# Split-KV decode: a decode step with fewer than this many (request, KV head) pairs runs each
+# request's spans in up to this many / pairs programs (about two per SM of an H200, 132 SMs),
+# then the ordered merge; larger steps already fill the GPU with spans in sequence.
+DECODE_SPLIT_PROGRAMS = 264
 
 
 def _check(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta):
@@ -58,17 +76,54 @@ def paged_attention(
 ) -> torch.Tensor:
     """Causal attention of ``q [N, H, D]`` over the paged cache; returns ``[N, H, D]`` in q.dtype."""
     _check(q, k_cache, v_cache, meta)
+    if meta.span % KEY_BLOCK:
+        raise ValueError(f"attention span {meta.span} is not a multiple of {KEY_BLOCK}")
     out = torch.empty_like(q)
     if meta.num_programs == 0:
+        return out
+    splits = decode_splits(meta, k_cache.shape[1])
+    if splits:
+        _split_decode(q, k_cache, v_cache, meta, scale, splits, out)
         return out
     hkv, d = k_cache.shape[1], k_cache.shape[2]
     paged_attention_kernel[(meta.num_programs, hkv)](
         q, k_cache, v_cache, out, meta.positions, meta.prog_req, meta.prog_row0, meta.query_end,
         meta.block_tables, meta.block_tables.shape[1], scale * LOG2E, HKV=hkv, GROUP=meta.group,
-        D=d, PAGE=meta.block_size, BLOCK_M=meta.block_m, BLOCK_N=KEY_BLOCK,
+        D=d, PAGE=meta.block_size, BLOCK_M=meta.block_m, BLOCK_N=KEY_BLOCK, SPAN=meta.span,
         num_warps=meta.num_warps, **_cap(register_cap(meta.block_m, d)),
     )  # fmt: skip
     return out
+
+
+def decode_splits(meta: AttentionMeta, kv_heads: int) -> int:
+    """Programs per request of a split-KV decode launch, or 0 for spans in sequence: from the
+    number of requests, KV heads and the bound on positions only (either launch computes the
+    same bits)."""
+    if not meta.one_token_each:
+        return 0
+    spans = meta.max_position // meta.span + 1
+    splits = -(-DECODE_SPLIT_PROGRAMS // (meta.num_requests * kv_heads))
+    return min(splits, spans) if splits > 1 and spans > 1 else 0
+
+
+def _split_decode(q, k_cache, v_cache, meta: AttentionMeta, scale: float, splits: int, out):
+    """Each span's state into a scratch tensor [request, span, head], then the ordered merge."""
+    r, heads = meta.num_requests, q.shape[1]
+    hkv, d = k_cache.shape[1], k_cache.shape[2]
+    max_spans = meta.max_position // meta.span + 1
+    m_s = torch.empty((r * max_spans * heads,), dtype=torch.float32, device=q.device)
+    l_s = torch.empty_like(m_s)
+    acc_s = torch.empty((r * max_spans * heads * d,), dtype=torch.float32, device=q.device)
+    facts = dict(HKV=hkv, GROUP=meta.group, D=d, BLOCK_M=meta.block_m, SPAN=meta.span)
+    split_span_kernel[(r, splits, hkv)](
+        q, k_cache, v_cache, m_s, l_s, acc_s, meta.positions, meta.block_tables,
+        meta.block_tables.shape[1], max_spans, scale * LOG2E, PAGE=meta.block_size,
+        BLOCK_N=KEY_BLOCK, num_warps=meta.num_warps,
+        **facts, **_cap(register_cap(meta.block_m, d)),
+    )  # fmt: skip
+    merge_spans_kernel[(r, hkv)](
+        out, m_s, l_s, acc_s, meta.positions, max_spans, num_warps=meta.num_warps, **facts
+    )
 
 
 def register_cap(block_m: int, head_dim: int) -> int | None:

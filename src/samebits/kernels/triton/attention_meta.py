@@ -15,6 +15,7 @@ import torch
 import triton
 
 from samebits.kernels.metadata import to_device_aligned
+from samebits.kernels.plan import ATTENTION_SPAN
 
 PREFILL_BLOCK_M = 64
 DECODE_BLOCK_M = 16
@@ -35,6 +36,16 @@ class AttentionMeta:
     group: int
     block_m: int
     num_warps: int
+    span: int = ATTENTION_SPAN  # keys per span of the attention definition (the plan's)
+    # decode launch facts: every request has one query token (token r is request r's), and a
+    # bound on the step's positions (the step's maximum, or the decode graph's table width);
+    # they choose between launches that compute the same bits, never a value
+    one_token_each: bool = False
+    max_position: int = 0
+
+    @property
+    def num_requests(self) -> int:
+        return int(self.query_end.shape[0])
 
 
 def default_block_m(max_query_len: int, group: int) -> int:
@@ -63,13 +74,15 @@ def attention_metadata(
     device,
     block_m: int | None = None,
     num_warps: int = ATTENTION_WARPS,
+    span: int = ATTENTION_SPAN,
 ) -> AttentionMeta:
     """Metadata for q rows grouped by request (``query_start_loc`` [R+1]) at ``positions``."""
     qsl = np.asarray(query_start_loc, dtype=np.int64)
     tables = np.ascontiguousarray(block_tables, dtype=np.int32)
     if tables.ndim != 2 or tables.shape[0] != qsl.size - 1:
         raise ValueError("block_tables must be [num_requests, max_blocks]")
-    block_m = block_m or default_block_m(int(np.diff(qsl).max(initial=0)), group)
+    max_query_len = int(np.diff(qsl).max(initial=0))
+    block_m = block_m or default_block_m(max_query_len, group)
     if block_m < max(16, group) or block_m & (block_m - 1):
         raise ValueError(f"block_m must be a power of two >= max(16, group), got {block_m}")
     req, row0 = _programs(qsl, block_m // group)
@@ -78,5 +91,7 @@ def attention_metadata(
     return AttentionMeta(
         positions=pos_d, prog_req=req_d, prog_row0=row0_d, query_end=qend_d,
         block_tables=bt_d, num_programs=int(req.size), block_size=block_size,
-        group=group, block_m=block_m, num_warps=num_warps,
+        group=group, block_m=block_m, num_warps=num_warps, span=span,
+        one_token_each=max_query_len == 1 and int(qsl[-1]) == qsl.size - 1,
+        max_position=int(np.max(positions, initial=0)),
     )  # fmt: skip

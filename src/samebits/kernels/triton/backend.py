@@ -49,6 +49,7 @@ class TritonOps(TorchPlacement):
         self.device = torch.device("cuda")
         self.act_dtype = getattr(torch, plan.dtype)
         self.group = plan.group
+        self.span = plan.attention_span
 
     def linear(self, weight, bias, source=None, role: str = "") -> QualifiedLinear:
         w = weight.to(device=self.device, dtype=self.act_dtype).contiguous()
@@ -98,7 +99,7 @@ class TritonOps(TorchPlacement):
     def prepare_batch(self, batch: FlatBatch) -> FlatBatch:
         meta = triton_attention.attention_metadata(
             batch.positions, batch.query_start_loc, batch.block_tables, batch.block_size,
-            self.group, self.device,
+            self.group, self.device, span=self.span,
         )  # fmt: skip
         return dataclasses.replace(batch, attn=meta)
 
