@@ -71,3 +71,28 @@ def test_negative_control_fast_plan_fails(tiny_llama_dir, matrix_log):
     report = check_matrix(dep, [s for s in build_scenarios(size) if s.category == "batch"])
     matrix_log(f"negative control (fast plan, batch category): {report.summary()}")
     assert report.mismatches, "the fast plan was expected to break batch invariance"
+
+
+def test_matrix_long_contexts(matrix_log):
+    """Prompts of 700 and 1400 tokens (2 and 3 attention spans of 512): chunk budgets around a
+    span, batches, a prefix hit ending mid-span, preemption of long requests."""
+    from samebits.model.random_init import random_model
+    from samebits.testing.determinism_matrix import LONG
+
+    dep = _deployment(random_model("tiny-qwen3", seed=3))
+    size = MatrixSize(vocab=dep.config.vocab_size, repeats=1, long_prompts=(700, 1400))
+    report = check_matrix(dep, [s for s in build_scenarios(size) if s.category == LONG])
+    matrix_log(f"tiny-qwen3, long contexts: {report.summary()}")
+    assert report.mismatches == []
+    assert report.rows[LONG] >= 40 and report.preemptions > 0 and report.prefix_hits >= 1280
+
+
+def test_negative_control_fast_plan_long_contexts(matrix_log):
+    from samebits.model.random_init import random_model
+    from samebits.testing.determinism_matrix import LONG
+
+    dep = _deployment(random_model("tiny-qwen3", seed=3), "fast")
+    size = MatrixSize(vocab=dep.config.vocab_size, repeats=1, long_prompts=(700, 1400))
+    report = check_matrix(dep, [s for s in build_scenarios(size) if s.category == LONG])
+    matrix_log(f"negative control (fast plan, long contexts): {report.summary()}")
+    assert report.mismatches, "the fast plan was expected to break invariance at long contexts"

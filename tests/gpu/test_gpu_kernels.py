@@ -183,3 +183,47 @@ def test_linear_add_rms_norm_fused_equals_op_by_op(cuda, role, gpu_record):
             bad[m] = n_bad
     gpu_record(f"linear_add_rms_norm {role}", f"fused at M={fused_ms}; rows differing {bad}")
     assert bad == {} and fused_ms
+
+
+def test_attention_spans_split_decode_equals_prefill(cuda, gpu_record):
+    """The span definition on the H200 (span 512): prefill in chunks crossing span boundaries,
+    a cached prefix ending mid-span, and split-KV decode (the chosen launch, and 1 .. 9
+    programs per request forced) at span boundaries, alone and in a batch of 16."""
+    from samebits.kernels.triton.attention import _split_decode, attention_metadata
+
+    heads, kv_heads, dim, length, group = 32, 8, 128, 3000, 4
+    g = _gen(12)
+    q = torch.randn((length, heads, dim), device="cuda", generator=g).to(BF16)
+    k, v = (torch.randn((length, kv_heads, dim), device="cuda", generator=g).to(BF16) for _ in "kv")
+    nb = -(-length // 16) + 3
+    table = np.random.default_rng(5).permutation(nb).astype(np.int64)
+    layout = (_paged(k, table, 16, nb * 16), _paged(v, table, 16, nb * 16), table, 16)
+    ref = _attend(q, layout, [(0, length)], group)
+    checks = {}
+    for chunk in (500, 511, 513, 1024):
+        spans = [(a, min(length, a + chunk)) for a in range(0, length, chunk)]
+        out = torch.cat([_attend(q, layout, [s], group) for s in spans])
+        checks[f"chunk{chunk}"] = rows_differing(out, ref)
+    checks["prefix hit at 1700"] = rows_differing(_attend(q, layout, [(1700, length)], group),
+                                                  ref[1700:])  # fmt: skip
+    points = (0, 511, 512, 513, 1023, 1024, 1535, 2047, 2048, 2999)
+    for t in points:
+        checks[f"decode {t}"] = rows_differing(
+            _attend(q, layout, [(t, t + 1)], group), ref[t : t + 1]
+        )
+    batch = (0, 100, 511, 512, 700, 1024, 1500, 1536, 2000, 2047, 2048, 2500, 2900, 2998, 2999, 5)
+    want = torch.cat([ref[t : t + 1] for t in batch])
+    checks["decode batch of 16"] = rows_differing(
+        _attend(q, layout, [(t, t + 1) for t in batch], group), want
+    )
+    kc, vc = layout[0], layout[1]
+    qq = torch.cat([q[t : t + 1] for t in batch]).contiguous()
+    meta = attention_metadata(np.array(batch), np.arange(17), np.repeat(table[None], 16, 0), 16,
+                              group, "cuda")  # fmt: skip
+    for splits in (1, 2, 3, 6, 9):
+        out = torch.empty_like(qq)
+        _split_decode(qq, kc, vc, meta, dim**-0.5, splits, out)
+        checks[f"batch of 16, {splits} programs each"] = rows_differing(out, want)
+    bad = {key: n for key, n in checks.items() if n}
+    gpu_record("attention spans L=3000 span=512", f"{len(checks)} configs, rows differing {bad}")
+    assert bad == {}

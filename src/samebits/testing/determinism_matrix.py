@@ -31,6 +31,7 @@ from samebits.spec import (
 FINAL = RequestOutputKind.FINAL_ONLY  # only final outputs are read
 
 CATEGORIES = ("batch", "chunk", "prefill_vs_decode", "prefix", "pressure", "arrivals", "sampling")
+LONG = "long"  # the long-context scenarios (`MatrixSize.long_prompts`), counted when built
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ def check_matrix(deployment, scenarios: Sequence[Scenario]) -> Report:
                 continue
             all_views.append(view)
             ref = refs.get(job)
-            report.rows[sc.category] += len(view.records)
+            report.rows[sc.category] = report.rows.get(sc.category, 0) + len(view.records)
             if not is_reference_prefix(view, ref):
                 report.mismatches.append(f"{sc.name}: {first_mismatch(view, ref)}")
     if not deterministic(all_views, all_views):
@@ -163,6 +164,10 @@ class MatrixSize:
     small_block: int = 4
     # Every engine of the matrix with this `async_scheduling` (None: the device's default).
     async_scheduling: bool | None = None
+    # Long-context scenarios (category "long"): prompt lengths (short, long) crossing several
+    # attention spans, decoding `long_n_out` tokens; None: none are built.
+    long_prompts: tuple[int, int] | None = None
+    long_n_out: int = 4
 
 
 def build_scenarios(size: MatrixSize, seed: int = 0) -> list[Scenario]:
@@ -173,6 +178,8 @@ def build_scenarios(size: MatrixSize, seed: int = 0) -> list[Scenario]:
     for r in range(size.repeats):
         out += _batch(pool, rng, size, r) + _chunk(pool, size, r) + _prefix(pool, size, r)
         out += _pressure(pool, size, r) + _arrivals(pool, rng, r) + _sampling(pool, rng, r)
+    if size.long_prompts is not None:
+        out += _long(pool, size)
     if size.async_scheduling is None:
         return out
     runtime = {"async_scheduling": size.async_scheduling}
@@ -255,6 +262,33 @@ def _sampling(pool: _Pool, rng, r: int) -> list[Scenario]:
         Scenario("sampling", f"sampling-alone-{r}", jobs[:1]),
         Scenario("sampling", f"sampling-batched-{r}", mixed, {"max_num_batched_tokens": 16}),
     ]
+
+
+def _long(pool: _Pool, size: MatrixSize) -> list[Scenario]:
+    """Prompts of `long_prompts` tokens (several spans of `ATTENTION_SPAN` keys): alone;
+    chunked with budgets just below / above a span and across spans; batched with each other
+    and short requests (split-KV decode in a batch); a prefix-cache hit that ends mid-span;
+    two long requests in a cache too small for both (preemption, recompute)."""
+    from samebits.kernels.plan import ATTENTION_SPAN as SPAN
+
+    assert size.long_prompts is not None
+    short, long = size.long_prompts
+    params = pool.params(11, max_tokens=size.long_n_out)
+    a, b = Job(pool.tokens(long), params), Job(pool.tokens(short), params)
+    c = Job(a.prompt[: 2 * SPAN + SPAN // 2 + 5] + pool.tokens(9), params, arrival=0)
+    page = size.small_block
+    out = [Scenario(LONG, "long-alone", [a])]
+    out += [Scenario(LONG, f"long-budget-{n}", [a, b], {"max_num_batched_tokens": n})
+            for n in (SPAN - 3, SPAN + 1, 4 * SPAN + 7)]  # fmt: skip
+    mixed = [a, b] + [pool.job(max_tokens=size.long_n_out) for _ in range(5)]
+    out.append(Scenario(LONG, "long-batch", mixed, {"max_num_seqs": 8}))
+    hot = [a, dataclasses.replace(c, arrival=long // 16 + 3 * size.long_n_out + 40)]
+    out.append(Scenario(LONG, "long-prefix-mid-span", hot, {"block_size": page}))
+    twins = [b, Job(pool.tokens(short), pool.params(12, max_tokens=size.long_n_out + page))]
+    blocks = (3 * short // 2) // page + 4
+    cfg = {"block_size": page, "num_kv_blocks": blocks, "max_num_batched_tokens": 2 * SPAN}
+    out.append(Scenario(LONG, "long-pressure", twins, cfg))
+    return out
 
 
 def prefill_vs_decode(deployment, prompt: Sequence[int], n: int) -> tuple[int, list[str]]:

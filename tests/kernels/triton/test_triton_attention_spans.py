@@ -99,8 +99,12 @@ def test_launch_choice():
     cache = make_cache([make_request(8, 1, seed=0)], 16, seed=0)
     assert decode_splits(_decode_meta(cache, [SPAN - 1]), 2) == 0  # one span
     assert decode_splits(_decode_meta(cache, [4 * SPAN]), 2) == 5  # capped by the spans
-    big = _decode_meta(cache, [4 * SPAN] * 200, requests=[0] * 200)
-    assert decode_splits(big, 2) == 0  # 400 pairs fill the GPU already
+    n = attention.DECODE_SPLIT_PROGRAMS // 2
+    big = _decode_meta(cache, [4 * SPAN] * n, requests=[0] * n)
+    assert decode_splits(big, 2) == 0  # enough (request, KV head) pairs fill the GPU already
+    assert (
+        decode_splits(_decode_meta(cache, [4 * SPAN] * (n // 2), requests=[0] * (n // 2)), 2) == 2
+    )
     assert attention.DECODE_SPLIT_PROGRAMS >= 132
 
 
