@@ -79,7 +79,7 @@ def build_deployment(
         kernel_plan, num_threads, head_dim=cfg.head_dim, group=group, device=device, dtype=dtype
     )
     certificates = _certificates(plan, loaded)  # before any weight moves: fail fast
-    limit = min(max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
+    limit = min(max_model_len or cfg.max_context_len, cfg.max_context_len)
     digest = loaded.weights_identity or weights_digest(loaded.weights)
     model = DecoderModel(cfg, loaded.weights, plan, limit, release_sources, loaded.quantized)
     qualification = qualify_model(model)
