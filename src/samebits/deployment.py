@@ -72,7 +72,9 @@ def build_deployment(
 
     With `release_sources` the projection weights are dropped from `loaded.weights` as the
     kernels take their own copies (only for a caller that owns `loaded`); the weights digest
-    is taken before. `device` "cuda" builds the GPU plan (`dtype` default "bfloat16")."""
+    is taken before. `device` "cuda" builds the GPU plan (`dtype` default "bfloat16").
+    The context is `max_model_len`, capped at (and by default) the model's `max_context_len`
+    (`max_position_embeddings`; with yarn scaling at least original x factor)."""
     cfg = loaded.config
     group = cfg.num_attention_heads // cfg.num_key_value_heads
     plan = build_plan(

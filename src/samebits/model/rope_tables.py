@@ -42,7 +42,9 @@ def _llama3_frequencies(inv: np.ndarray, scaling: RopeScaling) -> np.ndarray:
     return np.where(wavelen < high_wavelen, inv, out)
 
 
-def yarn_correction_range(head_dim: int, theta: float, scaling: YarnRopeScaling) -> tuple:
+def yarn_correction_range(
+    head_dim: int, theta: float, scaling: YarnRopeScaling
+) -> tuple[float, float]:
     """(low, high): the dimensions where `beta_fast` and `beta_slow` rotations fit in the
     original context, floored / ceiled when `truncate`, clamped to [0, head_dim - 1]."""
 
