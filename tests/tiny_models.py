@@ -106,43 +106,48 @@ def metaspace_bpe_tokenizer():
     return tokenizer
 
 
-def tiny_hf_config(arch: str):
-    """The transformers config of the tiny model of `arch`."""
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 50000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,
+}
+
+
+def tiny_hf_config(arch: str, **overrides):
+    """The transformers config of the tiny model of `arch`; `overrides` replace `_DIMS`
+    entries or add config fields (e.g. `rope_parameters`, `max_position_embeddings`)."""
     import transformers
 
+    dims = {**_DIMS, **overrides}
     if arch == "llama":
-        rope = {
-            "rope_type": "llama3",
-            "rope_theta": 50000.0,
-            "factor": 8.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 64,
-        }
-        return transformers.LlamaConfig(**_DIMS, rope_parameters=rope)
+        return transformers.LlamaConfig(**{"rope_parameters": LLAMA3_ROPE, **dims})
     if arch == "qwen2":
-        return transformers.Qwen2Config(**_DIMS, use_sliding_window=False)
+        return transformers.Qwen2Config(**dims, use_sliding_window=False)
     if arch == "qwen3":
-        return transformers.Qwen3Config(**_DIMS, use_sliding_window=False, attention_bias=False)
+        return transformers.Qwen3Config(**dims, use_sliding_window=False, attention_bias=False)
     if arch == "mistral":
-        return transformers.MistralConfig(**_DIMS, sliding_window=None)
+        return transformers.MistralConfig(**dims, sliding_window=None)
     raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
 
 
 def make_tiny_checkpoint(
-    path: Path, arch: str, seed: int = 0, sharded: bool = False, dtype=None
+    path: Path, arch: str, seed: int = 0, sharded: bool = False, dtype=None, **overrides
 ) -> Path:
     """Write a tiny random HF checkpoint of `arch` to `path` and return `path`.
 
-    Deterministic in (`arch`, `seed`). `sharded=True` splits the weights over several
-    safetensors files with a `model.safetensors.index.json`; `dtype` (e.g. torch.bfloat16)
-    stores the weights in that dtype (default float32).
+    Deterministic in (`arch`, `seed`, `overrides`). `sharded=True` splits the weights over
+    several safetensors files with a `model.safetensors.index.json`; `dtype` (e.g.
+    torch.bfloat16) stores the weights in that dtype (default float32); `overrides` go to
+    `tiny_hf_config` (a long-context RoPE, say).
     """
     import transformers
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    config = tiny_hf_config(arch)
+    config = tiny_hf_config(arch, **overrides)
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
     _randomize(model, seed)
@@ -290,6 +295,12 @@ def _write_gguf_metadata(writer, config: dict) -> None:
     rope = config.get("rope_parameters") or {}
     writer.add_rope_freq_base(rope.get("rope_theta", config.get("rope_theta", 10000.0)))
     writer.add_rope_dimension_count(config["head_dim"])
+    if rope.get("rope_type") == "yarn":  # as llama.cpp's converter writes yarn
+        import gguf
+
+        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(rope["factor"])
+        writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
 
 
 def _write_gguf_tokenizer(writer, hf_dir: Path, pre: str) -> None:

@@ -72,14 +72,16 @@ def build_deployment(
 
     With `release_sources` the projection weights are dropped from `loaded.weights` as the
     kernels take their own copies (only for a caller that owns `loaded`); the weights digest
-    is taken before. `device` "cuda" builds the GPU plan (`dtype` default "bfloat16")."""
+    is taken before. `device` "cuda" builds the GPU plan (`dtype` default "bfloat16").
+    The context is `max_model_len`, capped at (and by default) the model's `max_context_len`
+    (`max_position_embeddings`; with yarn scaling at least original x factor)."""
     cfg = loaded.config
     group = cfg.num_attention_heads // cfg.num_key_value_heads
     plan = build_plan(
         kernel_plan, num_threads, head_dim=cfg.head_dim, group=group, device=device, dtype=dtype
     )
     certificates = _certificates(plan, loaded)  # before any weight moves: fail fast
-    limit = min(max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
+    limit = min(max_model_len or cfg.max_context_len, cfg.max_context_len)
     digest = loaded.weights_identity or weights_digest(loaded.weights)
     model = DecoderModel(cfg, loaded.weights, plan, limit, release_sources, loaded.quantized)
     qualification = qualify_model(model)

@@ -1,7 +1,11 @@
 """Correctness against a peer: samebits logits agree with HF transformers in float32 to
-max|Δ| / max|ref| <= 1e-4 at every position of a 32-token prompt (both kernel plans)."""
+max|Δ| / max|ref| <= 1e-4 at every position of a 32-token prompt (both kernel plans), and of
+a 300-token prompt on long-context RoPE (yarn, llama3) whose pre-training context is 64."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,9 +17,9 @@ from samebits.model import load_model
 TOL = 1e-4
 
 
-def _prompt(vocab: int, seed: int = 0) -> list[int]:
+def _prompt(vocab: int, seed: int = 0, length: int = 32) -> list[int]:
     gen = torch.Generator().manual_seed(seed)
-    return torch.randint(0, vocab, (32,), generator=gen).tolist()
+    return torch.randint(0, vocab, (length,), generator=gen).tolist()
 
 
 def _hf_logits(model, ids: list[int]) -> torch.Tensor:
@@ -57,3 +61,55 @@ def test_smollm2_gguf_agrees_with_transformers(smollm2_model, hf_smollm2):
     ids = smollm2_model.tokenizer.encode("The quick brown fox jumps over the lazy dog. " * 4)[:32]
     assert len(ids) == 32
     _assert_agrees(dep, hf_smollm2, ids)
+
+
+# Long-context RoPE: the pre-training context is 64 positions, the prompt 300 (positions
+# 64..299 are where yarn's interpolated frequencies and llama3's bands matter).
+LONG_PROMPT = 300
+_YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0,
+         "original_max_position_embeddings": 64}  # fmt: skip
+_LLAMA3 = {"rope_type": "llama3", "rope_theta": 50000.0, "factor": 8.0, "low_freq_factor": 1.0,
+           "high_freq_factor": 4.0, "original_max_position_embeddings": 64}  # fmt: skip
+# the legacy layout (`rope_scaling` with `type`, top-level rope_theta) and yarn's options
+_YARN_LEGACY = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+                "beta_fast": 16.0, "beta_slow": 2.0, "truncate": False}  # fmt: skip
+LONG_CASES = {
+    "qwen3-yarn": ("qwen3", dict(rope_parameters=_YARN, max_position_embeddings=512)),
+    # Qwen's recipe: yarn added to a config that keeps max_position_embeddings (256 < 300);
+    # the context is original * factor = 512
+    "qwen3-yarn-recipe": ("qwen3", dict(rope_parameters=_YARN, max_position_embeddings=256)),
+    "qwen2-yarn-legacy": ("qwen2", dict(max_position_embeddings=512)),
+    "llama-llama3": ("llama", dict(rope_parameters=_LLAMA3, max_position_embeddings=512)),
+}
+
+
+def _legacy_rope(folder: Path, rope_scaling: dict) -> None:
+    """Rewrite config.json's RoPE in the legacy layout: `rope_scaling` + top-level theta."""
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    config.pop("rope_parameters", None)
+    config.update(rope_scaling=rope_scaling, rope_theta=10000.0)
+    path.write_text(json.dumps(config))
+
+
+@pytest.fixture(scope="module", params=sorted(LONG_CASES))
+def long_context_dir(request, tmp_path_factory) -> Path:
+    from tiny_models import make_tiny_checkpoint
+
+    arch, overrides = LONG_CASES[request.param]
+    folder = make_tiny_checkpoint(tmp_path_factory.mktemp(request.param), arch, **overrides)
+    if request.param.endswith("-legacy"):
+        _legacy_rope(folder, _YARN_LEGACY)
+    return folder
+
+
+@pytest.mark.parametrize("plan", ["invariant", "fast"])
+def test_long_context_rope_agrees_with_transformers(long_context_dir, plan):
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(long_context_dir, dtype=torch.float32).eval()
+    loaded = load_model(long_context_dir)
+    assert loaded.config.rope_scaling is not None
+    dep = build_deployment(loaded, plan)
+    assert dep.max_model_len == 512  # yarn's recipe case: beyond max_position_embeddings
+    _assert_agrees(dep, hf, _prompt(dep.config.vocab_size, seed=1, length=LONG_PROMPT))

@@ -85,3 +85,14 @@ def test_value_errors_stay_value_errors(engine):
         engine.add_request("x", [engine.vocab_size], PARAMS)
     with pytest.raises(ValueError, match="out of range"):
         engine.add_request("x", {"prompt_token_ids": [-1]}, PARAMS)
+
+
+def test_a_prompt_beyond_the_kv_cache_is_refused_not_queued(deployment):
+    """A prompt within the context (256) but beyond the KV cache (4 blocks of 16 slots) could
+    never be admitted: add_request refuses it, and the engine stays usable."""
+    engine = LLMEngine.from_deployment(deployment, num_kv_blocks=4, block_size=16)
+    with pytest.raises(ValueError, match="needs 7 KV blocks, the cache has 4"):
+        engine.add_request("long", list(range(3, 103)), PARAMS)
+    assert not engine.has_unfinished_requests()
+    engine.add_request("long", list(range(3, 53)), PARAMS)  # the id is free again
+    assert run_until_done(engine)["long"].finished

@@ -158,7 +158,8 @@ class Scheduler:
             raise ValueError(
                 f"request {rid!r}: prompt of {request.num_prompt_tokens} tokens needs "
                 f"{cdiv(request.num_prompt_tokens, self.block_size)} KV blocks, "
-                f"the cache has {self.num_kv_blocks}"
+                f"the cache has {self.num_kv_blocks} (raise num_kv_blocks, or "
+                "gpu_memory_utilization on a GPU)"
             )
         limit = min(self.max_model_len, capacity + 1, request.max_model_len or self.max_model_len)
         if request.num_prompt_tokens > limit:

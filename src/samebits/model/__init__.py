@@ -1,7 +1,7 @@
 """Model configuration, checkpoint loading (HF safetensors folder, GGUF) and tokenizer."""
 
 from samebits.model.checkpoint import LoadedModel, WeightTarget, expected_weight_shapes
-from samebits.model.config import ModelConfig, RopeScaling
+from samebits.model.config import ModelConfig, RopeScaling, YarnRopeScaling
 from samebits.model.errors import ModelLoadError
 from samebits.model.loader import default_model_path, load_model, weights_target
 from samebits.model.tokenizer import Tokenizer
@@ -13,6 +13,7 @@ __all__ = [
     "RopeScaling",
     "Tokenizer",
     "WeightTarget",
+    "YarnRopeScaling",
     "default_model_path",
     "expected_weight_shapes",
     "load_model",

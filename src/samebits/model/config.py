@@ -25,7 +25,7 @@ DEFAULT_RMS_NORM_EPS = 1e-6
 
 @dataclass(frozen=True)
 class RopeScaling:
-    """Llama-3 style RoPE frequency scaling (the only kind supported).
+    """Llama-3 style RoPE frequency scaling.
 
     Invariants: `rope_type == "llama3"`, `factor > 0`, `0 < low_freq_factor < high_freq_factor`,
     `original_max_position_embeddings >= 1`.
@@ -40,7 +40,8 @@ class RopeScaling:
     def __post_init__(self) -> None:
         if self.rope_type != "llama3":
             raise ValueError(
-                f"rope_scaling.rope_type {self.rope_type!r} is not supported (only 'llama3')"
+                f"rope_scaling.rope_type {self.rope_type!r} is not supported by RopeScaling "
+                "(llama3 only; yarn is YarnRopeScaling)"
             )
         _require_positive_float("rope_scaling.factor", self.factor)
         _require_positive_float("rope_scaling.low_freq_factor", self.low_freq_factor)
@@ -53,6 +54,70 @@ class RopeScaling:
         _require_positive_int(
             "rope_scaling.original_max_position_embeddings", self.original_max_position_embeddings
         )
+
+
+@dataclass(frozen=True)
+class YarnRopeScaling:
+    """YaRN RoPE scaling (arXiv 2309.00071, as transformers' `yarn` rope type defines it).
+
+    Each frequency blends interpolation (divided by `factor`) and extrapolation (unchanged)
+    by a linear ramp over the dimensions between the correction dims of `beta_fast` and
+    `beta_slow` rotations in `original_max_position_embeddings` positions (floored / ceiled
+    when `truncate`); cos and sin are multiplied by `attention_factor`. `attention_factor`
+    None: `0.1 * ln(factor) + 1` (1 for factor 1), filled in here.
+
+    Invariants: `rope_type == "yarn"`, `factor >= 1`, `beta_fast >= beta_slow > 0`,
+    `attention_factor > 0`, `original_max_position_embeddings >= 1`, `truncate` a bool.
+    """
+
+    rope_type: str
+    factor: float
+    original_max_position_embeddings: int
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    attention_factor: float | None = None  # None: filled in by __post_init__
+    truncate: bool = True
+
+    def __post_init__(self) -> None:
+        if self.rope_type != "yarn":
+            raise ValueError(
+                f"rope_scaling.rope_type {self.rope_type!r} is not supported by "
+                "YarnRopeScaling (yarn only)"
+            )
+        _require_positive_float("rope_scaling.factor", self.factor)
+        if self.factor < 1:
+            raise ValueError(f"rope_scaling.factor must be >= 1 for yarn, got {self.factor}")
+        _require_positive_int(
+            "rope_scaling.original_max_position_embeddings", self.original_max_position_embeddings
+        )
+        _require_positive_float("rope_scaling.beta_fast", self.beta_fast)
+        _require_positive_float("rope_scaling.beta_slow", self.beta_slow)
+        if self.beta_fast < self.beta_slow:
+            raise ValueError(
+                "rope_scaling.beta_fast must be >= beta_slow, got "
+                f"{self.beta_fast} < {self.beta_slow}"
+            )
+        if self.attention_factor is None:
+            object.__setattr__(self, "attention_factor", yarn_mscale(self.factor))
+        _require_positive_float("rope_scaling.attention_factor", self.attention_factor)
+        if not isinstance(self.truncate, bool):
+            raise ValueError(f"rope_scaling.truncate must be a bool, got {self.truncate!r}")
+
+    @property
+    def context_length(self) -> int:
+        """Positions the scaled RoPE is meant for: `original_max_position_embeddings *
+        factor` (what vLLM derives for yarn)."""
+        return int(self.original_max_position_embeddings * self.factor)
+
+
+def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    """YaRN's attention temperature `0.1 * mscale * ln(scale) + 1` (1 when `scale <= 1`)."""
+    if scale <= 1:
+        return 1.0
+    return 0.1 * mscale * math.log(scale) + 1.0
+
+
+ROPE_TYPES = ("default", "llama3", "yarn")
 
 
 @dataclass(frozen=True)
@@ -76,7 +141,7 @@ class ModelConfig:
     head_dim: int
     rms_norm_eps: float
     rope_theta: float
-    rope_scaling: RopeScaling | None
+    rope_scaling: RopeScaling | YarnRopeScaling | None
     max_position_embeddings: int
     tie_word_embeddings: bool
     attention_bias: bool
@@ -96,13 +161,26 @@ class ModelConfig:
             raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
         _require_positive_float("rms_norm_eps", self.rms_norm_eps)
         _require_positive_float("rope_theta", self.rope_theta)
-        if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
+        if self.rope_scaling is not None and not isinstance(
+            self.rope_scaling, RopeScaling | YarnRopeScaling
+        ):
             raise ValueError(
-                f"rope_scaling must be a RopeScaling or None, got {self.rope_scaling!r}"
+                "rope_scaling must be a RopeScaling, a YarnRopeScaling or None, got "
+                f"{self.rope_scaling!r}"
             )
         for name in ("tie_word_embeddings", "attention_bias", "qk_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+
+    @property
+    def max_context_len(self) -> int:
+        """The longest context the model supports: `max_position_embeddings`, or for yarn
+        scaling `original_max_position_embeddings * factor` when that is larger (Qwen's
+        long-context recipe adds yarn to a config and keeps max_position_embeddings)."""
+        scaling = self.rope_scaling
+        if isinstance(scaling, YarnRopeScaling):
+            return max(self.max_position_embeddings, scaling.context_length)
+        return self.max_position_embeddings
 
     @property
     def q_size(self) -> int:
@@ -194,32 +272,78 @@ def _check_supported_features(raw: Mapping[str, Any], model_type: str) -> None:
         )
 
 
-def _rope_from_hf(raw: Mapping[str, Any]) -> tuple[float, RopeScaling | None]:
-    params = raw.get("rope_parameters")
-    if isinstance(params, Mapping):
-        theta = params.get("rope_theta", raw.get("rope_theta", DEFAULT_ROPE_THETA))
-        return float(theta), _rope_scaling(params)
-    theta = float(raw.get("rope_theta", DEFAULT_ROPE_THETA))
-    scaling = raw.get("rope_scaling")
-    return theta, None if scaling is None else _rope_scaling(scaling)
+def _rope_from_hf(
+    raw: Mapping[str, Any],
+) -> tuple[float, RopeScaling | YarnRopeScaling | None]:
+    """(rope_theta, scaling) as transformers reads them: a non-empty legacy `rope_scaling`
+    wins over transformers 5's `rope_parameters`; the theta is the dict's `rope_theta`, else
+    the top-level one, else DEFAULT_ROPE_THETA."""
+    params = raw.get("rope_scaling") or raw.get("rope_parameters") or {}
+    if not isinstance(params, Mapping):
+        raise ValueError(f"rope_scaling must be a dict, got {params!r}")
+    theta = params.get("rope_theta", raw.get("rope_theta", DEFAULT_ROPE_THETA))
+    return float(theta), _rope_scaling(params, raw)
 
 
-def _rope_scaling(params: Mapping[str, Any]) -> RopeScaling | None:
+def _rope_scaling(
+    params: Mapping[str, Any], raw: Mapping[str, Any]
+) -> RopeScaling | YarnRopeScaling | None:
+    """The scaling of a rope_scaling / rope_parameters dict (`rope_type`, or the legacy
+    `type`); None for the default RoPE. ValueError naming an unsupported type."""
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type == "default":
         return None
-    if rope_type != "llama3":
-        raise ValueError(f"rope_scaling.rope_type {rope_type!r} is not supported (only 'llama3')")
+    if rope_type not in ROPE_TYPES:
+        raise ValueError(
+            f"rope_scaling.rope_type {rope_type!r} is not supported (supported: {ROPE_TYPES})"
+        )
     try:
+        if rope_type == "yarn":
+            return _yarn_scaling(params, raw)
         return RopeScaling(
             rope_type=rope_type,
             factor=float(params["factor"]),
             low_freq_factor=float(params["low_freq_factor"]),
             high_freq_factor=float(params["high_freq_factor"]),
-            original_max_position_embeddings=int(params["original_max_position_embeddings"]),
+            original_max_position_embeddings=_original_max_positions(params, raw),
         )
     except KeyError as exc:
         raise ValueError(f"rope_scaling is missing field {exc.args[0]!r}") from None
+
+
+def _original_max_positions(params: Mapping[str, Any], raw: Mapping[str, Any]) -> int:
+    """The pre-training context, as transformers reads it: a top-level
+    `original_max_position_embeddings` first (Phi-3 keeps it there), then the scaling
+    dict's, then `max_position_embeddings`."""
+    key = "original_max_position_embeddings"
+    for value in (raw.get(key), params.get(key)):
+        if value is not None:
+            return int(value)
+    return int(_required(raw, "max_position_embeddings"))
+
+
+def _yarn_scaling(params: Mapping[str, Any], raw: Mapping[str, Any]) -> YarnRopeScaling:
+    """`YarnRopeScaling` with transformers' defaults: factor None is max_position_embeddings
+    / original; beta_fast / beta_slow unset (or 0) are 32 / 1; attention_factor unset is
+    mscale / mscale_all_dim's ratio when both are set, else 0.1 * ln(factor) + 1."""
+    original = _original_max_positions(params, raw)
+    factor = params.get("factor")
+    if factor is None:
+        factor = _required(raw, "max_position_embeddings") / original
+    factor = float(factor)
+    attention = params.get("attention_factor")
+    mscale, mscale_all_dim = params.get("mscale"), params.get("mscale_all_dim")
+    if attention is None and mscale and mscale_all_dim:
+        attention = yarn_mscale(factor, float(mscale)) / yarn_mscale(factor, float(mscale_all_dim))
+    return YarnRopeScaling(
+        rope_type="yarn",
+        factor=factor,
+        original_max_position_embeddings=original,
+        beta_fast=float(params.get("beta_fast") or 32.0),
+        beta_slow=float(params.get("beta_slow") or 1.0),
+        attention_factor=None if attention is None else float(attention),
+        truncate=params.get("truncate", True),
+    )
 
 
 def _required(raw: Mapping[str, Any], name: str) -> Any:

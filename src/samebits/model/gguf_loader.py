@@ -22,7 +22,7 @@ from gguf.quants import dequantize as gguf_dequantize
 
 from samebits.kernels.quantized import QuantizedTensor
 from samebits.model.checkpoint import LoadedModel, TensorEntry, model_name_from_path, read_weights
-from samebits.model.config import ModelConfig
+from samebits.model.config import ModelConfig, YarnRopeScaling
 from samebits.model.errors import ModelLoadError
 from samebits.model.tokenizer import Tokenizer, byte_level_bpe
 
@@ -91,7 +91,7 @@ def gguf_model_config(reader: GGUFReader, path: Path) -> ModelConfig:
     arch = _field(reader, "general.architecture", path)
     if arch != "llama":
         raise ModelLoadError(path, f"GGUF architecture {arch!r} is not supported (only 'llama')")
-    _reject_rope_scaling(reader, path)
+    rope_scaling = gguf_rope_scaling(reader, path)
     heads = _int_field(reader, "llama.attention.head_count", path)
     hidden = _int_field(reader, "llama.embedding_length", path)
     head_dim = _int_field(reader, "llama.attention.key_length", path, hidden // max(heads, 1))
@@ -111,7 +111,7 @@ def gguf_model_config(reader: GGUFReader, path: Path) -> ModelConfig:
             head_dim=head_dim,
             rms_norm_eps=float(_field(reader, "llama.attention.layer_norm_rms_epsilon", path)),
             rope_theta=float(_field(reader, "llama.rope.freq_base", path, 10000.0)),
-            rope_scaling=None,
+            rope_scaling=rope_scaling,
             max_position_embeddings=_int_field(reader, "llama.context_length", path),
             tie_word_embeddings="output.weight" not in tensor_names,
             attention_bias=False,
@@ -128,12 +128,40 @@ def _int_field(reader: GGUFReader, key: str, path: Path, default: Any = _MISSING
     return int(value)
 
 
-def _reject_rope_scaling(reader: GGUFReader, path: Path) -> None:
+# llama.cpp's yarn modifiers that YarnRopeScaling does not model (refused when present)
+_YARN_UNSUPPORTED = ("attn_factor", "yarn_log_multiplier", "yarn_ext_factor", "yarn_attn_factor")
+
+
+def gguf_rope_scaling(reader: GGUFReader, path: Path) -> YarnRopeScaling | None:
+    """The RoPE scaling of `llama.rope.scaling.*`: none, or yarn (`factor`,
+    `original_context_length`, optional `yarn_beta_fast` / `yarn_beta_slow`). Any other type,
+    a yarn modifier not modelled, or frequency factors (`rope_freqs.weight`, llama3) is a
+    ModelLoadError naming it."""
     scaling = _field(reader, "llama.rope.scaling.type", path, "none")
-    if scaling != "none":
-        raise ModelLoadError(path, f"RoPE scaling {scaling!r} is not supported for GGUF")
     if any(t.name == "rope_freqs.weight" for t in reader.tensors):
         raise ModelLoadError(path, "RoPE frequency factors (rope_freqs.weight) are not supported")
+    if scaling == "none":
+        return None
+    if scaling != "yarn":
+        raise ModelLoadError(
+            path, f"RoPE scaling {scaling!r} is not supported for GGUF (only 'none', 'yarn')"
+        )
+    for name in _YARN_UNSUPPORTED:
+        if f"llama.rope.scaling.{name}" in reader.fields:
+            raise ModelLoadError(path, f"yarn RoPE scaling with {name!r} is not supported")
+    key = "llama.rope.scaling."
+    try:
+        return YarnRopeScaling(
+            rope_type="yarn",
+            factor=float(_field(reader, key + "factor", path)),
+            original_max_position_embeddings=_int_field(
+                reader, key + "original_context_length", path
+            ),
+            beta_fast=float(_field(reader, key + "yarn_beta_fast", path, 32.0)),
+            beta_slow=float(_field(reader, key + "yarn_beta_slow", path, 1.0)),
+        )
+    except ValueError as exc:
+        raise ModelLoadError(path, str(exc)) from None
 
 
 def gguf_entries(reader: GGUFReader, config: ModelConfig, path: Path) -> dict[str, TensorEntry]:
