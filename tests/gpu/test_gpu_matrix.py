@@ -62,3 +62,19 @@ def test_gpu_negative_control_fast_plan(cuda, gpu_record):
     report = check_matrix(dep, [s for s in build_scenarios(size) if s.category == "batch"])
     gpu_record("negative control (cuda fast plan, batch category)", report.summary())
     assert report.mismatches, "the stock-torch CUDA plan was expected to break batch invariance"
+
+
+@pytest.mark.parametrize(
+    ("preset", "lengths"), [("tiny-qwen3", (700, 1400)), ("llama-3-8b", (8200, 32800))]
+)
+def test_gpu_matrix_long_contexts(cuda, preset, lengths, gpu_record):
+    """Contexts up to 32k: chunk budgets around a span, batches (split-KV decode), a prefix
+    hit ending mid-span, preemption of long requests (category long of the matrix)."""
+    from samebits.testing.determinism_matrix import LONG
+
+    dep = _deployment(_random(preset))
+    size = dataclasses.replace(BIG, vocab=dep.config.vocab_size, long_prompts=lengths)
+    report = check_matrix(dep, [s for s in build_scenarios(size) if s.category == LONG])
+    gpu_record(f"matrix long contexts {preset} {lengths}", report.summary())
+    assert report.mismatches == []
+    assert report.rows[LONG] >= 40 and report.preemptions > 0 and report.prefix_hits >= 1280

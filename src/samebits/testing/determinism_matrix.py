@@ -277,13 +277,14 @@ def _long(pool: _Pool, size: MatrixSize) -> list[Scenario]:
     a, b = Job(pool.tokens(long), params), Job(pool.tokens(short), params)
     c = Job(a.prompt[: 2 * SPAN + SPAN // 2 + 5] + pool.tokens(9), params, arrival=0)
     page = size.small_block
-    out = [Scenario(LONG, "long-alone", [a])]
-    out += [Scenario(LONG, f"long-budget-{n}", [a, b], {"max_num_batched_tokens": n})
+    room = {"block_size": page, "num_kv_blocks": 2 * (long + short) // page + 64}
+    out = [Scenario(LONG, "long-alone", [a], room)]
+    out += [Scenario(LONG, f"long-budget-{n}", [a, b], {**room, "max_num_batched_tokens": n})
             for n in (SPAN - 3, SPAN + 1, 4 * SPAN + 7)]  # fmt: skip
     mixed = [a, b] + [pool.job(max_tokens=size.long_n_out) for _ in range(5)]
-    out.append(Scenario(LONG, "long-batch", mixed, {"max_num_seqs": 8}))
-    hot = [a, dataclasses.replace(c, arrival=long // 16 + 3 * size.long_n_out + 40)]
-    out.append(Scenario(LONG, "long-prefix-mid-span", hot, {"block_size": page}))
+    out.append(Scenario(LONG, "long-batch", mixed, {**room, "max_num_seqs": 8}))
+    hot = [a, dataclasses.replace(c, arrival=64)]  # after a has finished, at any budget
+    out.append(Scenario(LONG, "long-prefix-mid-span", hot, room))
     twins = [b, Job(pool.tokens(short), pool.params(12, max_tokens=size.long_n_out + page))]
     blocks = (3 * short // 2) // page + 4
     cfg = {"block_size": page, "num_kv_blocks": blocks, "max_num_batched_tokens": 2 * SPAN}
