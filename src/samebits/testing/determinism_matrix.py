@@ -285,9 +285,12 @@ def _long(pool: _Pool, size: MatrixSize) -> list[Scenario]:
     out.append(Scenario(LONG, "long-batch", mixed, {**room, "max_num_seqs": 8}))
     hot = [a, dataclasses.replace(c, arrival=64)]  # after a has finished, at any budget
     out.append(Scenario(LONG, "long-prefix-mid-span", hot, room))
-    twins = [b, Job(pool.tokens(short), pool.params(12, max_tokens=size.long_n_out + page))]
+    grow = pool.params(12, max_tokens=size.long_n_out + page)  # each decodes across a page
+    twins = [Job(b.prompt, grow), Job(pool.tokens(short), grow)]
     blocks = (3 * short // 2) // page + 4
-    cfg = {"block_size": page, "num_kv_blocks": blocks, "max_num_batched_tokens": 2 * SPAN}
+    # a budget of one whole prompt: the second is admitted while the first decodes, then one
+    # must give way (at any device budget or prompt length)
+    cfg = {"block_size": page, "num_kv_blocks": blocks, "max_num_batched_tokens": short + page}
     out.append(Scenario(LONG, "long-pressure", twins, cfg))
     return out
 
