@@ -31,7 +31,7 @@ def replay_ms(graphs, bucket: int, digest_rows: torch.Tensor | None, per_program
     """Mean GPU ms per replay of the `bucket` graph, with a digest of `digest_rows` launched
     on a side stream before each replay (None: no digests)."""
     graphs.buffers.fill((), bucket)
-    graph = graphs.graphs[bucket]
+    graph = graphs.graphs[bucket, False]
     streams = [torch.cuda.Stream() for _ in range(STREAMS)]
     graph.replay()
     torch.cuda.synchronize()

@@ -126,10 +126,10 @@ def graph_replay_ms(llm, bucket: int = 64, reps: int = 20) -> float | None:
     import torch
 
     graphs = getattr(llm.engine.runner, "graphs", None)
-    if graphs is None or bucket not in graphs.graphs:
+    if graphs is None or (bucket, False) not in graphs.graphs:
         return None
     graphs.buffers.fill((), bucket)
-    graph = graphs.graphs[bucket]
+    graph = graphs.graphs[bucket, False]
     graph.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()

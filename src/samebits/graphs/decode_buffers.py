@@ -140,10 +140,11 @@ class DecodeBuffers:
         compact = self._view(self.dev, "table")[: bucket * width].view(bucket, width)
         self.table[:bucket, :width].copy_(compact)
 
-    def batch(self, bucket: int) -> FlatBatch:
+    def batch(self, bucket: int, long: bool = False) -> FlatBatch:
         """The flat batch a graph of `bucket` rows reads: fixed views of the static buffers
         (host arrays: views of the device buffers on the CPU, of the staging buffer on a GPU,
-        where no op of a graphed step reads them)."""
+        where no op of a graphed step reads them). `long`: the attention may split the KV
+        (positions up to the table width); else it runs spans in sequence."""
         b, dev = bucket, self.dev
         hosted = dev if dev.device.type == "cpu" else self.host
         table = self.table.numpy() if dev.device.type == "cpu" else np.zeros((b, 0), np.int32)
@@ -158,14 +159,15 @@ class DecodeBuffers:
             block_size=self.block_size,
             logits_indices=self.arange[:b],
             position_ids=self._view(dev, "positions")[:b],
-            attn=self._attention_meta(b),
+            attn=self._attention_meta(b, long),
         )
 
-    def _attention_meta(self, b: int):
+    def _attention_meta(self, b: int, long: bool):
         """The GPU attention's program map of a decode step: program r holds request r's one
         token (as `attention_metadata` plans it for one-token requests: `block_m` from
         `default_block_m(1, group)`, the default warps); positions are bounded by the table
-        width, so the launch (spans in sequence or split-KV) is fixed per bucket."""
+        width (`long`) or by the first span (spans in sequence; the kernel still reads every
+        span of a row), so the launch is fixed per graph."""
         if self.group is None:
             return None
         from samebits.kernels.triton import attention_meta as am
@@ -176,5 +178,5 @@ class DecodeBuffers:
             block_tables=self.table[:b], num_programs=b, block_size=self.block_size,
             group=self.group, block_m=am.default_block_m(1, self.group),
             num_warps=am.ATTENTION_WARPS, span=self.span, one_token_each=True,
-            max_position=self.width * self.block_size - 1,
+            max_position=self.width * self.block_size - 1 if long else self.span - 1,
         )  # fmt: skip

@@ -49,7 +49,11 @@ class DecodeGraphRunner:
             plan.attention_span,
         )
         self._new_graph = step_graph_factory(device)
-        self.graphs: dict[int, StepGraph] = {}
+        # (bucket, long): a long step (some position past the first attention span) replays
+        # the graph whose attention may split the KV (captured when first needed); others
+        # the one whose attention runs spans in sequence. Both compute the same bits.
+        self.span = plan.attention_span
+        self.graphs: dict[tuple[int, bool], StepGraph] = {}
         self.counts: Counter[str] = Counter()
         self.capture_seconds = 0.0  # of capture_all (start-up capture)
         self._announced: set[str] = set()
@@ -59,20 +63,20 @@ class DecodeGraphRunner:
         returns and logs the seconds it took."""
         start = time.perf_counter()
         for bucket in reversed(self.config.buckets):
-            self._capture(bucket)
+            self._capture(bucket, False)
         seconds = self.capture_seconds = time.perf_counter() - start
         logger.info("captured %d decode graphs in %.1f s: %s", len(self.graphs), seconds,
                     self.config.describe())  # fmt: skip
         return seconds
 
-    def _capture(self, bucket: int) -> StepGraph:
+    def _capture(self, bucket: int, long: bool) -> StepGraph:
         """A graph of the forward over `bucket` padding rows (the static buffers are filled
         with padding first: capture writes K/V to the sink block only)."""
         self.buffers.fill((), bucket)
-        batch = self.buffers.batch(bucket)
+        batch = self.buffers.batch(bucket, long)
         graph, model, kv = self._new_graph(), self.model, self.kv_cache  # no cycle to self
         graph.capture(lambda: model.forward(batch, kv))
-        self.graphs[bucket] = graph
+        self.graphs[bucket, long] = graph
         return graph
 
     def run(self, scheduled: Sequence, fed=None) -> torch.Tensor | None:
@@ -83,7 +87,8 @@ class DecodeGraphRunner:
         if bucket is None:
             self._eager(reason)
             return None
-        graph = self.graphs.get(bucket) or self._capture(bucket)
+        long = max(r.start_position for r in scheduled) >= self.span
+        graph = self.graphs.get((bucket, long)) or self._capture(bucket, long)
         self.buffers.fill(scheduled, bucket, fed)
         self.counts["graph_steps"] += 1
         return graph.replay()[: len(scheduled)]

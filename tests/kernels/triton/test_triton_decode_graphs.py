@@ -39,3 +39,26 @@ def test_triton_decode_graph_rows_equal_eager(triton_deployment):  # noqa: F811
     real = BLOCKS * BLOCK
     for a, b in zip(eager.kv_cache.k, graphed.kv_cache.k, strict=True):
         assert torch.equal(a.view(torch.int32), b[:real].view(torch.int32))
+
+
+def test_triton_long_decode_graph_splits_kv_same_bits(triton_deployment, monkeypatch):  # noqa: F811
+    """With spans of 64 keys, a decode step past the first span replays the graph whose
+    attention splits the KV (captured on first use): the rows of the eager step."""
+    import dataclasses
+
+    dep = triton_deployment
+    monkeypatch.setattr(dep.model, "plan", dataclasses.replace(dep.model.plan, attention_span=64))
+    monkeypatch.setattr(dep.model.ops, "span", 64)
+    eager = ModelRunner(dep.model, BLOCK, BLOCKS)
+    config = GraphConfig(True, (1, 4), capture_at_start=False)
+    graphed = ModelRunner(dep.model, BLOCK, BLOCKS, config, dep.max_model_len)
+    prompts = {"a": tuple(range(3, 73)), "b": tuple(range(100, 200))}
+    tables = {"a": (4, 0, 7, 1, 9), "b": (2, 11, 3, 10, 5, 8, 6)}
+    prefill = _step([(r, p, 0, tables[r]) for r, p in prompts.items()])
+    for runner in (eager, graphed):
+        runner.execute(prefill)
+    decode = _step([(r, (50 + i,), len(p), tables[r]) for i, (r, p) in enumerate(prompts.items())])
+    want, got = eager.execute(decode), graphed.execute(decode)
+    assert list(graphed.graphs.graphs) == [(4, True)]
+    for rid in prompts:
+        assert np.array_equal(want[rid].view(np.uint32), got[rid].view(np.uint32)), rid
