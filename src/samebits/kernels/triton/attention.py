@@ -46,11 +46,11 @@ DECODE_MAXNREG = 128
 ATTENTION_MAXNREG: int | None = None  # an experiment's override of `register_cap` (benchmarks)
 LOG2E = 1.4426950408889634
 # Split-KV decode: a decode step with fewer than this many (request, KV head) pairs runs each
-# request's spans in up to this many / pairs programs (8 per SM of an H200, 132 SMs), then the
-# ordered merge; larger steps already fill the GPU with spans in sequence. H200, 2026-12-01
-# (`benchmarks/long_context.py --split-programs 528 1056 2112`): batch 16 x 16k contexts ran
-# at 63% of HBM bandwidth with 528, 75-81% with 1056 / 2112; batch 1 did not change past 528.
-DECODE_SPLIT_PROGRAMS = 1056
+# request's spans in up to this many / pairs programs (16 per SM of an H200, 132 SMs), then
+# the ordered merge; larger steps already fill the GPU with spans in sequence. H200,
+# 2026-12-01 (`benchmarks/long_context.py --split-programs 528 1056 2112`, span 512): batch
+# 16 x 16k contexts at 63% / 71% / 77% of HBM bandwidth; batch 1 no faster past 528.
+DECODE_SPLIT_PROGRAMS = 2112
 
 
 def _check(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta):
