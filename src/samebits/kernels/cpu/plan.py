@@ -10,15 +10,21 @@ import warnings
 
 import torch
 
+from samebits.kernels.plan import ATTENTION_SPAN
+
 LINEAR_TILES = (64, 32, 16, 8, 4)
 KEY_TILE = 32
 
 ATTENTION_KERNELS = {
-    "sbattn": f"samebits C paged attention (sbattn.c): key tiles of {KEY_TILE} aligned to "
-    "absolute positions, online softmax in tile order, 16-lane dot products with a fixed "
-    "tree, own vectorised exp; each (token, KV head) item on one thread",
-    "numba": f"numba paged attention, key tiles of {KEY_TILE} aligned to absolute positions, "
-    "online softmax in tile order (float64), one thread per (token, head)",
+    "sbattn": f"samebits C paged attention (sbattn.c): spans of {ATTENTION_SPAN} keys at "
+    f"absolute positions, each an online softmax over key tiles of {KEY_TILE} in order from a "
+    "fresh state, merged in span order by one formula; 16-lane dot products with a fixed "
+    "tree, own vectorised exp; each (token, KV head) item on one thread, or its spans on "
+    "several when items are few (same bits)",
+    "numba": f"numba paged attention (float64): spans of {ATTENTION_SPAN} keys at absolute "
+    f"positions, each an online softmax over key tiles of {KEY_TILE} in order from a fresh "
+    "state, merged in span order by one formula; one thread per (token, head), or per "
+    "(token, head, span) when items are few (same bits)",
 }
 LINEAR_KERNELS = {
     "sbgemm": "samebits C GEMM (sbgemm.c): per output, K fused multiply-adds in k order, one "
@@ -92,7 +98,7 @@ def cpu_plan_fields(
 def _sbattn_fits(head_dim: int, group: int) -> bool:
     from samebits.kernels.cpu import sbattn
 
-    return sbattn.supports(head_dim, group, KEY_TILE)
+    return sbattn.supports(head_dim, group, KEY_TILE, ATTENTION_SPAN)
 
 
 def _choose_linear_kernel(requested: str | None) -> tuple[str, str]:
