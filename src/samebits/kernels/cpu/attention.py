@@ -176,6 +176,7 @@ PARALLEL_MIN_WORK = 1 << 14
 # "auto": split spans between threads when it pays; "never" / "always" (tests: same bits).
 SPLIT = "auto"
 SPLIT_MAX_BYTES = 64 << 20  # span-state scratch above this: the per-(token, head) loop
+SPLIT_ITEMS_PER_THREAD = 8  # fewer (token, head) items per thread: too coarse to balance
 
 
 def span_pairs(positions: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -220,7 +221,7 @@ def _split(positions: np.ndarray, span: int, q_shape, parallel: bool) -> bool:
     if pairs * n_heads * (dim + 2) * 8 > SPLIT_MAX_BYTES:
         return False
     keys, most = int(positions.sum()) + n_tokens, int(positions.max()) + 1
-    return n_tokens * n_heads < 4 * threads or most * threads > keys * n_heads
+    return n_tokens * n_heads < SPLIT_ITEMS_PER_THREAD * threads or most * threads > keys * n_heads
 
 
 def paged_attention(

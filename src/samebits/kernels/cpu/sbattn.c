@@ -391,11 +391,13 @@ static long split_mode = 1; /* 0: never split spans, 1: when it pays, 2: always 
 /* Tests and benchmarks only (never changes a bit): when the split launch runs. */
 void sb_attention_set_split(long mode) { split_mode = mode; }
 
-#define SPLIT_MAX_BYTES (64L << 20)  /* scratch above this: the sequential launch */
+#define SPLIT_MAX_BYTES (64L << 20) /* scratch above this: the sequential launch */
 #define SPLIT_CHUNKS_PER_THREAD 8
+#define SPLIT_ITEMS_PER_THREAD 8 /* fewer items than this per thread: too coarse to balance */
 
 /* Whether the split launch pays: some query has several spans, and there are too few items
- * to keep the threads busy or one item would hold its thread past a fair share of the call. */
+ * to balance between the threads (a thread another process holds up keeps a whole item) or
+ * one item would hold its thread past a fair share of the call. */
 static int want_split(const struct attn_args *a, long n_tokens, long threads, long bytes) {
     if (split_mode != 1) return split_mode == 2;
     if (threads <= 1 || a->n_pairs == n_tokens || bytes > SPLIT_MAX_BYTES) return 0;
@@ -404,7 +406,7 @@ static int want_split(const struct attn_args *a, long n_tokens, long threads, lo
         keys += a->positions[n] + 1;
         most = a->positions[n] + 1 > most ? a->positions[n] + 1 : most;
     }
-    return a->n_items < 4 * threads || most * threads > keys * a->n_kv;
+    return a->n_items < SPLIT_ITEMS_PER_THREAD * threads || most * threads > keys * a->n_kv;
 }
 
 /* The calling thread's scratch for the split launch, grown as needed (0 if out of memory). */
