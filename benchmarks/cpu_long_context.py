@@ -75,7 +75,7 @@ class Cell:
         ours = torch.empty_like(self.q)
         sbattn.paged_attention(
             self.q, self.k, self.v, self.pos, self.req, self.table, BLOCK, KEY_TILE, 0.125,
-            ours, 2,
+            ours, 2, span=ATTENTION_SPAN,
         )  # fmt: skip
         self.run(ATTENTION_SPAN, 2)
         assert ours.numpy().tobytes() == self.out.numpy().tobytes()

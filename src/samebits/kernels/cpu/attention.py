@@ -22,7 +22,6 @@ import math
 import numpy as np
 
 from samebits.kernels.cpu.numba_env import numba
-from samebits.kernels.plan import ATTENTION_SPAN
 
 
 @numba.njit(cache=True, fastmath=False, inline="always")
@@ -226,13 +225,13 @@ def _split(positions: np.ndarray, span: int, q_shape, parallel: bool) -> bool:
 
 def paged_attention(
     q, k_cache, v_cache, positions, query_req, block_tables, block_size, key_tile, scale, out,
-    span: int = ATTENTION_SPAN,
+    span: int,
 ) -> None:  # fmt: skip
     """out[n, h] = softmax(q[n,h] . K[0..t]) V[0..t] for t = positions[n] (see module doc).
 
     q, out: [N, H, D] float32; k_cache, v_cache: [num_slots, KVH, D] float32;
-    positions, query_req: [N] int64; block_tables: [R, max_blocks] int64.
-    The serial and parallel variants, and the span split, run the same per-span code and the
+    positions, query_req: [N] int64; block_tables: [R, max_blocks] int64; span: the plan's
+    attention span (a multiple of key_tile). The serial and parallel variants, and the span split, run the same per-span code and the
     same merge in span order, so which one runs (chosen by the amount of work) never changes
     a bit.
     """

@@ -103,7 +103,7 @@ class InvariantOps(TorchPlacement):
             sbattn.paged_attention(
                 q, k_cache, v_cache, batch.positions, batch.query_req, batch.block_tables,
                 batch.block_size, self.key_tile, scale, out, self.num_threads, tables,
-                self.span,
+                span=self.span,
             )  # fmt: skip
             return out
         cpu_attention.paged_attention(

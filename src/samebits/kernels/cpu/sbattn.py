@@ -21,13 +21,12 @@ import numpy as np
 import torch
 
 from samebits.kernels.cpu import native
-from samebits.kernels.plan import ATTENTION_SPAN
 
 # Below this many (query head, key) pairs a call runs on the calling thread.
 PARALLEL_MIN_PAIRS = 1 << 13
 
 
-def supports(head_dim: int, group: int, key_tile: int, span: int = ATTENTION_SPAN) -> bool:
+def supports(head_dim: int, group: int, key_tile: int, span: int) -> bool:
     """Whether the C kernel handles this shape (head_dim a multiple of 16, the limits in
     sbattn.c) and span (a multiple of the key tile)."""
     return bool(native.library().sb_attention_limits(head_dim, group, key_tile, span))
@@ -58,11 +57,11 @@ def paged_attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: np.ndarray,
     query_req: np.ndarray, block_tables: np.ndarray, block_size: int, key_tile: int,
     scale: float, out: torch.Tensor, threads: int, tables: AttentionTables | None = None,
-    span: int = ATTENTION_SPAN,
+    *, span: int,
 ) -> None:  # fmt: skip
     """out[n, h] = softmax(q[n,h] . K[0..t]) V[0..t], t = positions[n], by the span
-    definition above; all float32 contiguous. `tables`: the same metadata prepared once per
-    forward (else built here)."""
+    definition above (`span`: the plan's attention span); all float32 contiguous. `tables`: the
+    same metadata prepared once per forward (else built here)."""
     n_tokens, n_heads, dim = q.shape
     if tables is None:
         tables = attention_tables(positions, query_req, block_tables)
