@@ -321,3 +321,12 @@ def test_numba_output_is_the_in_order_fold_of_fresh_span_states():
     # The comparison can fail: a reversed merge or a single chain gives other float64 bits.
     assert set(differing_rows(reverse, in_order)) - {0}
     assert set(differing_rows(_numba64(req, positions, ONE_CHAIN, False), in_order)) - {0}
+
+
+def test_a_span_must_be_a_multiple_of_the_key_tile():
+    with pytest.raises(ValueError, match="multiple"):
+        _ops("numba", KEY_TILE + 16)
+    if native.available():
+        assert sbattn.supports(DIM, 3, KEY_TILE, ATTENTION_SPAN)
+        assert not sbattn.supports(DIM, 3, KEY_TILE, KEY_TILE + 16)
+        assert not sbattn.supports(DIM, 3, KEY_TILE, KEY_TILE // 2)
