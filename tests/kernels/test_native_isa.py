@@ -54,9 +54,14 @@ def test_avx2_build_matches_native_build(tmp_path):
     )
     pos, req, table = np.array([3, 50, 99, 120]), np.zeros(4, np.int64), np.arange(16)[None]
     ours, theirs = torch.zeros(4, 9, 64), torch.zeros(4, 9, 64)
-    sbattn.paged_attention(q, k, v, pos, req, table, 16, 32, 0.125, ours, 1)
+    sbattn.paged_attention(q, k, v, pos, req, table, 16, 32, 0.125, ours, 1, span=64)
     lib.sb_attention(q.data_ptr(), 9, 64, k.data_ptr(), v.data_ptr(), 3, pos.ctypes.data,
-                     req.ctypes.data, table.ctypes.data, 16, 16, 32, 0.125, theirs.data_ptr(), 4, 2)  # fmt: skip
+                     req.ctypes.data, table.ctypes.data, 16, 16, 32, 64, 0.125, theirs.data_ptr(), 4, 2)  # fmt: skip
+    assert same_bits(ours, theirs)
+    lib.sb_attention_set_split(2)  # the AVX2 build's span split launch: the same bits too
+    theirs.zero_()
+    lib.sb_attention(q.data_ptr(), 9, 64, k.data_ptr(), v.data_ptr(), 3, pos.ctypes.data,
+                     req.ctypes.data, table.ctypes.data, 16, 16, 32, 64, 0.125, theirs.data_ptr(), 4, 2)  # fmt: skip
     assert same_bits(ours, theirs)
 
 

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.skipif(not native.available(), reason="no C compiler he
 
 def _attend(q, kc, vc, pos, req, tables, block, tile) -> bytes:
     out = torch.empty_like(q)
-    sbattn.paged_attention(q, kc, vc, pos, req, tables, block, tile, 0.125, out, 2)
+    sbattn.paged_attention(q, kc, vc, pos, req, tables, block, tile, 0.125, out, 2, span=64)
     return out.numpy().tobytes()
 
 

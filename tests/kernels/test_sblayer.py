@@ -41,12 +41,15 @@ def _run(dep, fuse: bool, prompts) -> tuple[list, list[bytes]]:
     return [(done[k].token_ids, done[k].logits_digests) for k in sorted(done)], caches
 
 
+def _prompts(dep) -> list[list[int]]:
+    rng = np.random.default_rng(3)
+    return [rng.integers(3, dep.config.vocab_size, n).tolist() for n in (5, 31, 17, 48, 2)]
+
+
 def _check(dep, prefetch: bool = True) -> None:
     """Also with the next layer's K / V prefetch switched off (a hint: never a bit)."""
     assert covers(dep.model)
-    rng = np.random.default_rng(3)
-    vocab = dep.config.vocab_size
-    prompts = [rng.integers(3, vocab, n).tolist() for n in (5, 31, 17, 48, 2)]
+    prompts = _prompts(dep)
     op_by_op = _run(dep, False, prompts)
     native.library().sb_layer_set_prefetch(prefetch)
     try:
@@ -61,6 +64,17 @@ def _check(dep, prefetch: bool = True) -> None:
 def test_fused_layers_equal_op_by_op(arch, prefetch, request):
     path = request.getfixturevalue(f"tiny_{arch}_dir")
     _check(build_deployment(load_model(path), "invariant", num_threads=2), prefetch)
+
+
+def test_fused_layers_pass_the_attention_span(tiny_llama_dir):
+    """With spans of 32 keys (the prompts of 31 and 48 tokens and their decodes cross them)
+    the fused layers still equal op by op, and the span changes bits: it reaches sblayer.c."""
+    model = load_model(tiny_llama_dir)
+    default = build_deployment(model, "invariant", num_threads=2)
+    dep = build_deployment(model, "invariant", num_threads=2)
+    dep.model.ops.span = 32
+    _check(dep)
+    assert _run(dep, True, _prompts(dep))[0] != _run(default, True, _prompts(dep))[0]
 
 
 def test_fused_layers_equal_op_by_op_on_the_q4_1_gguf(smollm2_model):

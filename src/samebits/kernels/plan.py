@@ -91,6 +91,7 @@ def build_plan(
         return KernelPlan(**cuda_plan_fields(name, dtype or "bfloat16", head_dim, group))
     from samebits.kernels.cpu.plan import cpu_plan_fields
 
-    plan = KernelPlan(**cpu_plan_fields(name, num_threads, linear_kernel, head_dim, group))
+    fields = cpu_plan_fields(name, num_threads, linear_kernel, head_dim, group, ATTENTION_SPAN)
+    plan = KernelPlan(**fields)
     plan.apply_threads()
     return plan

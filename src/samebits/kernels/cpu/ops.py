@@ -17,6 +17,7 @@ from samebits.kernels.cpu.sbgemm import SbLinear
 from samebits.kernels.interface import Linear
 from samebits.kernels.metadata import FlatBatch
 from samebits.kernels.placement import TorchPlacement
+from samebits.kernels.plan import ATTENTION_SPAN
 from samebits.kernels.quantized import QuantizedTensor
 
 
@@ -26,10 +27,14 @@ class InvariantOps(TorchPlacement):
 
     def __init__(
         self, linear_tiles: tuple[int, ...], key_tile: int, linear_kernel: str = "mkl-tiles",
-        num_threads: int = 1, attention_kernel: str = "numba",
+        num_threads: int = 1, attention_kernel: str = "numba", span: int = ATTENTION_SPAN,
     ):  # fmt: skip
+        """`span`: the plan's attention span (keys per span; a multiple of `key_tile`)."""
+        if span < key_tile or span % key_tile:
+            raise ValueError(f"attention span {span} is not a multiple of key tile {key_tile}")
         self.linear_tiles = linear_tiles
         self.key_tile = key_tile
+        self.span = span
         self.linear_kernel = linear_kernel
         self.num_threads = num_threads
         self.attention_kernel = attention_kernel
@@ -98,11 +103,12 @@ class InvariantOps(TorchPlacement):
             sbattn.paged_attention(
                 q, k_cache, v_cache, batch.positions, batch.query_req, batch.block_tables,
                 batch.block_size, self.key_tile, scale, out, self.num_threads, tables,
+                span=self.span,
             )  # fmt: skip
             return out
         cpu_attention.paged_attention(
             q.numpy(), k_cache.numpy(), v_cache.numpy(), batch.positions, batch.query_req,
-            batch.block_tables, batch.block_size, self.key_tile, scale, out.numpy(),
+            batch.block_tables, batch.block_size, self.key_tile, scale, out.numpy(), self.span,
         )  # fmt: skip
         return out
 
@@ -187,7 +193,7 @@ def invariant_ops(plan) -> InvariantOps:
     """The cpu/invariant op set of `plan`."""
     return InvariantOps(
         plan.linear_tiles, plan.attention_key_tile, plan.linear_kernel, plan.num_threads,
-        plan.attention_kernel,
+        plan.attention_kernel, plan.attention_span,
     )  # fmt: skip
 
 

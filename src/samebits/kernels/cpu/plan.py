@@ -13,13 +13,25 @@ import torch
 LINEAR_TILES = (64, 32, 16, 8, 4)
 KEY_TILE = 32
 
-ATTENTION_KERNELS = {
-    "sbattn": f"samebits C paged attention (sbattn.c): key tiles of {KEY_TILE} aligned to "
-    "absolute positions, online softmax in tile order, 16-lane dot products with a fixed "
-    "tree, own vectorised exp; each (token, KV head) item on one thread",
-    "numba": f"numba paged attention, key tiles of {KEY_TILE} aligned to absolute positions, "
-    "online softmax in tile order (float64), one thread per (token, head)",
-}
+
+def attention_description(kernel: str, span: int) -> str:
+    """The plan's line for the attention op: kernel "sbattn" or "numba" with key span `span`."""
+    spans = (
+        f"spans of {span} keys at absolute positions, each an online softmax over key tiles "
+        f"of {KEY_TILE} in order from a fresh state, merged in span order by one formula"
+    )
+    if kernel == "sbattn":
+        return (
+            f"samebits C paged attention (sbattn.c): {spans}; 16-lane dot products with a "
+            "fixed tree, own vectorised exp; each (token, KV head) item on one thread, or its "
+            "spans on several when items are few (same bits)"
+        )
+    return (
+        f"numba paged attention (float64): {spans}; one thread per (token, head), or per "
+        "(token, head, span) when items are few (same bits)"
+    )
+
+
 LINEAR_KERNELS = {
     "sbgemm": "samebits C GEMM (sbgemm.c): per output, K fused multiply-adds in k order, one "
     "SIMD lane; invariant by construction (rows, position, vector width, threads); GGUF "
@@ -56,10 +68,11 @@ FAST_OPS = {
 
 
 def cpu_plan_fields(
-    name: str, num_threads: int | None, linear_kernel: str | None, head_dim: int, group: int
-) -> dict:
+    name: str, num_threads: int | None, linear_kernel: str | None, head_dim: int, group: int,
+    span: int,
+) -> dict:  # fmt: skip
     """The `KernelPlan` fields of CPU plan `name` ("invariant" or "fast"); applies the thread
-    count to torch and numba (process-wide).
+    count to torch and numba (process-wide). `span`: the attention span (keys per span).
 
     The invariant plan's linear kernel is `sbgemm` (and its attention `sbattn`) where the C
     kernels build on this machine, else `mkl-tiles` (and numba attention); `linear_kernel`
@@ -72,14 +85,18 @@ def cpu_plan_fields(
 
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     common = {"name": name, "num_threads": threads, "linear_tiles": LINEAR_TILES,
-              "attention_key_tile": KEY_TILE, "head_dim": head_dim, "group": group}  # fmt: skip
+              "attention_key_tile": KEY_TILE, "head_dim": head_dim, "group": group,
+              "attention_span": span}  # fmt: skip
     if name == "fast":
         return dict(common, ops=dict(FAST_OPS), linear_kernel="torch")
     kernel, fallback = _choose_linear_kernel(
         linear_kernel or os.environ.get("SAMEBITS_LINEAR_KERNEL")
     )
-    attention = "sbattn" if kernel == "sbgemm" and _sbattn_fits(head_dim, group) else "numba"
-    ops = dict(INVARIANT_OPS, linear=LINEAR_KERNELS[kernel], attention=ATTENTION_KERNELS[attention])
+    attention = "sbattn" if kernel == "sbgemm" and _sbattn_fits(head_dim, group, span) else "numba"
+    ops = dict(
+        INVARIANT_OPS, linear=LINEAR_KERNELS[kernel],
+        attention=attention_description(attention, span),
+    )  # fmt: skip
     if kernel == "sbgemm":
         ops.update(NATIVE_ROW_OPS)
     torch_threads = 1 if kernel == "sbgemm" and attention == "sbattn" else 0
@@ -89,10 +106,10 @@ def cpu_plan_fields(
     )  # fmt: skip
 
 
-def _sbattn_fits(head_dim: int, group: int) -> bool:
+def _sbattn_fits(head_dim: int, group: int, span: int) -> bool:
     from samebits.kernels.cpu import sbattn
 
-    return sbattn.supports(head_dim, group, KEY_TILE)
+    return sbattn.supports(head_dim, group, KEY_TILE, span)
 
 
 def _choose_linear_kernel(requested: str | None) -> tuple[str, str]:

@@ -1,17 +1,27 @@
 /* samebits paged attention: for query token n and head h, attend over positions 0..t
- * (t = positions[n]) of its own request, reading K/V through its block table, in key tiles
- * aligned to absolute positions (0, T, 2T, ...) with an online softmax in tile order.
- * Per (token, head) the sequence of float operations depends only on t, T and the values:
+ * (t = positions[n]) of its own request, reading K/V through its block table. The definition
+ * (S = span, T = key tile, S a multiple of T; e = sb_exp of sbexp.h, a fixed sequence of IEEE
+ * operations, the same in its SIMD and scalar forms; max(x, y) = y > x ? y : x):
  *   score_j = tree(lanes of q * k_j) * scale   (lane i sums elements d = i mod 16 in d order;
  *             tree: halving, lanes i and i+8, then i+4, i+2, i+1)
- *   per tile: m' = max(m, max_j score_j); a = e(m - m'); l *= a; acc *= a;
- *             for j ascending: p = e(score_j - m'); l += p; acc += p * v_j (fma per element)
- * where e is sb_exp (sbexp.h): a fixed sequence of IEEE operations (round, fma, bit shifts), the
- * same in its SIMD and scalar forms, so its value never depends on which form computed it.
- *   out = acc / l
- * never on the batch, the chunk, page placement, vector width or how items are split between
+ *   the keys are cut into spans [sS, min((s+1)S, t+1)) at absolute positions; span s is an
+ *   online softmax from a fresh state (m = -inf, l = 0, acc = 0) over its key tiles
+ *   [sS + iT, ...) in order:
+ *     per tile: m' = max(m, max_j score_j); a = e(m - m'); l *= a; acc *= a;
+ *               for j ascending: p = e(score_j - m'); l += p; acc += p * v_j (fma per element)
+ *   giving (m_s, l_s, acc_s); the spans are merged in span order s = 0, 1, ... from the empty
+ *   state (M, L, ACC) = (-inf, 0, 0) by one formula, every product and sum rounded on its own
+ *   (no fma; the build has -ffp-contract=off), also when there is one span:
+ *     M' = max(M, m_s); a = e(M - M'); b = e(m_s - M'); L = L*a + l_s*b; ACC = ACC*a + acc_s*b
+ *   out = ACC / L
+ * Two launches compute it: the sequential one (one thread per (token, KV head) item runs its
+ * spans in order, merging each into a running state) and the split one ((token, KV head, span)
+ * units on all threads write their span states to scratch, then one thread per item merges
+ * them in span order). Same states, same merge, same order: the same bits, never depending on
+ * the batch, the chunk, page placement, vector width, the launch or how work is split between
  * threads (one item = one token and the query heads that share one KV head). */
 #include <math.h>
+#include <stdlib.h>
 #include <immintrin.h>
 
 #include "sbpool.h"
@@ -20,8 +30,12 @@
 #define MAX_DIM 256
 #define MAX_GROUP 16
 #define MAX_TILE 256
+#define PAD LANES /* a head's state: acc[0..dim), m, l, then padding to a multiple of 16 */
+#define MAX_STATE (MAX_GROUP * (MAX_DIM + PAD))
 
 #include "sbexp.h"
+
+static inline long state_stride(long dim) { return dim + PAD; }
 
 /* out[j] = sb_exp(x[j] - shift) for j < n; x must have room for n rounded up to EW. */
 static inline void exp_shifted(float *x, long n, float shift, float *out) {
@@ -73,21 +87,22 @@ static inline void tile_rows(const float *cache, const long *table, long start, 
     }
 }
 
-/* One query head with dim = NV * EW, its accumulator held in registers: per head, exactly
- * the operations of attend_group below, in the same order (so the same bits). */
+/* One query head with dim = NV * EW over keys [begin, end) from a fresh state, its
+ * accumulator held in registers; writes the head's span state (acc, m, l) to st. Exactly the
+ * operations of span_any below, in the same order (so the same bits). */
 #define DEFINE_HEAD(NV)                                                                      \
-    static void attend_head_##NV(const float *q, const float *k_cache, const float *v_cache, \
-                                 long n_kv, long kvh, const long *table, long t,             \
-                                 long block_size, long key_tile, float scale, float *out) {  \
+    static void span_head_##NV(const float *q, const float *k_cache, const float *v_cache,   \
+                               long n_kv, long kvh, const long *table, long begin, long end, \
+                               long block_size, long key_tile, float scale, float *st) {     \
         const long dim = NV * EW;                                                            \
         evec acc[NV];                                                                        \
         for (int c = 0; c < NV; c++) acc[c] = ESET1(0.0f);                                   \
         float m = -INFINITY, l = 0.0f, scores[MAX_TILE], probs[MAX_TILE];                    \
         const float *krows[MAX_TILE], *vrows[MAX_TILE];                                      \
-        for (long start = 0; start <= t; start += key_tile) {                                \
-            long end = start + key_tile < t + 1 ? start + key_tile : t + 1, n = end - start; \
-            tile_rows(k_cache, table, start, end, block_size, n_kv, kvh, dim, krows);        \
-            tile_rows(v_cache, table, start, end, block_size, n_kv, kvh, dim, vrows);        \
+        for (long start = begin; start < end; start += key_tile) {                           \
+            long stop = start + key_tile < end ? start + key_tile : end, n = stop - start;   \
+            tile_rows(k_cache, table, start, stop, block_size, n_kv, kvh, dim, krows);       \
+            tile_rows(v_cache, table, start, stop, block_size, n_kv, kvh, dim, vrows);       \
             for (long j = 0; j < n; j++) scores[j] = dot16(q, krows[j], dim) * scale;        \
             float mt = m;                                                                    \
             for (long j = 0; j < n; j++) mt = scores[j] > mt ? scores[j] : mt;               \
@@ -103,25 +118,30 @@ static inline void tile_rows(const float *cache, const long *table, long start, 
                     acc[c] = EFMA(p, ELOAD(vrows[j] + c * EW), acc[c]);                      \
             }                                                                                \
         }                                                                                    \
-        for (int c = 0; c < NV; c++) ESTORE(out + c * EW, EDIV(acc[c], ESET1(l)));           \
+        for (int c = 0; c < NV; c++) ESTORE(st + c * EW, acc[c]);                            \
+        st[dim] = m;                                                                         \
+        st[dim + 1] = l;                                                                     \
     }
 
 DEFINE_HEAD(4)
 DEFINE_HEAD(8)
 DEFINE_HEAD(16)
 
-typedef void (*head_fn)(const float *, const float *, const float *, long, long, const long *,
-                        long, long, long, float, float *);
+/* A span kernel: the span states of one head (head kernels) or of all G heads of a KV head
+ * (group kernels, states at st + g * state_stride(dim)) over keys [begin, end). */
+typedef void (*span_fn)(const float *, const float *, const float *, long, long, const long *,
+                        long, long, long, long, float, float *);
 
 /* All G query heads of one KV head with dim = NV * EW, their accumulators in registers: each
  * key and value row is read once for the G heads. Per head, exactly the operations of
- * attend_head_NV in the same order (the scores, the tile's max, alpha, the exp, then for j
+ * span_head_NV in the same order (the scores, the tile's max, alpha, the exp, then for j
  * ascending l += p and acc += p * v), so the same bits; only the heads are interleaved. */
 #define DEFINE_GROUP(NV, G)                                                                  \
-    static void attend_group_##NV##_##G(const float *q, const float *k_cache,                \
-                                        const float *v_cache, long n_kv, long kvh,           \
-                                        const long *table, long t, long block_size,          \
-                                        long key_tile, float scale, float *out) {            \
+    static void span_group_##NV##_##G(const float *q, const float *k_cache,                  \
+                                      const float *v_cache, long n_kv, long kvh,             \
+                                      const long *table, long begin, long end,               \
+                                      long block_size, long key_tile, float scale,           \
+                                      float *st) {                                           \
         const long dim = NV * EW;                                                            \
         evec acc[G][NV];                                                                     \
         float m[G], l[G], scores[G][MAX_TILE], probs[G][MAX_TILE];                           \
@@ -131,10 +151,10 @@ typedef void (*head_fn)(const float *, const float *, const float *, long, long,
             l[g] = 0.0f;                                                                     \
             for (int c = 0; c < NV; c++) acc[g][c] = ESET1(0.0f);                            \
         }                                                                                    \
-        for (long start = 0; start <= t; start += key_tile) {                                \
-            long end = start + key_tile < t + 1 ? start + key_tile : t + 1, n = end - start; \
-            tile_rows(k_cache, table, start, end, block_size, n_kv, kvh, dim, krows);        \
-            tile_rows(v_cache, table, start, end, block_size, n_kv, kvh, dim, vrows);        \
+        for (long start = begin; start < end; start += key_tile) {                           \
+            long stop = start + key_tile < end ? start + key_tile : end, n = stop - start;   \
+            tile_rows(k_cache, table, start, stop, block_size, n_kv, kvh, dim, krows);       \
+            tile_rows(v_cache, table, start, stop, block_size, n_kv, kvh, dim, vrows);       \
             for (long j = 0; j < n; j++)                                                     \
                 for (int g = 0; g < G; g++)                                                  \
                     scores[g][j] = dot16(q + g * dim, krows[j], dim) * scale;                \
@@ -157,9 +177,12 @@ typedef void (*head_fn)(const float *, const float *, const float *, long, long,
                 }                                                                            \
             }                                                                                \
         }                                                                                    \
-        for (int g = 0; g < G; g++)                                                          \
-            for (int c = 0; c < NV; c++)                                                     \
-                ESTORE(out + g * dim + c * EW, EDIV(acc[g][c], ESET1(l[g])));                \
+        for (int g = 0; g < G; g++) {                                                        \
+            float *sg = st + g * (dim + PAD);                                                \
+            for (int c = 0; c < NV; c++) ESTORE(sg + c * EW, acc[g][c]);                     \
+            sg[dim] = m[g];                                                                  \
+            sg[dim + 1] = l[g];                                                              \
+        }                                                                                    \
     }
 
 DEFINE_GROUP(4, 2)
@@ -167,35 +190,33 @@ DEFINE_GROUP(4, 3)
 DEFINE_GROUP(4, 4)
 DEFINE_GROUP(8, 2)
 
-typedef void (*group_fn)(const float *, const float *, const float *, long, long,
-                         const long *, long, long, long, float, float *);
-
 static int grouped_heads = 1; /* 0: one query head at a time (tests compare the two) */
 
-/* Tests only (never changes a bit): whether attend_items may take the grouped kernels. */
+/* Tests only (never changes a bit): whether the grouped kernels may run. */
 void sb_attention_set_grouped(long on) { grouped_heads = on != 0; }
 
 /* The register-resident kernel for all `group` heads of a KV head at this dim, or 0. */
-static group_fn group_kernel(long dim, long group) {
+static span_fn group_kernel(long dim, long group) {
     if (!grouped_heads) return 0;
-    if (dim == 4 * EW && group == 2) return attend_group_4_2;
-    if (dim == 4 * EW && group == 3) return attend_group_4_3;
-    if (dim == 4 * EW && group == 4) return attend_group_4_4;
-    if (dim == 8 * EW && group == 2) return attend_group_8_2;
+    if (dim == 4 * EW && group == 2) return span_group_4_2;
+    if (dim == 4 * EW && group == 3) return span_group_4_3;
+    if (dim == 4 * EW && group == 4) return span_group_4_4;
+    if (dim == 8 * EW && group == 2) return span_group_8_2;
     return 0;
 }
 
-/* The register-resident per-head kernel for this dim, or 0 (then attend_group runs). */
-static head_fn head_kernel(long dim) {
-    if (dim == 4 * EW) return attend_head_4;
-    if (dim == 8 * EW) return attend_head_8;
-    if (dim == 16 * EW) return attend_head_16;
+/* The register-resident per-head kernel for this dim, or 0 (then span_any runs). */
+static span_fn head_kernel(long dim) {
+    if (dim == 4 * EW) return span_head_4;
+    if (dim == 8 * EW) return span_head_8;
+    if (dim == 16 * EW) return span_head_16;
     return 0;
 }
 
-static void attend_group(const float *q, long group, long dim, const float *k_cache,
-                         const float *v_cache, long n_kv, long kvh, const long *table, long t,
-                         long block_size, long key_tile, float scale, float *out) {
+/* The span states of `group` heads (any dim a multiple of 16) over keys [begin, end). */
+static void span_any(const float *q, long group, long dim, const float *k_cache,
+                     const float *v_cache, long n_kv, long kvh, const long *table, long begin,
+                     long end, long block_size, long key_tile, float scale, float *st) {
     float acc[MAX_GROUP][MAX_DIM], scores[MAX_GROUP][MAX_TILE], probs[MAX_GROUP][MAX_TILE];
     float m[MAX_GROUP], l[MAX_GROUP];
     for (long g = 0; g < group; g++) {
@@ -203,93 +224,291 @@ static void attend_group(const float *q, long group, long dim, const float *k_ca
         l[g] = 0.0f;
         for (long c = 0; c < dim; c++) acc[g][c] = 0.0f;
     }
-    for (long start = 0; start <= t; start += key_tile) {
-        long end = start + key_tile < t + 1 ? start + key_tile : t + 1;
+    for (long start = begin; start < end; start += key_tile) {
+        long stop = start + key_tile < end ? start + key_tile : end, n = stop - start;
         const float *krows[MAX_TILE], *vrows[MAX_TILE];
-        tile_rows(k_cache, table, start, end, block_size, n_kv, kvh, dim, krows);
-        tile_rows(v_cache, table, start, end, block_size, n_kv, kvh, dim, vrows);
-        for (long j = start; j < end; j++)
+        tile_rows(k_cache, table, start, stop, block_size, n_kv, kvh, dim, krows);
+        tile_rows(v_cache, table, start, stop, block_size, n_kv, kvh, dim, vrows);
+        for (long j = 0; j < n; j++)
             for (long g = 0; g < group; g++)
-                scores[g][j - start] = dot16(q + g * dim, krows[j - start], dim) * scale;
-        float m_new[MAX_GROUP];
+                scores[g][j] = dot16(q + g * dim, krows[j], dim) * scale;
         for (long g = 0; g < group; g++) {
             float mt = m[g];
-            for (long j = 0; j < end - start; j++) mt = scores[g][j] > mt ? scores[g][j] : mt;
-            m_new[g] = mt;
+            for (long j = 0; j < n; j++) mt = scores[g][j] > mt ? scores[g][j] : mt;
             float alpha = sb_exp(m[g] - mt);
             l[g] = l[g] * alpha;
             for (long c = 0; c < dim; c++) acc[g][c] = acc[g][c] * alpha;
             m[g] = mt;
-            exp_shifted(scores[g], end - start, mt, probs[g]);
+            exp_shifted(scores[g], n, mt, probs[g]);
         }
-        for (long j = start; j < end; j++) {
-            const float *v = vrows[j - start];
+        for (long j = 0; j < n; j++) {
+            const float *v = vrows[j];
             for (long g = 0; g < group; g++) {
-                float p = probs[g][j - start];
+                float p = probs[g][j];
                 l[g] = l[g] + p;
                 for (long c = 0; c < dim; c++) acc[g][c] = fmaf(p, v[c], acc[g][c]);
             }
         }
     }
-    for (long g = 0; g < group; g++)
-        for (long c = 0; c < dim; c++) out[g * dim + c] = acc[g][c] / l[g];
+    for (long g = 0; g < group; g++) {
+        float *sg = st + g * state_stride(dim);
+        for (long c = 0; c < dim; c++) sg[c] = acc[g][c];
+        sg[dim] = m[g];
+        sg[dim + 1] = l[g];
+    }
 }
 
-int sb_attention_limits(long dim, long group, long key_tile) {
-    return dim % LANES == 0 && dim <= MAX_DIM && group <= MAX_GROUP && key_tile <= MAX_TILE &&
-           key_tile % LANES == 0;
+/* The empty state of `group` heads: m = -inf, l = 0, acc = 0. */
+static void empty_state(float *run, long group, long dim) {
+    for (long g = 0; g < group; g++, run += state_stride(dim)) {
+        for (long c = 0; c < dim; c++) run[c] = 0.0f;
+        run[dim] = -INFINITY;
+        run[dim + 1] = 0.0f;
+    }
+}
+
+/* The span merge of the definition, for `group` heads: run <- merge(run, span). The one
+ * formula every launch uses; each product and sum rounded on its own (-ffp-contract=off). */
+static void merge_span(float *run, const float *span, long group, long dim) {
+    for (long g = 0; g < group; g++, run += state_stride(dim), span += state_stride(dim)) {
+        float m = run[dim], ms = span[dim], mn = ms > m ? ms : m;
+        float a = sb_exp(m - mn), b = sb_exp(ms - mn);
+        run[dim + 1] = run[dim + 1] * a + span[dim + 1] * b;
+        evec va = ESET1(a), vb = ESET1(b);
+        for (long c = 0; c < dim; c += EW)
+            ESTORE(run + c, EADD(EMUL(ELOAD(run + c), va), EMUL(ELOAD(span + c), vb)));
+        run[dim] = mn;
+    }
+}
+
+/* out[g * dim + c] = ACC / L of each head's merged state. */
+static void finish_state(const float *run, long group, long dim, float *out) {
+    for (long g = 0; g < group; g++, run += state_stride(dim), out += dim) {
+        evec l = ESET1(run[dim + 1]);
+        for (long c = 0; c < dim; c += EW) ESTORE(out + c, EDIV(ELOAD(run + c), l));
+    }
+}
+
+int sb_attention_limits(long dim, long group, long key_tile, long span) {
+    return dim % LANES == 0 && dim <= MAX_DIM && group >= 1 && group <= MAX_GROUP &&
+           key_tile >= 1 && key_tile <= MAX_TILE && key_tile % LANES == 0 && span >= key_tile &&
+           span % key_tile == 0;
+}
+
+/* Tests only: out[j] = e(x[j]), the scalar exp of the definition (the merge's). */
+void sb_attention_exp(const float *x, long n, float *out) {
+    for (long j = 0; j < n; j++) out[j] = sb_exp(x[j]);
 }
 
 struct attn_args {
     const float *q, *k_cache, *v_cache;
-    long n_heads, dim, n_kv;
+    long n_heads, dim, n_kv, group;
     const long *positions, *query_req, *block_tables;
-    long width, block_size, key_tile;
+    long width, block_size, key_tile, span;
     float scale;
     float *out;
-    long n_items, stride;
+    span_fn head, grouped; /* the register-resident kernels for this shape, or 0 */
+    long n_items, stride;  /* (token, KV head) items; lanes of the sequential launch */
+    /* split launch: (token, span) pairs in token then span order, pairs of token n at
+     * first_pair[n] .. first_pair[n + 1] - 1; unit (pair p, KV head kvh) has its group's span
+     * states at states + (p * n_kv + kvh) * unit */
+    long *pair_token, *pair_begin, *first_pair;
+    float *states;
+    long unit, n_pairs;
 };
 
-/* Items i with i % stride in [lane_begin, lane_end): a strided split balances requests of
- * different lengths between threads. */
+/* The span states of item (token n, KV head kvh) over keys [begin, end) into st. */
+static void span_state(const struct attn_args *a, long n, long kvh, long begin, long end,
+                       float *st) {
+    long off = (n * a->n_heads + kvh * a->group) * a->dim;
+    const long *table = a->block_tables + a->query_req[n] * a->width;
+    const float *q = a->q + off;
+    if (a->grouped) {
+        a->grouped(q, a->k_cache, a->v_cache, a->n_kv, kvh, table, begin, end, a->block_size,
+                   a->key_tile, a->scale, st);
+    } else if (a->head) {
+        for (long g = 0; g < a->group; g++)
+            a->head(q + g * a->dim, a->k_cache, a->v_cache, a->n_kv, kvh, table, begin, end,
+                    a->block_size, a->key_tile, a->scale, st + g * state_stride(a->dim));
+    } else {
+        span_any(q, a->group, a->dim, a->k_cache, a->v_cache, a->n_kv, kvh, table, begin, end,
+                 a->block_size, a->key_tile, a->scale, st);
+    }
+}
+
+static inline long span_end(const struct attn_args *a, long n, long begin) {
+    long t = a->positions[n];
+    return begin + a->span < t + 1 ? begin + a->span : t + 1;
+}
+
+static inline float *item_out(const struct attn_args *a, long n, long kvh) {
+    return a->out + (n * a->n_heads + kvh * a->group) * a->dim;
+}
+
+/* Sequential launch, items i with i % stride in [lane_begin, lane_end) (a strided split
+ * balances requests of different lengths between threads): each item's spans in order, each
+ * merged into the running state as soon as it is done. */
 static void attend_items(void *ctx, long lane_begin, long lane_end) {
     const struct attn_args *a = ctx;
-    long group = a->n_heads / a->n_kv;
-    head_fn head = head_kernel(a->dim);
-    group_fn grouped = group_kernel(a->dim, group);
+    _Alignas(64) float run[MAX_STATE], part[MAX_STATE];
     for (long lane = lane_begin; lane < lane_end; lane++) {
         for (long item = lane; item < a->n_items; item += a->stride) {
             long n = item / a->n_kv, kvh = item % a->n_kv;
-            long off = (n * a->n_heads + kvh * group) * a->dim;
-            const long *table = a->block_tables + a->query_req[n] * a->width;
-            if (grouped) {
-                grouped(a->q + off, a->k_cache, a->v_cache, a->n_kv, kvh, table, a->positions[n],
-                        a->block_size, a->key_tile, a->scale, a->out + off);
-                continue;
+            empty_state(run, a->group, a->dim);
+            for (long begin = 0; begin <= a->positions[n]; begin += a->span) {
+                span_state(a, n, kvh, begin, span_end(a, n, begin), part);
+                merge_span(run, part, a->group, a->dim);
             }
-            if (!head) {
-                attend_group(a->q + off, group, a->dim, a->k_cache, a->v_cache, a->n_kv, kvh,
-                             table, a->positions[n], a->block_size, a->key_tile, a->scale,
-                             a->out + off);
-                continue;
-            }
-            for (long g = 0; g < group; g++)
-                head(a->q + off + g * a->dim, a->k_cache, a->v_cache, a->n_kv, kvh, table,
-                     a->positions[n], a->block_size, a->key_tile, a->scale,
-                     a->out + off + g * a->dim);
+            finish_state(run, a->group, a->dim, item_out(a, n, kvh));
         }
     }
 }
 
-/* All n_tokens * n_kv (token, KV head) items, on `threads` threads (each item entirely on
- * one). q, out: [N, H, D]; caches: [slots, n_kv, D]; block_tables: [R, width]. */
+/* Split launch, phase 1: units [begin, end), each one span of one item, to the scratch. */
+static void span_units(void *ctx, long begin, long end) {
+    const struct attn_args *a = ctx;
+    for (long u = begin; u < end; u++) {
+        long p = u / a->n_kv, kvh = u % a->n_kv, n = a->pair_token[p], b = a->pair_begin[p];
+        span_state(a, n, kvh, b, span_end(a, n, b), a->states + u * a->unit);
+    }
+}
+
+/* Split launch, phase 2: items [begin, end), their span states merged in span order. */
+static void merge_items(void *ctx, long begin, long end) {
+    const struct attn_args *a = ctx;
+    _Alignas(64) float run[MAX_STATE];
+    for (long item = begin; item < end; item++) {
+        long n = item / a->n_kv, kvh = item % a->n_kv;
+        empty_state(run, a->group, a->dim);
+        for (long p = a->first_pair[n]; p < a->first_pair[n + 1]; p++)
+            merge_span(run, a->states + (p * a->n_kv + kvh) * a->unit, a->group, a->dim);
+        finish_state(run, a->group, a->dim, item_out(a, n, kvh));
+    }
+}
+
+static long split_mode = 1; /* 0: never split spans, 1: when it pays, 2: always */
+
+/* Tests and benchmarks only (never changes a bit): when the split launch runs. */
+void sb_attention_set_split(long mode) { split_mode = mode; }
+
+#define SPLIT_MAX_BYTES (64L << 20) /* scratch above this: the sequential launch */
+#define SPLIT_CHUNKS_PER_THREAD 8
+#define SPLIT_ITEMS_PER_THREAD 8 /* fewer items than this per thread: too coarse to balance */
+
+/* Whether the split launch pays: some query has several spans, and there are too few items
+ * to balance between the threads (a thread another process holds up keeps a whole item) or
+ * one item would hold its thread past a fair share of the call. */
+static int want_split(const struct attn_args *a, long n_tokens, long threads, long bytes) {
+    if (split_mode != 1) return split_mode == 2;
+    if (threads <= 1 || a->n_pairs == n_tokens || bytes > SPLIT_MAX_BYTES) return 0;
+    long keys = 0, most = 0;
+    for (long n = 0; n < n_tokens; n++) {
+        keys += a->positions[n] + 1;
+        most = a->positions[n] + 1 > most ? a->positions[n] + 1 : most;
+    }
+    return a->n_items < SPLIT_ITEMS_PER_THREAD * threads || most * threads > keys * a->n_kv;
+}
+
+/* The calling thread's scratch for the split launch, grown as needed (0 if out of memory). */
+static void *scratch(long bytes) {
+    static __thread void *mem;
+    static __thread long size;
+    if (bytes <= size) return mem;
+    free(mem);
+    size = (bytes + 63) / 64 * 64;
+    mem = aligned_alloc(64, size);
+    if (!mem) size = 0;
+    return mem;
+}
+
+/* Fills the pair tables (in `tables`: first_pair, pair_token, pair_begin) and a->states. */
+static void lay_out_pairs(struct attn_args *a, long n_tokens, long *tables, float *states) {
+    a->first_pair = tables;
+    a->pair_token = tables + n_tokens + 1;
+    a->pair_begin = a->pair_token + a->n_pairs;
+    a->states = states;
+    long p = 0;
+    for (long n = 0; n < n_tokens; n++) {
+        a->first_pair[n] = p;
+        for (long begin = 0; begin <= a->positions[n]; begin += a->span, p++) {
+            a->pair_token[p] = n;
+            a->pair_begin[p] = begin;
+        }
+    }
+    a->first_pair[n_tokens] = p;
+}
+
+static long count_pairs(const long *positions, long n_tokens, long span) {
+    long pairs = 0;
+    for (long n = 0; n < n_tokens; n++) pairs += positions[n] / span + 1;
+    return pairs;
+}
+
+static void run_units(struct attn_args *a, long threads) {
+    long units = a->n_pairs * a->n_kv;
+    sb_parallel_chunks(span_units, a, units, 1, threads, SPLIT_CHUNKS_PER_THREAD * threads);
+}
+
+/* The split launch if it pays and the scratch is there; 0 if the sequential one must run. */
+static int split_launch(struct attn_args *a, long n_tokens, long threads) {
+    long table_bytes = (n_tokens + 1 + 2 * a->n_pairs) * (long)sizeof(long);
+    table_bytes = (table_bytes + 63) / 64 * 64;
+    long bytes = table_bytes + a->n_pairs * a->n_kv * a->unit * (long)sizeof(float);
+    if (!want_split(a, n_tokens, threads, bytes)) return 0;
+    char *mem = scratch(bytes);
+    if (!mem) return 0;
+    lay_out_pairs(a, n_tokens, (long *)mem, (float *)(mem + table_bytes));
+    run_units(a, threads);
+    sb_parallel(merge_items, a, a->n_items, 1, threads);
+    return 1;
+}
+
+static struct attn_args make_args(const float *q, long n_heads, long dim, const float *k_cache,
+                                  const float *v_cache, long n_kv, const long *positions,
+                                  const long *query_req, const long *block_tables, long width,
+                                  long block_size, long key_tile, long span, float scale,
+                                  float *out, long n_tokens) {
+    long group = n_heads / n_kv;
+    return (struct attn_args){
+        .q = q, .k_cache = k_cache, .v_cache = v_cache, .n_heads = n_heads, .dim = dim,
+        .n_kv = n_kv, .group = group, .positions = positions, .query_req = query_req,
+        .block_tables = block_tables, .width = width, .block_size = block_size,
+        .key_tile = key_tile, .span = span, .scale = scale, .out = out,
+        .head = head_kernel(dim), .grouped = group_kernel(dim, group),
+        .n_items = n_tokens * n_kv, .unit = group * state_stride(dim),
+        .n_pairs = count_pairs(positions, n_tokens, span)};
+}
+
+/* Attention of n_tokens queries on `threads` threads, by the sequential or the split launch
+ * (same bits). q, out: [N, H, D]; caches: [slots, n_kv, D]; block_tables: [R, width]. */
 void sb_attention(const float *q, long n_heads, long dim, const float *k_cache,
                   const float *v_cache, long n_kv, const long *positions, const long *query_req,
                   const long *block_tables, long width, long block_size, long key_tile,
-                  float scale, float *out, long n_tokens, long threads) {
-    long stride = threads <= 1 ? 1 : 4 * threads; /* lanes: items dealt round-robin */
-    struct attn_args args = {q,     k_cache,   v_cache,      n_heads,    dim,      n_kv,
-                             positions, query_req, block_tables, width, block_size, key_tile,
-                             scale, out,       n_tokens * n_kv, stride};
-    sb_parallel(attend_items, &args, stride, 1, threads);
+                  long span, float scale, float *out, long n_tokens, long threads) {
+    struct attn_args a = make_args(q, n_heads, dim, k_cache, v_cache, n_kv, positions,
+                                   query_req, block_tables, width, block_size, key_tile, span,
+                                   scale, out, n_tokens);
+    if (split_launch(&a, n_tokens, threads)) return;
+    a.stride = threads <= 1 ? 1 : 4 * threads; /* lanes: items dealt round-robin */
+    sb_parallel(attend_items, &a, a.stride, 1, threads);
+}
+
+/* Tests only: every span state, as the split launch's phase 1 writes them, into `states`:
+ * pairs (token n, span s) in token then span order, then KV heads, then the group's heads,
+ * each head's state acc[0..D), m, l in D + 16 floats. Returns the number of pairs. */
+long sb_attention_states(const float *q, long n_heads, long dim, const float *k_cache,
+                         const float *v_cache, long n_kv, const long *positions,
+                         const long *query_req, const long *block_tables, long width,
+                         long block_size, long key_tile, long span, float scale,
+                         float *states, long n_tokens, long max_pairs) {
+    struct attn_args a = make_args(q, n_heads, dim, k_cache, v_cache, n_kv, positions,
+                                   query_req, block_tables, width, block_size, key_tile, span,
+                                   scale, 0, n_tokens);
+    if (a.n_pairs > max_pairs) return a.n_pairs;
+    long *tables = malloc((n_tokens + 1 + 2 * a.n_pairs) * sizeof(long));
+    if (!tables) return -1;
+    lay_out_pairs(&a, n_tokens, tables, states);
+    run_units(&a, 1);
+    free(tables);
+    return a.n_pairs;
 }

@@ -1,7 +1,16 @@
 """Paged attention in C (sbattn.c), batch-invariant by construction (see that file).
 
-Work is split between threads by (token, KV head) items (strided, on the pool of sbpool.c);
-each item is computed entirely by one thread, so neither the split nor the batch changes a bit.
+Definition (S = the plan's `attention_span`, T = its key tile, S a multiple of T; e = sb_exp):
+the keys 0..t of a query at position t are cut into spans at absolute positions 0, S, 2S, ...;
+each span is an online softmax over its key tiles in order from a fresh state (m = -inf, l = 0,
+acc = 0), and the span states are merged in span order from the empty state by one formula,
+each product and sum rounded on its own (also when there is a single span):
+    M' = max(M, m_s); a = e(M - M'); b = e(m_s - M'); L = L*a + l_s*b; ACC = ACC*a + acc_s*b
+and out = ACC / L. Work is split between threads (the pool of sbpool.c) by (token, KV head)
+items, each running its spans in order; when there are too few items for the threads (a
+long-context decode) by (token, KV head, span) units whose states go to scratch and are merged
+per item in span order. Same states, same merge, same order: neither the split, the launch nor
+the batch changes a bit.
 """
 
 from __future__ import annotations
@@ -17,9 +26,10 @@ from samebits.kernels.cpu import native
 PARALLEL_MIN_PAIRS = 1 << 13
 
 
-def supports(head_dim: int, group: int, key_tile: int) -> bool:
-    """Whether the C kernel handles this shape (head_dim a multiple of 16, limits in sbattn.c)."""
-    return bool(native.library().sb_attention_limits(head_dim, group, key_tile))
+def supports(head_dim: int, group: int, key_tile: int, span: int) -> bool:
+    """Whether the C kernel handles this shape (head_dim a multiple of 16, the limits in
+    sbattn.c) and span (a multiple of the key tile)."""
+    return bool(native.library().sb_attention_limits(head_dim, group, key_tile, span))
 
 
 @dataclass(frozen=True)
@@ -47,9 +57,11 @@ def paged_attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: np.ndarray,
     query_req: np.ndarray, block_tables: np.ndarray, block_size: int, key_tile: int,
     scale: float, out: torch.Tensor, threads: int, tables: AttentionTables | None = None,
+    *, span: int,
 ) -> None:  # fmt: skip
-    """out[n, h] = softmax(q[n,h] . K[0..t]) V[0..t], t = positions[n]; all float32 contiguous.
-    `tables`: the same metadata prepared once per forward (else built here)."""
+    """out[n, h] = softmax(q[n,h] . K[0..t]) V[0..t], t = positions[n], by the span
+    definition above (`span`: the plan's attention span); all float32 contiguous. `tables`: the
+    same metadata prepared once per forward (else built here)."""
     n_tokens, n_heads, dim = q.shape
     if tables is None:
         tables = attention_tables(positions, query_req, block_tables)
@@ -57,5 +69,6 @@ def paged_attention(
     use = threads if tables.pairs_per_head * n_heads >= PARALLEL_MIN_PAIRS else 1
     native.library().sb_attention(
         q.data_ptr(), n_heads, dim, k_cache.data_ptr(), v_cache.data_ptr(), k_cache.shape[1],
-        pos, req, table, width, block_size, key_tile, scale, out.data_ptr(), n_tokens, use,
+        pos, req, table, width, block_size, key_tile, span, scale, out.data_ptr(), n_tokens,
+        use,
     )  # fmt: skip

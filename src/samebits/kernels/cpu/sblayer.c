@@ -14,7 +14,7 @@ void sb_gemm_prefetching(const float *x, long M, long K, const unsigned char *w,
 void sb_attention(const float *q, long n_heads, long dim, const float *k_cache,
                   const float *v_cache, long n_kv, const long *positions, const long *query_req,
                   const long *block_tables, long width, long block_size, long key_tile,
-                  float scale, float *out, long n_tokens, long threads);
+                  long span, float scale, float *out, long n_tokens, long threads);
 void sb_silu_mul(const float *gate_up, long rows, long inter, float *out, long threads);
 void sb_add_rms_norm(const float *x, float *residual, long rows, long dim, const float *w,
                      double eps, float *out, long threads);
@@ -39,7 +39,7 @@ struct sb_layer_io {
     double eps;
     float scale;
     const long *positions, *query_req, *block_tables, *slot_mapping;
-    long width, block_size, key_tile, attn_pairs; /* attn_pairs: sum(positions) + n */
+    long width, block_size, key_tile, span, attn_pairs; /* attn_pairs: sum(positions) + n */
     const float *cos, *sin;                       /* [max_positions, dim / 2] */
     float *x, *residual; /* x: this layer's normed input; then the next layer's */
     float *qkv, *q, *k, *attn, *o, *gate_up, *act, *down;
@@ -165,7 +165,7 @@ void sb_decoder_layer(const struct sb_layer_weights *w, const struct sb_layer_io
     split_rope_store(w, io);
     sb_attention(io->q, io->n_heads, io->dim, w->k_cache, w->v_cache, io->n_kv, io->positions,
                  io->query_req, io->block_tables, io->width, io->block_size, io->key_tile,
-                 io->scale, io->attn, n,
+                 io->span, io->scale, io->attn, n,
                  use_threads(io->attn_pairs * io->n_heads, io->attn_min_pairs, th));
     linear(&w->o, io->attn, n, io->o, io, &hint[0]);
     long row_th = use_threads(rows, io->row_min_elements, th);
