@@ -27,8 +27,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from samebits.kernels.interface import ATTENTION_SPAN
 from samebits.kernels.metadata import VIEW_ALIGN_BYTES, FlatBatch
-from samebits.kernels.plan import ATTENTION_SPAN
 
 _INT64 = ("ids", "positions", "slots", "seq_lens", "feed")
 _INT32 = ("positions32", "table")

@@ -20,6 +20,12 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+# Key span of attention (DESIGN.md §2b): the keys of a query are cut into spans at absolute
+# positions 0, S, 2S, ...; each span is an online softmax from a fresh state and the spans are
+# merged in span order by one merge formula, whichever launch (sequential spans or split-KV)
+# runs. Part of the numerics of every plan, so it is in the fingerprint (`KernelPlan.to_dict`).
+ATTENTION_SPAN = 512
+
 if TYPE_CHECKING:
     from samebits.kernels.metadata import FlatBatch
     from samebits.kernels.quantized import QuantizedTensor

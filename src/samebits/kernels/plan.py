@@ -11,11 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-# Key span of attention (DESIGN.md §2b): the keys of a query are cut into spans at absolute
-# positions 0, S, 2S, ...; each span is an online softmax from a fresh state and the spans are
-# merged in span order by one merge formula, whichever launch (sequential spans or split-KV)
-# runs. Part of the numerics of every plan, so it is in the fingerprint (`to_dict`).
-ATTENTION_SPAN = 512
+from samebits.kernels.interface import ATTENTION_SPAN
 
 
 @dataclass(frozen=True)

@@ -269,7 +269,7 @@ def _long(pool: _Pool, size: MatrixSize) -> list[Scenario]:
     chunked with budgets just below / above a span and across spans; batched with each other
     and short requests (split-KV decode in a batch); a prefix-cache hit that ends mid-span;
     two long requests in a cache too small for both (preemption, recompute)."""
-    from samebits.kernels.plan import ATTENTION_SPAN as SPAN
+    from samebits.kernels.interface import ATTENTION_SPAN as SPAN
 
     assert size.long_prompts is not None
     short, long = size.long_prompts

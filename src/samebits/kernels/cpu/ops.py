@@ -14,10 +14,9 @@ from samebits.kernels.cpu import attention as cpu_attention
 from samebits.kernels.cpu import rowwise, sbattn, sbrow
 from samebits.kernels.cpu.linear import TiledLinear
 from samebits.kernels.cpu.sbgemm import SbLinear
-from samebits.kernels.interface import Linear
+from samebits.kernels.interface import ATTENTION_SPAN, Linear
 from samebits.kernels.metadata import FlatBatch
 from samebits.kernels.placement import TorchPlacement
-from samebits.kernels.plan import ATTENTION_SPAN
 from samebits.kernels.quantized import QuantizedTensor
 
 

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 import triton
 
+from samebits.kernels.interface import ATTENTION_SPAN
 from samebits.kernels.metadata import to_device_aligned
-from samebits.kernels.plan import ATTENTION_SPAN
 
 PREFILL_BLOCK_M = 64
 DECODE_BLOCK_M = 16
