@@ -201,6 +201,7 @@ def main() -> int:
     p.add_argument("--parts", nargs="+", default=["kernels", "prefill", "engine"])
     p.add_argument("--spans", nargs="+", type=int, default=None)
     p.add_argument("--split-programs", nargs="+", type=int, default=None)
+    p.add_argument("--stages", nargs="+", type=int, default=None, help="num_stages sweep")
     p.add_argument("--prefill-tiles", nargs="+", default=None, help="block_m x warps, e.g. 128x8")
     p.add_argument("--out", default="long_context.json")
     args = p.parse_args()
@@ -210,8 +211,13 @@ def main() -> int:
     results: list = []
     spans = args.spans or [ATTENTION_SPAN]
     tiles = [tuple(map(int, t.split("x"))) for t in args.prefill_tiles or []] or [None]
-    kernel_parts(results, set(args.parts), spans,
-                 args.split_programs or [attention.DECODE_SPLIT_PROGRAMS], tiles)  # fmt: skip
+    for stages in args.stages or [None]:
+        attention.ATTENTION_STAGES = stages
+        if stages is not None:
+            emit(results, part="stages", num_stages=stages)
+        kernel_parts(results, set(args.parts), spans,
+                     args.split_programs or [attention.DECODE_SPLIT_PROGRAMS], tiles)  # fmt: skip
+    attention.ATTENTION_STAGES = None
     if "engine" in args.parts:
         from samebits.model.random_init import random_model
 

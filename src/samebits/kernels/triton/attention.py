@@ -44,6 +44,7 @@ KEY_BLOCK = 64  # key tile width: part of the numerics (tile boundaries at multi
 # 744 bytes under it: no cap. Register allocation never changes a result.
 DECODE_MAXNREG = 128
 ATTENTION_MAXNREG: int | None = None  # an experiment's override of `register_cap` (benchmarks)
+ATTENTION_STAGES: int | None = None  # an experiment's num_stages for every launch (benchmarks)
 LOG2E = 1.4426950408889634
 # Split-KV decode: a decode step with fewer than this many (request, KV head) pairs runs each
 # request's spans in up to this many / pairs programs (16 per SM of an H200, 132 SMs), then
@@ -136,7 +137,9 @@ def register_cap(block_m: int, head_dim: int) -> int | None:
 
 
 def _cap(maxnreg: int | None) -> dict:
-    return {} if maxnreg is None else {"maxnreg": maxnreg}
+    """Launch options of static facts: the register cap, an experiment's pipeline stages."""
+    extra = {} if ATTENTION_STAGES is None else {"num_stages": ATTENTION_STAGES}
+    return extra if maxnreg is None else {**extra, "maxnreg": maxnreg}
 
 
 def default_scale(head_dim: int) -> float:
