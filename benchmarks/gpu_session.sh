@@ -26,6 +26,7 @@
 #   agree      benchmarks/gpu_agreement.py
 #   digest     benchmarks/digest_throughput.py (SHA-256 of 512 KB rows on this host's cores)
 #   sha256     benchmarks/sha256_check.py (the device SHA-256: compile time, ms per batch, == hashlib)
+#   longctx    benchmarks/long_context.py (issue 25: span attention vs SDPA, engine at 128..128k)
 #   ncu        Nsight Compute per kernel of one batch-64 decode step (benchmarks/ncu_step.py)
 set -uo pipefail
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -54,6 +55,7 @@ for job in "$@"; do
     info) python3 -c "import sys; sys.path.insert(0, 'tests'); from tiny_models import make_tiny_checkpoint as m; m('/tmp/tiny_qwen3', 'qwen3')" &&
           python3 -m samebits.cli info --device cuda --model /tmp/tiny_qwen3 2>&1 | tee "$OUT/info_cuda.txt" | tail -25 &&
           python3 -m samebits.cli generate "Hello there" --device cuda --model /tmp/tiny_qwen3 --max-tokens 8 --seed 1 --no-chat ;;
+    longctx) timeout 400 python3 benchmarks/long_context.py ${LONGCTX_ARGS:-} --out "$OUT/long_context.json" 2>&1 | grep -v "^after" | tail -40 ;;
     digestcost) timeout 400 python3 benchmarks/gpu_serving.py --digest-cost --no-hf ${DIGEST_ARGS:-} --out "$OUT/gpu_digest_cost.json" 2>&1 | tail -6 ;;
     serving) timeout 560 python3 benchmarks/gpu_serving.py --sample 8 ${SERVING_ARGS:-} --out "$OUT/gpu_serving.json" 2>&1 | tail -30 ;;
     breakdown) timeout 300 python3 benchmarks/gpu_step_breakdown.py --trace ${BREAKDOWN_ARGS:-} --out "$OUT/gpu_step_breakdown.json" 2>&1 | grep -v USDT | tail -40 ;;
