@@ -22,6 +22,7 @@ from samebits.analysis.kernel_prover.symbolic.values import (
     KernelCall,
 )
 from samebits.analysis.kernel_prover.terms import Lin
+from samebits.kernels.interface import FLOAT32_ROLES
 from samebits.kernels.triton.certified import units as _units
 from samebits.model.presets import PRESETS
 
@@ -132,7 +133,7 @@ def linear_specs(
     for role, n, k in shapes or _units.linear_shapes(MODELS[model]):
         if roles and role not in roles:
             continue
-        out_dt = "fp32" if role == "lm_head" else ACT
+        out_dt = "fp32" if role in FLOAT32_ROLES else ACT
         plan = split_plan(n, k, role)
         launches = plan_launches(plan)
         tag = f"{model}.{role}" + (".bias" if has_bias else "")
