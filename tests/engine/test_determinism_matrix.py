@@ -1,10 +1,13 @@
 """The engine determinism matrix on CPU: batching, chunking, prefill vs decode, prefix reuse,
 cache pressure, staggered arrivals and aborts, seeded sampling — every case ends in the spec's
-predicate against Ref (bitwise), and the fast plan is the negative control."""
+predicate against Ref (bitwise), and the fast plan is the negative control. Mixtures of
+experts too: tiny qwen3_moe (all layers sparse; and with dense layers), mixtral, and a
+qwen3_moe whose router sends every token to one expert and none to others."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from samebits.deployment import build_deployment
 from samebits.engine.scheduler import Scheduler
@@ -70,4 +73,68 @@ def test_negative_control_fast_plan_fails(tiny_llama_dir, matrix_log):
     size = MatrixSize(vocab=dep.config.vocab_size, repeats=1)
     report = check_matrix(dep, [s for s in build_scenarios(size) if s.category == "batch"])
     matrix_log(f"negative control (fast plan, batch category): {report.summary()}")
+    assert report.mismatches, "the fast plan was expected to break batch invariance"
+
+
+MOE_ARCHS = ["qwen3_moe", "qwen3_moe_mixed", "mixtral"]
+
+
+@pytest.mark.parametrize("arch", MOE_ARCHS)
+def test_matrix_tiny_moe_models(request, arch, matrix_log):
+    dep = _deployment(request.getfixturevalue(f"tiny_{arch}_dir"))
+    size = MatrixSize(vocab=dep.config.vocab_size, repeats=2)
+    assert _full_check(dep, size, f"tiny-{arch}", matrix_log) >= 784
+
+
+FAVOURED, SHUNNED = 5, (0, 1)  # the biased router's experts: every token / no token
+
+
+def _biased_router_model(path):
+    """The tiny qwen3_moe with every embedding's hidden dim 0 set to 3 (so dim 0 of each
+    router input is large and positive) and, at every sparse layer, router row FAVOURED
+    weighting dim 0 by +3 and the rows SHUNNED by -3: every token's top expert is FAVOURED and
+    no token picks a SHUNNED one."""
+    loaded = load_model(path)
+    w = loaded.weights
+    w["model.embed_tokens.weight"][:, 0] = 3.0
+    for i in range(loaded.config.num_hidden_layers):
+        router = w[f"model.layers.{i}.mlp.gate.weight"]
+        router[FAVOURED, 0] = 3.0
+        router[list(SHUNNED), 0] = -3.0
+    return loaded
+
+
+def _record_expert_counts(dep) -> list[torch.Tensor]:
+    """Tokens per expert of every routing call of `dep` from now on (forwards of the engine
+    and of Ref alike)."""
+    ops, counts = dep.model.ops, []
+    route = ops.moe_route
+
+    def recording(logits, top_k, normalize):
+        ids, weights = route(logits, top_k, normalize)
+        counts.append(torch.bincount(ids.reshape(-1), minlength=logits.shape[1]))
+        return ids, weights
+
+    ops.moe_route = recording
+    return counts
+
+
+def test_matrix_moe_one_expert_takes_every_token(tiny_qwen3_moe_dir, matrix_log):
+    """Batches in which expert FAVOURED gets every token of the batch and the SHUNNED experts
+    get none (checked on the routing itself), and every row is still Ref's."""
+    dep = _deployment(_biased_router_model(tiny_qwen3_moe_dir))
+    counts = _record_expert_counts(dep)
+    size = MatrixSize(vocab=dep.config.vocab_size, repeats=1)
+    _full_check(dep, size, "tiny-qwen3_moe, one expert takes every token", matrix_log)
+    tokens = [int(c.sum()) // dep.config.moe.num_experts_per_tok for c in counts]
+    assert all(int(c[FAVOURED]) == n for c, n in zip(counts, tokens, strict=True))
+    assert all(int(c[e]) == 0 for c in counts for e in SHUNNED)
+    assert max(tokens) >= 64  # batches of many tokens, all on one expert
+
+
+def test_negative_control_fast_plan_fails_moe(tiny_qwen3_moe_dir, matrix_log):
+    dep = _deployment(tiny_qwen3_moe_dir, "fast")
+    size = MatrixSize(vocab=dep.config.vocab_size, repeats=1)
+    report = check_matrix(dep, [s for s in build_scenarios(size) if s.category == "batch"])
+    matrix_log(f"negative control (fast plan, tiny-qwen3_moe, batch category): {report.summary()}")
     assert report.mismatches, "the fast plan was expected to break batch invariance"
