@@ -7,8 +7,8 @@ qwen3_moe whose router sends every token to one expert and none to others."""
 from __future__ import annotations
 
 import pytest
-import torch
 
+from moe_routing import bias_router, check_biased_routing, record_expert_counts
 from samebits.deployment import build_deployment
 from samebits.engine.scheduler import Scheduler
 from samebits.model import load_model
@@ -86,50 +86,14 @@ def test_matrix_tiny_moe_models(request, arch, matrix_log):
     assert _full_check(dep, size, f"tiny-{arch}", matrix_log) >= 784
 
 
-FAVOURED, SHUNNED = 5, (0, 1)  # the biased router's experts: every token / no token
-
-
-def _biased_router_model(path):
-    """The tiny qwen3_moe with every embedding's hidden dim 0 set to 3 (so dim 0 of each
-    router input is large and positive) and, at every sparse layer, router row FAVOURED
-    weighting dim 0 by +3 and the rows SHUNNED by -3: every token's top expert is FAVOURED and
-    no token picks a SHUNNED one."""
-    loaded = load_model(path)
-    w = loaded.weights
-    w["model.embed_tokens.weight"][:, 0] = 3.0
-    for i in range(loaded.config.num_hidden_layers):
-        router = w[f"model.layers.{i}.mlp.gate.weight"]
-        router[FAVOURED, 0] = 3.0
-        router[list(SHUNNED), 0] = -3.0
-    return loaded
-
-
-def _record_expert_counts(dep) -> list[torch.Tensor]:
-    """Tokens per expert of every routing call of `dep` from now on (forwards of the engine
-    and of Ref alike)."""
-    ops, counts = dep.model.ops, []
-    route = ops.moe_route
-
-    def recording(logits, top_k, normalize):
-        ids, weights = route(logits, top_k, normalize)
-        counts.append(torch.bincount(ids.reshape(-1), minlength=logits.shape[1]))
-        return ids, weights
-
-    ops.moe_route = recording
-    return counts
-
-
 def test_matrix_moe_one_expert_takes_every_token(tiny_qwen3_moe_dir, matrix_log):
-    """Batches in which expert FAVOURED gets every token of the batch and the SHUNNED experts
-    get none (checked on the routing itself), and every row is still Ref's."""
-    dep = _deployment(_biased_router_model(tiny_qwen3_moe_dir))
-    counts = _record_expert_counts(dep)
+    """Batches in which one expert gets every token of the batch and two experts get none
+    (checked on the routing itself: `moe_routing.bias_router`), and every row is still Ref's."""
+    dep = _deployment(bias_router(load_model(tiny_qwen3_moe_dir)))
+    counts = record_expert_counts(dep)
     size = MatrixSize(vocab=dep.config.vocab_size, repeats=1)
     _full_check(dep, size, "tiny-qwen3_moe, one expert takes every token", matrix_log)
-    tokens = [int(c.sum()) // dep.config.moe.num_experts_per_tok for c in counts]
-    assert all(int(c[FAVOURED]) == n for c, n in zip(counts, tokens, strict=True))
-    assert all(int(c[e]) == 0 for c in counts for e in SHUNNED)
-    assert max(tokens) >= 64  # batches of many tokens, all on one expert
+    assert check_biased_routing(counts, dep.config.moe.num_experts_per_tok) >= 64
 
 
 def test_negative_control_fast_plan_fails_moe(tiny_qwen3_moe_dir, matrix_log):

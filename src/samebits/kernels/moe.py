@@ -242,7 +242,15 @@ class FastMoe:
         return ids, weights
 
     def moe_experts(self, x, ids, weights, experts: Sequence[Expert]) -> torch.Tensor:
+        """Experts with tokens in id order, each on its tokens, accumulated by `index_add_`;
+        while a CUDA graph is captured (no host sync), every expert on every row, weighted
+        by the row's weight for it (0 if not chosen)."""
         out = torch.zeros((x.shape[0], x.shape[1]), dtype=torch.float32, device=x.device)
+        if _capturing(x):
+            for e, expert in enumerate(experts):
+                w_e = torch.where(ids == e, weights, 0.0).sum(dim=-1, keepdim=True)
+                out.add_(_expert(expert, x, self.silu_mul).float() * w_e)
+            return out.to(self.act_dtype)
         for e in torch.unique(ids).tolist():
             token, rank = torch.where(ids == e)
             y = _expert(experts[e], x[token], self.silu_mul).float()
