@@ -31,7 +31,7 @@ def test_portable_exp_is_accurate():
     x = torch.linspace(-80.0, 0.0, 200001, dtype=torch.float32)
     ours = moe.portable_exp(x).numpy()
     exact = np.exp(x.numpy().astype(np.float64)).astype(np.float32)
-    assert _ulps(ours, exact).max() <= 2
+    assert _ulps(ours, exact).max() <= 1  # of the correctly rounded value
     assert moe.portable_exp(torch.tensor([0.0])).item() == 1.0
 
 
