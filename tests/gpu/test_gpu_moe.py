@@ -1,7 +1,7 @@
 """Mixtures of experts on the GPU invariant plan (Triton, bfloat16), marker `gpu`.
 
 - The determinism matrix on the tiny qwen3_moe / qwen3_moe_mixed / mixtral checkpoints
-  (certified: their units are in the shipped set), with decode steps replayed from CUDA
+  (certified, like the 30B-A3B shape: their units are in the shipped set), with decode steps replayed from CUDA
   graphs (the MoE layer's dense path: every expert on every row) against Ref (eager: rows
   gathered per expert), and on the biased router that sends every token to one expert.
 - The Qwen3-30B-A3B shape: the full 48-layer random-weight model loads on one H200 and
@@ -64,16 +64,6 @@ def test_gpu_matrix_moe_one_expert_takes_every_token(cuda, tiny_qwen3_moe_dir, g
 
 
 # ------------------------------------------------------------- the Qwen3-30B-A3B shape
-@pytest.fixture
-def uncertified(monkeypatch):
-    """Deploy the 30B-A3B shape also where a unit of it has no valid certificate (recorded as
-    uncertified in the fingerprint; `samebits certify --shipped --model qwen3-30b-a3b`
-    proves them)."""
-    from samebits.kernels.triton.certified import gate
-
-    monkeypatch.setenv(gate.ENV_ALLOW, "1")
-
-
 def _random(num_layers: int | None = None):
     import torch
 
@@ -88,7 +78,7 @@ def _generate(llm, prompts, params) -> list[tuple]:
     return [(o.outputs[0].token_ids, o.outputs[0].logits_digests) for o in outs]
 
 
-def test_gpu_qwen3_30b_a3b_generate(cuda, uncertified, gpu_record):
+def test_gpu_qwen3_30b_a3b_generate(cuda, gpu_record):
     """The full random-weight model (48 sparse layers of 128 experts; ~61 GB in bf16) on one
     GPU: a short greedy generation, batched == each prompt alone == eager (no CUDA graphs),
     tokens and logits digests; the tokens spread over most experts."""
@@ -117,9 +107,9 @@ def test_gpu_qwen3_30b_a3b_generate(cuda, uncertified, gpu_record):
     assert all(len(tokens) == 8 for tokens, _ in batched)
     used = int((torch.stack(counts).sum(dim=0) > 0).sum())
     memory = torch.cuda.max_memory_allocated() / 2**30
-    status = dep.components["certificates"]["status"]
+    assert dep.components["certificates"]["status"] == "certified"
     gpu_record(f"random {PRESET} bf16 generate",
-               f"built in {built:.0f} s ({status}), peak {memory:.0f} GiB; 3 x 8 tokens "
+               f"built in {built:.0f} s, peak {memory:.0f} GiB; 3 x 8 tokens "
                f"batched in {seconds:.1f} s; batched == alone == eager; {used} of 128 experts "
                "used")  # fmt: skip
     assert used >= 64
@@ -132,8 +122,9 @@ def prefix_model(cuda):
     return _random(num_layers=4)
 
 
-def test_gpu_matrix_qwen3_30b_a3b_shaped(prefix_model, uncertified, gpu_record):
+def test_gpu_matrix_qwen3_30b_a3b_shaped(prefix_model, gpu_record):
     dep = _deployment(prefix_model, release=False)
+    assert dep.components["certificates"]["status"] == "certified"
     size = dataclasses.replace(BIG, vocab=dep.config.vocab_size)
     _check(dep, size, f"random {PRESET} (4 layers) bf16", gpu_record)
 
