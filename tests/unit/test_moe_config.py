@@ -127,3 +127,12 @@ def test_bad_moe_config_json_names_the_file(tiny_qwen3_moe_dir, tmp_path):
         load_model(folder)
     assert str(folder / "config.json") in str(info.value)
     assert "shared_expert_intermediate_size=64 is not supported" in str(info.value)
+
+
+def test_the_prover_knows_the_float32_roles():
+    """The kernel prover's copy of the float32-output roles (it imports no torch) is the op
+    sets' (the router's logits are float32 in every op set)."""
+    from samebits.analysis.kernel_prover import specs
+    from samebits.kernels.interface import FLOAT32_ROLES
+
+    assert specs.FLOAT32_ROLES == FLOAT32_ROLES

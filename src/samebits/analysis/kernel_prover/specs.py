@@ -22,7 +22,6 @@ from samebits.analysis.kernel_prover.symbolic.values import (
     KernelCall,
 )
 from samebits.analysis.kernel_prover.terms import Lin
-from samebits.kernels.interface import FLOAT32_ROLES
 from samebits.kernels.triton.certified import units as _units
 from samebits.model.presets import PRESETS
 
@@ -32,6 +31,9 @@ from samebits.model.presets import PRESETS
 MODEL_PRESETS = {"llama-3-8b": "llama-3-8b", "tiny": "tiny-test-qwen3"}
 MODELS: dict[str, dict] = {name: _units.dims_of(PRESETS[p]) for name, p in MODEL_PRESETS.items()}
 ACT = "bf16"
+# the roles whose linear writes float32 (samebits.kernels.interface.FLOAT32_ROLES, named here
+# without importing torch; tests/unit/test_moe_config.py checks they agree)
+FLOAT32_ROLES = ("lm_head", "router")
 
 
 @dataclass
