@@ -51,6 +51,25 @@ def tiny_mistral_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_qwen3_moe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tiny random Qwen3MoeForCausalLM folder (8 experts, top 3, renormalized; all sparse)."""
+    return _tiny(tmp_path_factory, "qwen3_moe")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_moe_mixed_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tiny random Qwen3MoeForCausalLM folder with dense layers (4 layers, layer 1 sparse:
+    decoder_sparse_step 2, mlp_only_layers [3]; 6 experts, top 2, not renormalized)."""
+    return _tiny(tmp_path_factory, "qwen3_moe_mixed")
+
+
+@pytest.fixture(scope="session")
+def tiny_mixtral_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tiny random MixtralForCausalLM folder (8 experts, top 2, w1 / w3 / w2 names)."""
+    return _tiny(tmp_path_factory, "mixtral")
+
+
+@pytest.fixture(scope="session")
 def smollm2_gguf() -> Path:
     """Path of the embedded default model, SmolLM2-135M-Instruct.Q4_1.gguf."""
     from samebits.model.loader import default_model_path

@@ -20,6 +20,10 @@ import numpy as np
 import torch
 
 ARCHS = ("llama", "qwen2", "qwen3", "mistral")
+# Mixtures of experts: qwen3_moe (every layer sparse, weights renormalized), qwen3_moe_mixed
+# (4 layers: decoder_sparse_step 2 and mlp_only_layers [3] leave layer 1 the only sparse one;
+# weights not renormalized) and mixtral.
+MOE_ARCHS = ("qwen3_moe", "qwen3_moe_mixed", "mixtral")
 TINY_VOCAB = 320
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 CHATML_TEMPLATE = (
@@ -130,7 +134,30 @@ def tiny_hf_config(arch: str, **overrides):
         return transformers.Qwen3Config(**dims, use_sliding_window=False, attention_bias=False)
     if arch == "mistral":
         return transformers.MistralConfig(**dims, sliding_window=None)
-    raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
+    if arch in MOE_ARCHS:
+        return _tiny_moe_config(arch)
+    raise ValueError(f"arch must be one of {ARCHS + MOE_ARCHS}, got {arch!r}")
+
+
+def _tiny_moe_config(arch: str):
+    import transformers
+
+    if arch == "mixtral":
+        dims = dict(_DIMS, intermediate_size=32)  # mixtral's intermediate_size is the experts'
+        return transformers.MixtralConfig(
+            **dims, num_local_experts=8, num_experts_per_tok=2, sliding_window=None
+        )
+    moe = dict(use_sliding_window=False, attention_bias=False, moe_intermediate_size=32)
+    if arch == "qwen3_moe":
+        return transformers.Qwen3MoeConfig(
+            **_DIMS, **moe, num_experts=8, num_experts_per_tok=3, norm_topk_prob=True,
+            decoder_sparse_step=1, mlp_only_layers=[],
+        )  # fmt: skip
+    dims = dict(_DIMS, num_hidden_layers=4)
+    return transformers.Qwen3MoeConfig(
+        **dims, **moe, num_experts=6, num_experts_per_tok=2, norm_topk_prob=False,
+        decoder_sparse_step=2, mlp_only_layers=[3],
+    )  # fmt: skip
 
 
 def make_tiny_checkpoint(

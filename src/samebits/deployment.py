@@ -78,8 +78,9 @@ def build_deployment(
     cfg = loaded.config
     group = cfg.num_attention_heads // cfg.num_key_value_heads
     plan = build_plan(
-        kernel_plan, num_threads, head_dim=cfg.head_dim, group=group, device=device, dtype=dtype
-    )
+        kernel_plan, num_threads, head_dim=cfg.head_dim, group=group, device=device, dtype=dtype,
+        moe=cfg.moe is not None,
+    )  # fmt: skip
     certificates = _certificates(plan, loaded)  # before any weight moves: fail fast
     limit = min(max_model_len or cfg.max_context_len, cfg.max_context_len)
     digest = loaded.weights_identity or weights_digest(loaded.weights)
@@ -112,8 +113,5 @@ def _specializations(plan: KernelPlan, model: DecoderModel) -> list[str]:
         return []
     from samebits.kernels.triton.backend import linear_specializations
 
-    roles = ("qkv", "o", "gate_up", "down", "lm_head")
-    shapes = [
-        (r, lin.shape[0], lin.shape[1]) for r, lin in zip(roles, model.linears(), strict=True)
-    ]
+    shapes = [(role, lin.shape[0], lin.shape[1]) for role, lin in model.role_linears()]
     return linear_specializations(shapes)

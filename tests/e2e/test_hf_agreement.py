@@ -1,6 +1,9 @@
 """Correctness against a peer: samebits logits agree with HF transformers in float32 to
-max|Δ| / max|ref| <= 1e-4 at every position of a 32-token prompt (both kernel plans), and of
-a 300-token prompt on long-context RoPE (yarn, llama3) whose pre-training context is 64."""
+max|Δ| / max|ref| <= 1e-4 at every position of a 32-token prompt (both kernel plans), dense
+models and mixtures of experts (qwen3_moe renormalized and not, with dense layers placed by
+mlp_only_layers / decoder_sparse_step; mixtral), and of a 300-token prompt on long-context
+RoPE (yarn, llama3) whose pre-training context is 64; the MoE routing (each token's top-k
+experts, in order) equals transformers' at every sparse layer."""
 
 from __future__ import annotations
 
@@ -35,7 +38,10 @@ def _assert_agrees(dep, hf_model, ids) -> None:
     assert rel <= TOL, f"relative max error {rel:.3e}"
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "mistral"])
+MOE_ARCHS = ["qwen3_moe", "qwen3_moe_mixed", "mixtral"]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "mistral", *MOE_ARCHS])
 @pytest.mark.parametrize("plan", ["invariant", "fast"])
 def test_tiny_checkpoints_agree_with_transformers(request, arch, plan):
     from transformers import AutoModelForCausalLM
@@ -44,6 +50,50 @@ def test_tiny_checkpoints_agree_with_transformers(request, arch, plan):
     hf = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
     dep = build_deployment(load_model(path), plan)
     _assert_agrees(dep, hf, _prompt(dep.config.vocab_size))
+
+
+def _our_routing(dep, ids: list[int]) -> list[torch.Tensor]:
+    """The expert ids [32, k] our forward picks at each sparse layer, in layer order."""
+    ops, seen = dep.model.ops, []
+    route = ops.moe_route
+
+    def recording(logits, top_k, normalize):
+        out = route(logits, top_k, normalize)
+        seen.append(out[0].clone())
+        return out
+
+    ops.moe_route = recording
+    try:
+        cold_logits(dep, ids, all_rows=True)
+    finally:
+        del ops.moe_route
+    return seen
+
+
+def _hf_routing(model, ids: list[int], top_k: int) -> list[torch.Tensor]:
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), output_router_logits=True)
+    probs = [torch.softmax(r.reshape(len(ids), -1).float(), dim=-1) for r in out.router_logits]
+    return [torch.topk(p, top_k, dim=-1).indices for p in probs]
+
+
+@pytest.mark.parametrize("arch", MOE_ARCHS)
+def test_moe_routing_agrees_with_transformers(request, arch):
+    """Every token's top-k experts, in rank order, at every sparse layer: equal to
+    transformers' (random logits have no near-ties here; a near-tie could differ)."""
+    from transformers import AutoModelForCausalLM
+
+    path = request.getfixturevalue(f"tiny_{arch}_dir")
+    hf = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
+    dep = build_deployment(load_model(path), "invariant")
+    ids = _prompt(dep.config.vocab_size, seed=1)
+    ours = _our_routing(dep, ids)
+    theirs = _hf_routing(hf, ids, dep.config.moe.num_experts_per_tok)
+    sparse = [i for i in range(dep.config.num_hidden_layers) if dep.config.is_sparse(i)]
+    assert len(ours) == len(theirs) == len(sparse)
+    pairs = zip(ours, theirs, strict=True)
+    equal = sum(int(torch.equal(a[t], b[t])) for a, b in pairs for t in range(32))
+    assert equal == 32 * len(sparse), f"routing equal for {equal} of {32 * len(sparse)} tokens"
 
 
 @pytest.fixture(scope="module")

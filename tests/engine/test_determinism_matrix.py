@@ -1,11 +1,14 @@
 """The engine determinism matrix on CPU: batching, chunking, prefill vs decode, prefix reuse,
 cache pressure, staggered arrivals and aborts, seeded sampling — every case ends in the spec's
-predicate against Ref (bitwise), and the fast plan is the negative control."""
+predicate against Ref (bitwise), and the fast plan is the negative control. Mixtures of
+experts too: tiny qwen3_moe (all layers sparse; and with dense layers), mixtral, and a
+qwen3_moe whose router sends every token to one expert and none to others."""
 
 from __future__ import annotations
 
 import pytest
 
+from moe_routing import bias_router, check_biased_routing, record_expert_counts
 from samebits.deployment import build_deployment
 from samebits.engine.scheduler import Scheduler
 from samebits.model import load_model
@@ -96,3 +99,31 @@ def test_negative_control_fast_plan_long_contexts(matrix_log):
     report = check_matrix(dep, [s for s in build_scenarios(size) if s.category == LONG])
     matrix_log(f"negative control (fast plan, long contexts): {report.summary()}")
     assert report.mismatches, "the fast plan was expected to break invariance at long contexts"
+
+
+MOE_ARCHS = ["qwen3_moe", "qwen3_moe_mixed", "mixtral"]
+
+
+@pytest.mark.parametrize("arch", MOE_ARCHS)
+def test_matrix_tiny_moe_models(request, arch, matrix_log):
+    dep = _deployment(request.getfixturevalue(f"tiny_{arch}_dir"))
+    size = MatrixSize(vocab=dep.config.vocab_size, repeats=2)
+    assert _full_check(dep, size, f"tiny-{arch}", matrix_log) >= 784
+
+
+def test_matrix_moe_one_expert_takes_every_token(tiny_qwen3_moe_dir, matrix_log):
+    """Batches in which one expert gets every token of the batch and two experts get none
+    (checked on the routing itself: `moe_routing.bias_router`), and every row is still Ref's."""
+    dep = _deployment(bias_router(load_model(tiny_qwen3_moe_dir)))
+    counts = record_expert_counts(dep)
+    size = MatrixSize(vocab=dep.config.vocab_size, repeats=1)
+    _full_check(dep, size, "tiny-qwen3_moe, one expert takes every token", matrix_log)
+    assert check_biased_routing(counts, dep.config.moe.num_experts_per_tok) >= 64
+
+
+def test_negative_control_fast_plan_fails_moe(tiny_qwen3_moe_dir, matrix_log):
+    dep = _deployment(tiny_qwen3_moe_dir, "fast")
+    size = MatrixSize(vocab=dep.config.vocab_size, repeats=1)
+    report = check_matrix(dep, [s for s in build_scenarios(size) if s.category == "batch"])
+    matrix_log(f"negative control (fast plan, tiny-qwen3_moe, batch category): {report.summary()}")
+    assert report.mismatches, "the fast plan was expected to break batch invariance"

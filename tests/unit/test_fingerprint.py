@@ -57,3 +57,22 @@ def test_changes_with_versions_and_hardware(base, loaded, monkeypatch):
     monkeypatch.setattr(fp, "software_versions", real_versions)
     monkeypatch.setattr(fp, "hardware", lambda: {**real_hw(), "cpu": "another CPU"})
     assert build_deployment(loaded, "invariant", 2).fingerprint != base.fingerprint
+
+
+def test_moe_deployment_names_its_moe_config_and_kernels(tiny_qwen3_moe_dir):
+    """The fingerprint of a mixture of experts covers its MoE config (experts, top-k,
+    renormalization, sparse-layer layout) and names the MoE router and experts' kernels."""
+    loaded = load_model(tiny_qwen3_moe_dir)
+    dep = build_deployment(loaded, "invariant", 2)
+    assert dep.components["model_config"]["moe"]["num_experts_per_tok"] == 3
+    assert {"moe_router", "moe_experts"} <= dep.components["plan"]["ops"].keys()
+    fast = build_deployment(loaded, "fast", 2).components["plan"]["ops"]
+    assert "index_add_" in fast["moe_experts"]
+    moe = dataclasses.replace(loaded.config.moe, norm_topk_prob=False)
+    changed = dataclasses.replace(loaded, config=dataclasses.replace(loaded.config, moe=moe))
+    assert build_deployment(changed, "invariant", 2).fingerprint != dep.fingerprint
+
+
+def test_dense_plans_name_no_moe_kernels(base):
+    assert "moe_router" not in base.components["plan"]["ops"]
+    assert "moe" not in base.components["model_config"]

@@ -20,13 +20,15 @@ from samebits.model.random_init import (
     tensor_seed,
 )
 
-TINY = ["tiny-llama", "tiny-qwen3", "tiny-qwen2"]
+TINY = ["tiny-llama", "tiny-qwen3", "tiny-qwen2", "tiny-qwen3-moe", "tiny-mixtral"]
 # Parameter counts of the real checkpoints (embeddings included, tied ones counted once).
 REAL_PARAMS = {
     "llama-3-8b": 8.03e9,
     "qwen3-8b": 8.19e9,
     "llama-3.2-1b": 1.24e9,
     "qwen2-0.5b": 0.494e9,
+    "qwen3-30b-a3b": 30.5e9,
+    "mixtral-8x7b": 46.7e9,
 }
 
 
@@ -48,7 +50,9 @@ def test_preset_param_counts(preset):
     assert PRESETS[preset].vocab_size >= MIN_VOCAB
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "mistral"])
+@pytest.mark.parametrize(
+    "arch", ["llama", "qwen2", "qwen3", "mistral", "qwen3_moe", "qwen3_moe_mixed", "mixtral"]
+)
 def test_tiny_test_presets_are_the_tiny_checkpoints(arch, request):
     """The preset tiny-test-<arch> (the kernel prover's "tiny" model, the shipped certificates'
     tiny-test:<arch> units) is the config of tests/tiny_models.py's checkpoint of `arch`."""
@@ -187,3 +191,32 @@ def test_weights_identity_names_the_recipe(tiny_llama):
         random_model("tiny-llama", dtype=torch.bfloat16),
     ]
     assert len({identity, *(m.weights_identity for m in others)}) == 4
+
+
+@pytest.mark.parametrize("preset", ["tiny-qwen3-moe", "tiny-mixtral"])
+def test_moe_weight_statistics(preset):
+    """Router rows N(0, 1 / hidden) (router logits ~N(0, 1)); expert down projections (qwen3's
+    down_proj, mixtral's w2) depth-scaled like the dense down_proj."""
+    loaded = random_model(preset)
+    cfg, w = loaded.config, loaded.weights
+    block, down = (
+        ("mlp", "down_proj") if cfg.model_type == "qwen3_moe" else ("block_sparse_moe", "w2")
+    )
+    router = w[f"model.layers.0.{block}.gate.weight"]
+    assert router.shape == (cfg.moe.num_experts, cfg.hidden_size)
+    assert router.std().item() == pytest.approx(cfg.hidden_size**-0.5, rel=0.1)
+    inter = cfg.moe.moe_intermediate_size
+    expert_down = w[f"model.layers.1.{block}.experts.3.{down}.weight"]
+    expected = (inter * 2 * cfg.num_hidden_layers) ** -0.5
+    assert expert_down.std().item() == pytest.approx(expected, rel=0.1)
+
+
+def test_moe_model_runs_through_the_cpu_engine():
+    from samebits.engine.engine import LLMEngine
+    from samebits.llm import LLM
+    from samebits.sampling import SamplingParams
+
+    engine = LLMEngine.from_loaded(random_model("tiny-qwen3-moe"), kernel_plan="invariant")
+    params = SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True)
+    outs = LLM(engine=engine).generate(["hello", "the quick brown fox"], params)
+    assert [len(o.outputs[0].token_ids) for o in outs] == [5, 5]

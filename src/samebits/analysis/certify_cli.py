@@ -20,7 +20,9 @@ from pathlib import Path
 
 # the shipped set: the presets and test models the GPU tests deploy
 SHIPPED_MODELS = ("llama-3-8b", "qwen3-8b", "tiny-test:llama", "tiny-test:qwen2", "tiny-test:qwen3",
-                  "tiny-llama", "tiny-qwen3", "tiny-qwen2", "smollm2")  # fmt: skip
+                  "tiny-llama", "tiny-qwen3", "tiny-qwen2", "smollm2", "qwen3-30b-a3b",
+                  "mixtral-8x7b", "tiny-test:qwen3_moe", "tiny-test:qwen3_moe_mixed",
+                  "tiny-test:mixtral")  # fmt: skip
 
 
 def add_certify_arguments(p: argparse.ArgumentParser) -> None:

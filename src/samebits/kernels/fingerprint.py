@@ -116,7 +116,7 @@ def fingerprint_components(
     components = {
         "plan": plan.to_dict(),
         "qualification": qualification,
-        "model_config": dataclasses.asdict(model_config),
+        "model_config": _config_dict(model_config),
         "weights_sha256": weights_hash,
         "versions": software_versions(),
         "hardware": hardware(),
@@ -127,6 +127,13 @@ def fingerprint_components(
         if certificates is not None:
             components["certificates"] = certificates
     return components
+
+
+def _config_dict(model_config) -> dict:
+    """The model config as data: its own `to_dict` (a MoE config names its experts, top-k,
+    renormalization and sparse-layer layout there), else the dataclass fields."""
+    to_dict = getattr(model_config, "to_dict", None)
+    return to_dict() if to_dict is not None else dataclasses.asdict(model_config)
 
 
 def fingerprint(components: dict) -> str:

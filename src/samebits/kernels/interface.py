@@ -14,7 +14,7 @@ the batch, the number of query tokens of a chunk, or where KV pages sit in memor
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -31,7 +31,9 @@ if TYPE_CHECKING:
     from samebits.kernels.quantized import QuantizedTensor
 
 Linear = Callable[[torch.Tensor], torch.Tensor]
-LINEAR_ROLES = ("qkv", "o", "gate_up", "down", "lm_head")
+Expert = tuple[Linear, Linear]  # one expert of a MoE layer: (gate_up, down)
+LINEAR_ROLES = ("qkv", "o", "gate_up", "down", "lm_head", "router")
+FLOAT32_ROLES = ("lm_head", "router")  # linears whose output is float32 in every op set
 
 
 @dataclass
@@ -61,7 +63,7 @@ class Ops(Protocol):
         source: QuantizedTensor | None = None, role: str = "",
     ) -> Linear:  # fmt: skip
         """y = x @ weight.T + bias. `role` is one of LINEAR_ROLES (fixes the split plan and,
-        for "lm_head", a float32 output)."""
+        for "lm_head" and "router" (a MoE layer's router logits), a float32 output)."""
 
     def rms_norm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor: ...
 
@@ -101,6 +103,23 @@ class Ops(Protocol):
         """Per-forward metadata (e.g. attention tile maps), computed once for all layers."""
 
     def attention(self, q, k_cache, v_cache, batch: FlatBatch, scale: float) -> torch.Tensor: ...
+
+    def moe_route(
+        self, logits: torch.Tensor, top_k: int, normalize: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A MoE layer's routing from float32 router logits [n, E]: (expert ids int64 [n, k],
+        largest first, float32 weights [n, k]); `normalize` renormalizes the k weights to sum
+        to 1. Row-local in an invariant op set (ties to the lower expert id:
+        `samebits.kernels.moe`)."""
+
+    def moe_experts(
+        self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
+        experts: Sequence[Expert],
+    ) -> torch.Tensor:  # fmt: skip
+        """``sum_r weights[t, r] * experts[ids[t, r]](x[t])`` for every row t, in the
+        activation dtype (an expert: ``down(silu_mul(gate_up(.)))``). In an invariant op set
+        each expert's rows use its row-invariant linears and the k terms are added in rank
+        order in float32, whatever the number of tokens routed to each expert."""
 
 
 def default_scale(head_dim: int) -> float:

@@ -68,6 +68,7 @@ class KernelPlan:
 def build_plan(
     name: str = "invariant", num_threads: int | None = None, linear_kernel: str | None = None,
     head_dim: int = 64, group: int = 1, device: str = "cpu", dtype: str | None = None,
+    moe: bool = False,
 ) -> KernelPlan:  # fmt: skip
     """Build the plan and apply its thread counts to torch and numba (process-wide; the model
     re-applies torch's at every forward, see `KernelPlan.apply_threads`).
@@ -77,17 +78,29 @@ def build_plan(
     `mkl-tiles` (and numba attention); `linear_kernel` (or $SAMEBITS_LINEAR_KERNEL) forces
     one. `head_dim` and `group` (query heads per KV head) are the model's: the C attention is
     chosen only for shapes it supports. CUDA (`samebits.kernels.triton.plan`): `dtype`
-    default "bfloat16"; `num_threads` and `linear_kernel` do not apply.
+    default "bfloat16"; `num_threads` and `linear_kernel` do not apply. `moe` (a
+    mixture-of-experts model): the plan's ops also name the MoE router and experts' kernels
+    (`samebits.kernels.moe`), so the fingerprint does.
     """
     if name not in ("invariant", "fast"):
         raise ValueError(f"kernel_plan must be 'invariant' or 'fast', got {name!r}")
     if device == "cuda":
         from samebits.kernels.triton.plan import cuda_plan_fields
 
-        return KernelPlan(**cuda_plan_fields(name, dtype or "bfloat16", head_dim, group))
+        fields = cuda_plan_fields(name, dtype or "bfloat16", head_dim, group)
+        return KernelPlan(**_with_moe_ops(fields, name, moe))
     from samebits.kernels.cpu.plan import cpu_plan_fields
 
     fields = cpu_plan_fields(name, num_threads, linear_kernel, head_dim, group, ATTENTION_SPAN)
-    plan = KernelPlan(**fields)
+    plan = KernelPlan(**_with_moe_ops(fields, name, moe))
     plan.apply_threads()
     return plan
+
+
+def _with_moe_ops(fields: dict, name: str, moe: bool) -> dict:
+    if not moe:
+        return fields
+    from samebits.kernels.moe import FAST_MOE_OPS, INVARIANT_MOE_OPS
+
+    extra = FAST_MOE_OPS if name == "fast" else INVARIANT_MOE_OPS
+    return dict(fields, ops={**fields["ops"], **extra})

@@ -17,7 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from samebits.kernels.quantized import QuantizedTensor
-from samebits.model.config import ModelConfig
+from samebits.model.config import MOE_WEIGHT_NAMES, ModelConfig
 from samebits.model.errors import ModelLoadError
 from samebits.model.tokenizer import Tokenizer
 
@@ -60,14 +60,15 @@ def expected_weight_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     hidden, vocab = config.hidden_size, config.vocab_size
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab, hidden)}
     for layer in range(config.num_hidden_layers):
-        shapes.update(_layer_shapes(config, f"model.layers.{layer}."))
+        shapes.update(_layer_shapes(config, layer))
     shapes["model.norm.weight"] = (hidden,)
     if not config.tie_word_embeddings:
         shapes["lm_head.weight"] = (vocab, hidden)
     return shapes
 
 
-def _layer_shapes(config: ModelConfig, prefix: str) -> dict[str, tuple[int, ...]]:
+def _layer_shapes(config: ModelConfig, layer: int) -> dict[str, tuple[int, ...]]:
+    prefix = f"model.layers.{layer}."
     hidden, inter = config.hidden_size, config.intermediate_size
     q_size, kv_size = config.q_size, config.kv_size
     attn = prefix + "self_attn."
@@ -86,9 +87,33 @@ def _layer_shapes(config: ModelConfig, prefix: str) -> dict[str, tuple[int, ...]
         shapes[attn + "q_norm.weight"] = (config.head_dim,)
         shapes[attn + "k_norm.weight"] = (config.head_dim,)
     shapes[prefix + "post_attention_layernorm.weight"] = (hidden,)
+    if config.is_sparse(layer):
+        shapes.update(_moe_shapes(config, prefix))
+        return shapes
     shapes[prefix + "mlp.gate_proj.weight"] = (inter, hidden)
     shapes[prefix + "mlp.up_proj.weight"] = (inter, hidden)
     shapes[prefix + "mlp.down_proj.weight"] = (hidden, inter)
+    return shapes
+
+
+def moe_weight_names(config: ModelConfig, prefix: str) -> tuple[str, list[tuple[str, str, str]]]:
+    """(router, [(gate, up, down) of expert e for e in 0..num_experts-1]): the checkpoint names
+    of the sparse layer at `prefix` ("model.layers.<i>."), see `config.MOE_WEIGHT_NAMES`."""
+    names, moe = MOE_WEIGHT_NAMES[config.model_type], config.moe
+    block = f"{prefix}{names.block}."
+    experts = [
+        tuple(f"{block}experts.{e}.{p}.weight" for p in (names.gate, names.up, names.down))
+        for e in range(moe.num_experts)
+    ]
+    return f"{block}gate.weight", experts
+
+
+def _moe_shapes(config: ModelConfig, prefix: str) -> dict[str, tuple[int, ...]]:
+    hidden, inter = config.hidden_size, config.moe.moe_intermediate_size
+    router, experts = moe_weight_names(config, prefix)
+    shapes: dict[str, tuple[int, ...]] = {router: (config.moe.num_experts, hidden)}
+    for gate, up, down in experts:
+        shapes.update({gate: (inter, hidden), up: (inter, hidden), down: (hidden, inter)})
     return shapes
 
 

@@ -1,24 +1,44 @@
 """Frozen model configuration (llama family) and its parsing from a HF `config.json` dict.
 
-`ModelConfig` describes one decoder: llama, mistral (full attention only), qwen2 (qkv bias) and
-qwen3 (per-head q/k RMSNorm). Every field is validated in `__post_init__`; a bad value raises
-`ValueError` naming the field. The GGUF loader builds the same dataclass from GGUF metadata.
+`ModelConfig` describes one decoder: llama, mistral (full attention only), qwen2 (qkv bias),
+qwen3 (per-head q/k RMSNorm), and the mixtures of experts qwen3_moe (qwen3's attention) and
+mixtral (mistral's attention), whose sparse layers `MoeConfig` describes. Every field is
+validated in `__post_init__`; a bad value raises `ValueError` naming the field. The GGUF
+loader builds the same dataclass from GGUF metadata.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral")
+MOE_MODEL_TYPES = ("qwen3_moe", "mixtral")
 ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "MixtralForCausalLM": "mixtral",
 }
+# Mixture-of-experts model types samebits does not run, and the config field that says why.
+UNSUPPORTED_MOE = {
+    "qwen2_moe": "shared_expert_intermediate_size (a shared expert with a sigmoid gate)",
+    "deepseek_v2": "n_shared_experts (shared experts, grouped top-k routing)",
+    "deepseek_v3": "n_shared_experts (shared experts, grouped top-k routing)",
+}
+# Config fields of a MoE checkpoint that change the math beyond `MoeConfig` (when truthy).
+UNSUPPORTED_MOE_FIELDS = (
+    "shared_expert_intermediate_size",
+    "n_shared_experts",
+    "num_shared_experts",
+    "routed_scaling_factor",
+    "topk_group",
+)
 DEFAULT_ROPE_THETA = 10000.0
 DEFAULT_RMS_NORM_EPS = 1e-6
 
@@ -121,6 +141,70 @@ ROPE_TYPES = ("default", "llama3", "yarn")
 
 
 @dataclass(frozen=True)
+class MoeNames:
+    """Checkpoint names of a sparse layer: the router is `<layer>.<block>.gate.weight`, expert
+    e's projections `<layer>.<block>.experts.<e>.<gate|up|down>.weight`."""
+
+    block: str
+    gate: str
+    up: str
+    down: str
+
+
+MOE_WEIGHT_NAMES = {
+    "qwen3_moe": MoeNames("mlp", "gate_proj", "up_proj", "down_proj"),
+    "mixtral": MoeNames("block_sparse_moe", "w1", "w3", "w2"),
+}
+
+
+@dataclass(frozen=True)
+class MoeConfig:
+    """The sparse (mixture-of-experts) layers of a decoder.
+
+    Layer i is sparse iff `i not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0`
+    (transformers' rule); the other layers are dense MLPs of `ModelConfig.intermediate_size`.
+    A sparse layer routes each token to `num_experts_per_tok` of `num_experts` experts (each a
+    SiLU-gated MLP of `moe_intermediate_size`); `norm_topk_prob` renormalizes the k routing
+    weights to sum to 1 (mixtral always does).
+
+    Invariants: `1 <= num_experts_per_tok <= num_experts`, `moe_intermediate_size >= 1`,
+    `decoder_sparse_step >= 1`, `mlp_only_layers` strictly increasing non-negative ints.
+    """
+
+    num_experts: int
+    num_experts_per_tok: int
+    moe_intermediate_size: int
+    norm_topk_prob: bool
+    decoder_sparse_step: int = 1
+    mlp_only_layers: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                     "decoder_sparse_step"):  # fmt: skip
+            _require_positive_int(name, getattr(self, name))
+        if self.num_experts_per_tok > self.num_experts:
+            raise ValueError(
+                f"num_experts_per_tok ({self.num_experts_per_tok}) must be at most num_experts "
+                f"({self.num_experts})"
+            )
+        if not isinstance(self.norm_topk_prob, bool):
+            raise ValueError(f"norm_topk_prob must be a bool, got {self.norm_topk_prob!r}")
+        layers = self.mlp_only_layers
+        ok = isinstance(layers, tuple) and all(
+            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in layers
+        )
+        if not ok or list(layers) != sorted(set(layers)):
+            raise ValueError(
+                f"mlp_only_layers must be a tuple of distinct layer indices >= 0 in increasing "
+                f"order, got {layers!r}"
+            )
+
+    def is_sparse(self, layer: int) -> bool:
+        """Whether decoder layer `layer` is a mixture of experts (else a dense MLP)."""
+        return layer not in self.mlp_only_layers and (layer + 1) % self.decoder_sparse_step == 0
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """Shape and numerics of a llama-family decoder.
 
@@ -146,10 +230,12 @@ class ModelConfig:
     tie_word_embeddings: bool
     attention_bias: bool
     qk_norm: bool
+    moe: MoeConfig | None = None
 
     def __post_init__(self) -> None:
         if self.model_type not in MODEL_TYPES:
             raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {self.model_type!r}")
+        _check_moe(self.model_type, self.moe)
         for name in _INT_FIELDS:
             _require_positive_int(name, getattr(self, name))
         if self.num_attention_heads % self.num_key_value_heads != 0:
@@ -172,6 +258,25 @@ class ModelConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain data (the fingerprint's and the random weights' recipe); `moe`
+        only for a mixture of experts, so a dense model's dict is what it was before MoE."""
+        d = dataclasses.asdict(self)
+        if self.moe is None:
+            del d["moe"]
+        else:
+            d["moe"]["mlp_only_layers"] = list(self.moe.mlp_only_layers)
+        return d
+
+    def is_sparse(self, layer: int) -> bool:
+        """Whether decoder layer `layer` is a mixture of experts."""
+        return self.moe is not None and self.moe.is_sparse(layer)
+
+    @property
+    def has_dense_layers(self) -> bool:
+        """Whether some decoder layer is a dense MLP of `intermediate_size`."""
+        return not all(self.is_sparse(i) for i in range(self.num_hidden_layers))
+
     @property
     def max_context_len(self) -> int:
         """The longest context the model supports: `max_position_embeddings`, or for yarn
@@ -191,6 +296,22 @@ class ModelConfig:
     def kv_size(self) -> int:
         """Width of each key/value projection output: `num_key_value_heads * head_dim`."""
         return self.num_key_value_heads * self.head_dim
+
+
+def _check_moe(model_type: str, moe: MoeConfig | None) -> None:
+    if (moe is not None) != (model_type in MOE_MODEL_TYPES):
+        raise ValueError(
+            f"moe must be a MoeConfig exactly for the model types {MOE_MODEL_TYPES}, got "
+            f"{moe!r} for model_type {model_type!r}"
+        )
+    if moe is not None and not isinstance(moe, MoeConfig):
+        raise ValueError(f"moe must be a MoeConfig or None, got {moe!r}")
+    every_layer = moe is not None and moe.decoder_sparse_step == 1 and not moe.mlp_only_layers
+    if model_type == "mixtral" and not (every_layer and moe.norm_topk_prob):
+        raise ValueError(
+            "mixtral's MoeConfig must have norm_topk_prob=True, decoder_sparse_step=1 and no "
+            f"mlp_only_layers (every layer sparse, weights renormalized), got {moe!r}"
+        )
 
 
 _INT_FIELDS = (
@@ -217,6 +338,7 @@ def model_config_from_hf(raw: Mapping[str, Any]) -> ModelConfig:
     hidden_size = _required(raw, "hidden_size")
     num_heads = _required(raw, "num_attention_heads")
     rope_theta, rope_scaling = _rope_from_hf(raw)
+    moe = _moe_from_hf(raw, model_type)
     return ModelConfig(
         model_type=model_type,
         vocab_size=_required(raw, "vocab_size"),
@@ -232,12 +354,55 @@ def model_config_from_hf(raw: Mapping[str, Any]) -> ModelConfig:
         max_position_embeddings=_required(raw, "max_position_embeddings"),
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
         attention_bias=model_type == "qwen2",
-        qk_norm=model_type == "qwen3",
+        qk_norm=model_type in ("qwen3", "qwen3_moe"),
+        moe=moe,
+    )
+
+
+def _moe_from_hf(raw: Mapping[str, Any], model_type: str) -> MoeConfig | None:
+    """The `MoeConfig` of a qwen3_moe / mixtral config.json (None for a dense model type).
+
+    qwen3_moe: `num_experts` (transformers 5 writes `num_local_experts`), `num_experts_per_tok`,
+    `moe_intermediate_size`, `norm_topk_prob` (default false, as transformers),
+    `decoder_sparse_step` (default 1), `mlp_only_layers` (default []). mixtral:
+    `num_local_experts`, `num_experts_per_tok`; every layer sparse, experts of
+    `intermediate_size`, weights renormalized."""
+    if model_type not in MOE_MODEL_TYPES:
+        return None
+    for name in UNSUPPORTED_MOE_FIELDS:
+        if raw.get(name):
+            raise ValueError(f"{name}={raw[name]!r} is not supported (shared experts / grouped "
+                             f"routing are not implemented for model_type {model_type!r})")  # fmt: skip
+    top_k = _required(raw, "num_experts_per_tok")
+    if model_type == "mixtral":
+        experts, inter = _required(raw, "num_local_experts"), _required(raw, "intermediate_size")
+        return MoeConfig(experts, top_k, inter, norm_topk_prob=True)
+    experts = raw.get("num_experts", raw.get("num_local_experts"))
+    if experts is None:
+        raise ValueError("required field 'num_experts' is missing")
+    layers = raw.get("mlp_only_layers") or []
+    if not isinstance(layers, list):
+        raise ValueError(f"mlp_only_layers must be a list of layer indices, got {layers!r}")
+    norm = raw.get("norm_topk_prob", False)
+    if not isinstance(norm, bool):
+        raise ValueError(f"norm_topk_prob must be a bool, got {norm!r}")
+    return MoeConfig(
+        num_experts=experts,
+        num_experts_per_tok=top_k,
+        moe_intermediate_size=_required(raw, "moe_intermediate_size"),
+        norm_topk_prob=norm,
+        decoder_sparse_step=raw.get("decoder_sparse_step", 1),
+        mlp_only_layers=tuple(sorted(set(layers))),
     )
 
 
 def _model_type(raw: Mapping[str, Any]) -> str:
     model_type = raw.get("model_type")
+    if model_type in UNSUPPORTED_MOE:
+        raise ValueError(
+            f"model_type {model_type!r} is not supported: {UNSUPPORTED_MOE[model_type]} "
+            f"(mixtures of experts supported: {MOE_MODEL_TYPES})"
+        )
     if model_type not in MODEL_TYPES:
         raise ValueError(f"model_type {model_type!r} is not supported (supported: {MODEL_TYPES})")
     for arch in raw.get("architectures") or ():
@@ -255,7 +420,7 @@ def _check_supported_features(raw: Mapping[str, Any], model_type: str) -> None:
         raise ValueError(f"hidden_act {raw.get('hidden_act')!r} is not supported (only 'silu')")
     if raw.get("mlp_bias"):
         raise ValueError("mlp_bias=true is not supported")
-    if model_type in ("llama", "qwen3", "mistral") and raw.get("attention_bias"):
+    if model_type != "qwen2" and raw.get("attention_bias"):
         raise ValueError(f"attention_bias=true is not supported for model_type {model_type!r}")
     layer_types = raw.get("layer_types") or ()
     if any(kind != "full_attention" for kind in layer_types):

@@ -1,6 +1,7 @@
 """One decoder for the Llama family: Llama 2/3, SmolLM2, Mistral, Qwen2 (qkv bias), Qwen3
-(q/k RMSNorm). Every op runs through the KernelPlan's op set; the model holds no runtime state
-besides the paged KV cache it is handed."""
+(q/k RMSNorm), and the mixtures of experts Qwen3-MoE and Mixtral (their sparse layers are
+`samebits.model.moe.MoeBlock`s). Every op runs through the KernelPlan's op set; the model holds
+no runtime state besides the paged KV cache it is handed."""
 
 from __future__ import annotations
 
@@ -11,13 +12,18 @@ from samebits.kernels.metadata import FlatBatch
 from samebits.kernels.plan import KernelPlan
 from samebits.kernels.quantized import QuantizedTensor
 from samebits.kernels.registry import make_ops
+from samebits.model.moe import MoeBlock
 from samebits.model.rope_tables import rope_tables
 
 __all__ = ["DecoderModel", "KVCache"]
 
 
 class _Layer:
-    def __init__(self, ops, cfg, w: dict[str, torch.Tensor], blocks: dict, prefix: str):
+    """One decoder layer: attention, then a dense MLP (`gate_up`, `down`) or, in a sparse
+    layer of a MoE model, a `MoeBlock` (`moe`; `gate_up` and `down` are None)."""
+
+    def __init__(self, ops, cfg, w: dict[str, torch.Tensor], blocks: dict, prefix: str,
+                 sparse: bool = False, release: bool = False):  # fmt: skip
         attn = f"{prefix}.self_attn"
 
         def linear(role: str, parts: list[str], bias: torch.Tensor | None = None):
@@ -31,8 +37,9 @@ class _Layer:
             bias = ops.weight(torch.cat([w[f"{attn}.{p}_proj.bias"] for p in "qkv"]))
         self.qkv = linear("qkv", [f"self_attn.{p}_proj" for p in "qkv"], bias)
         self.o = linear("o", ["self_attn.o_proj"])
-        self.gate_up = linear("gate_up", ["mlp.gate_proj", "mlp.up_proj"])
-        self.down = linear("down", ["mlp.down_proj"])
+        self.moe = MoeBlock(ops, cfg, w, blocks, prefix, release) if sparse else None
+        self.gate_up = None if sparse else linear("gate_up", ["mlp.gate_proj", "mlp.up_proj"])
+        self.down = None if sparse else linear("down", ["mlp.down_proj"])
         self.ln1 = ops.weight(w[f"{prefix}.input_layernorm.weight"])
         self.ln2 = ops.weight(w[f"{prefix}.post_attention_layernorm.weight"])
         self.q_norm = _optional(ops, w.get(f"{attn}.q_norm.weight"))
@@ -72,7 +79,10 @@ class DecoderModel:
         self.layers = []
         for i in range(cfg.num_hidden_layers):
             prefix = f"model.layers.{i}"
-            self.layers.append(_Layer(self.ops, cfg, weights, blocks, prefix))
+            sparse = cfg.is_sparse(i)
+            self.layers.append(
+                _Layer(self.ops, cfg, weights, blocks, prefix, sparse, release_sources)
+            )
             if release_sources:
                 for name in _PROJECTIONS:
                     weights.pop(f"{prefix}.{name}.weight", None)
@@ -88,10 +98,22 @@ class DecoderModel:
         self.cos, self.sin = self.ops.weight(cos), self.ops.weight(sin)
         self.scale = default_scale(cfg.head_dim)
 
+    def role_linears(self) -> list[tuple[str, object]]:
+        """(role, linear) per distinct weight kind: qkv, o; gate_up, down of the first dense
+        layer; router, gate_up, down of the first sparse layer's expert 0; lm_head."""
+        first = self.layers[0]
+        out: list[tuple[str, object]] = [("qkv", first.qkv), ("o", first.o)]
+        dense = next((layer for layer in self.layers if layer.moe is None), None)
+        if dense is not None:
+            out += [("gate_up", dense.gate_up), ("down", dense.down)]
+        sparse = next((layer for layer in self.layers if layer.moe is not None), None)
+        if sparse is not None:
+            out += sparse.moe.linears()
+        return out + [("lm_head", self.lm_head)]
+
     def linears(self) -> list:
         """One linear per distinct weight shape (for qualification)."""
-        first = self.layers[0]
-        return [first.qkv, first.o, first.gate_up, first.down, self.lm_head]
+        return [lin for _, lin in self.role_linears()]
 
     def new_kv_cache(self, num_slots: int) -> KVCache:
         cfg = self.cfg
@@ -114,8 +136,13 @@ class DecoderModel:
         for i, layer in enumerate(self.layers if fused is None else ()):
             attn = self._attention(layer, x, batch, kv, i)
             x, residual = self.ops.linear_add_rms_norm(layer.o, attn, residual, layer.ln2, eps)
-            act = self.ops.silu_mul(layer.gate_up(x))
             nxt = self.layers[i + 1].ln1 if i + 1 < len(self.layers) else None
+            if layer.moe is not None:
+                mlp = layer.moe(x)
+                if nxt is not None:
+                    x, residual = self.ops.add_rms_norm(mlp, residual, nxt, eps)
+                continue
+            act = self.ops.silu_mul(layer.gate_up(x))
             if nxt is not None:
                 x, residual = self.ops.linear_add_rms_norm(layer.down, act, residual, nxt, eps)
             else:

@@ -8,7 +8,7 @@ kernel prover's models (`samebits.analysis.kernel_prover.specs.MODELS`, via
 
 from __future__ import annotations
 
-from samebits.model.config import ModelConfig, RopeScaling
+from samebits.model.config import ModelConfig, MoeConfig, RopeScaling
 
 _LLAMA3_ROPE_8 = RopeScaling("llama3", 8.0, 1.0, 4.0, 8192)
 _LLAMA3_ROPE_32 = RopeScaling("llama3", 32.0, 1.0, 4.0, 8192)
@@ -19,9 +19,13 @@ def _config(model_type: str, **fields) -> ModelConfig:
         rope_scaling=None,
         tie_word_embeddings=False,
         attention_bias=model_type == "qwen2",
-        qk_norm=model_type == "qwen3",
+        qk_norm=model_type in ("qwen3", "qwen3_moe"),
     )
     return ModelConfig(model_type=model_type, **{**defaults, **fields})
+
+
+def _mixtral_moe(experts: int, top_k: int, inter: int) -> MoeConfig:
+    return MoeConfig(experts, top_k, inter, norm_topk_prob=True)
 
 
 # Real shapes. max_position_embeddings is the checkpoint's own value; the engine caps the
@@ -52,6 +56,21 @@ PRESETS: dict[str, ModelConfig] = {
         rms_norm_eps=1e-6, rope_theta=1000000.0, max_position_embeddings=32768,
         tie_word_embeddings=True,
     ),
+    # Qwen3-30B-A3B's config.json: 48 sparse layers of 128 experts (768 wide), 8 per token,
+    # renormalized; 32 query heads over 4 KV heads, q/k norms.
+    "qwen3-30b-a3b": _config(
+        "qwen3_moe", vocab_size=151936, hidden_size=2048, intermediate_size=6144,
+        num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, max_position_embeddings=40960,
+        moe=MoeConfig(128, 8, 768, norm_topk_prob=True),
+    ),
+    # Mixtral-8x7B-v0.1's config.json: 32 sparse layers of 8 experts (14336 wide), 2 per token.
+    "mixtral-8x7b": _config(
+        "mixtral", vocab_size=32000, hidden_size=4096, intermediate_size=14336,
+        num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+        rms_norm_eps=1e-5, rope_theta=1000000.0, max_position_embeddings=32768,
+        moe=_mixtral_moe(8, 2, 14336),
+    ),
     # Small shapes for fast tests; head_dim and GQA group like the real ones.
     "tiny-llama": _config(
         "llama", vocab_size=4096, hidden_size=256, intermediate_size=768,
@@ -72,6 +91,19 @@ PRESETS: dict[str, ModelConfig] = {
         rms_norm_eps=1e-6, rope_theta=1000000.0, max_position_embeddings=4096,
         tie_word_embeddings=True,
     ),
+    # Qwen3-30B-A3B's head shape and routing (top 8, renormalized) with 16 small experts.
+    "tiny-qwen3-moe": _config(
+        "qwen3_moe", vocab_size=4096, hidden_size=256, intermediate_size=768,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=128,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, max_position_embeddings=4096,
+        moe=MoeConfig(16, 8, 128, norm_topk_prob=True),
+    ),
+    "tiny-mixtral": _config(
+        "mixtral", vocab_size=4096, hidden_size=256, intermediate_size=512,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+        rms_norm_eps=1e-5, rope_theta=1000000.0, max_position_embeddings=4096,
+        moe=_mixtral_moe(8, 2, 512),
+    ),
     # tests/tiny_models.py's 2-layer checkpoints (its _DIMS, one per architecture, as
     # model_config_from_hf reads their config.json): the kernel prover's "tiny" model and the
     # shipped certificates' tiny-test:<arch> units (tests/unit/test_random_init.py checks them)
@@ -84,4 +116,23 @@ PRESETS: dict[str, ModelConfig] = {
         ("qwen2", dict(rope_theta=10000.0)), ("qwen3", dict(rope_theta=10000.0)),
         ("mistral", dict(rope_theta=10000.0)),
     )},
+    # tests/tiny_models.py's mixture-of-experts checkpoints (its MOE_ARCHS)
+    "tiny-test-qwen3_moe": _config(
+        "qwen3_moe", vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6,
+        max_position_embeddings=256, rope_theta=10000.0,
+        moe=MoeConfig(8, 3, 32, norm_topk_prob=True),
+    ),
+    "tiny-test-qwen3_moe_mixed": _config(
+        "qwen3_moe", vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6,
+        max_position_embeddings=256, rope_theta=10000.0,
+        moe=MoeConfig(6, 2, 32, norm_topk_prob=False, decoder_sparse_step=2,
+                      mlp_only_layers=(3,)),
+    ),
+    "tiny-test-mixtral": _config(
+        "mixtral", vocab_size=320, hidden_size=64, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6,
+        max_position_embeddings=256, rope_theta=1000000.0, moe=_mixtral_moe(8, 2, 32),
+    ),
 }  # fmt: skip

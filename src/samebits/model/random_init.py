@@ -7,9 +7,10 @@ bfloat16 goes straight to the GPU; the largest transient is one float32 tensor).
 
 Weight distribution (chosen so activations stay O(1) at any depth; pre-norm residual stream):
 
-- q/k/v, gate/up projections: N(0, 1 / fan_in), so a unit-RMS normed input gives unit-variance
-  outputs.
-- o_proj, down_proj (the residual writers): N(0, 1 / (fan_in * 2 * num_layers)) (GPT-2 style
+- q/k/v, gate/up projections (MoE experts' too: gate_proj / up_proj, mixtral's w1 / w3) and a
+  MoE router (`gate.weight`): N(0, 1 / fan_in), so a unit-RMS normed input gives
+  unit-variance outputs (router logits ~N(0, 1): tokens spread over the experts).
+- o_proj, down_proj, mixtral's w2 (the residual writers): N(0, 1 / (fan_in * 2 * num_layers)) (GPT-2 style
   depth scaling), so the 2 * num_layers residual additions sum to variance ~1 at the end.
   `num_layers` here is the preset's full depth, also when `random_model(num_layers=...)` cuts
   the model short (so a short model is a prefix of the full one).
@@ -52,6 +53,8 @@ NORM_NOISE = 0.02
 BIAS_STD = 0.02
 EOS_ROW_SCALE = 0.1
 RECIPE_VERSION = "samebits.model.random_init/1"  # bump when the drawn values change
+# the projections that write the residual stream (mixtral's expert down projection is "w2")
+RESIDUAL_WRITERS = ("o_proj.weight", "down_proj.weight", ".w2.weight")
 
 BOS_TOKEN = "<|bos|>"
 IM_START = "<|im_start|>"
@@ -104,7 +107,7 @@ def weights_recipe(
     """Everything the generated values depend on, as canonical JSON (see `weights_identity`)."""
     recipe = {
         "generator": RECIPE_VERSION,
-        "config": dataclasses.asdict(config),
+        "config": config.to_dict(),
         "depth_for_scaling": depth,
         "seed": int(seed),
         "device_type": torch.device(device).type,
@@ -154,7 +157,7 @@ def weight_std(
     if name in ("model.embed_tokens.weight", "lm_head.weight"):
         return 1.0 / math.sqrt(config.hidden_size)
     fan_in = shape[1]
-    if name.endswith(("o_proj.weight", "down_proj.weight")):
+    if name.endswith(RESIDUAL_WRITERS):
         return LINEAR_GAIN / math.sqrt(fan_in * 2 * depth)
     return LINEAR_GAIN / math.sqrt(fan_in)
 

@@ -30,8 +30,9 @@ class InterpreterTritonOps(TritonOps):
 
 
 def _interpreter_plan(name="invariant", num_threads=None, linear_kernel=None, head_dim=64,
-                      group=1, device="cpu", dtype=None) -> KernelPlan:  # fmt: skip
-    plan = build_plan("invariant", head_dim=head_dim, group=group, device="cuda", dtype="float32")
+                      group=1, device="cpu", dtype=None, moe=False) -> KernelPlan:  # fmt: skip
+    plan = build_plan("invariant", head_dim=head_dim, group=group, device="cuda", dtype="float32",
+                      moe=moe)  # fmt: skip
     return dataclasses.replace(plan, name=PLAN_NAME, device="cpu", num_threads=1)
 
 

@@ -31,6 +31,9 @@ from samebits.model.presets import PRESETS
 MODEL_PRESETS = {"llama-3-8b": "llama-3-8b", "tiny": "tiny-test-qwen3"}
 MODELS: dict[str, dict] = {name: _units.dims_of(PRESETS[p]) for name, p in MODEL_PRESETS.items()}
 ACT = "bf16"
+# the roles whose linear writes float32 (samebits.kernels.interface.FLOAT32_ROLES, named here
+# without importing torch; tests/unit/test_moe_config.py checks they agree)
+FLOAT32_ROLES = ("lm_head", "router")
 
 
 @dataclass
@@ -132,7 +135,7 @@ def linear_specs(
     for role, n, k in shapes or _units.linear_shapes(MODELS[model]):
         if roles and role not in roles:
             continue
-        out_dt = "fp32" if role == "lm_head" else ACT
+        out_dt = "fp32" if role in FLOAT32_ROLES else ACT
         plan = split_plan(n, k, role)
         launches = plan_launches(plan)
         tag = f"{model}.{role}" + (".bias" if has_bias else "")

@@ -14,13 +14,14 @@ from samebits.kernels.cpu import attention as cpu_attention
 from samebits.kernels.cpu import rowwise, sbattn, sbrow
 from samebits.kernels.cpu.linear import TiledLinear
 from samebits.kernels.cpu.sbgemm import SbLinear
-from samebits.kernels.interface import ATTENTION_SPAN, Linear
+from samebits.kernels.interface import ATTENTION_SPAN, FLOAT32_ROLES, Linear
 from samebits.kernels.metadata import FlatBatch
+from samebits.kernels.moe import FastMoe, InvariantMoe
 from samebits.kernels.placement import TorchPlacement
 from samebits.kernels.quantized import QuantizedTensor
 
 
-class InvariantOps(TorchPlacement):
+class InvariantOps(InvariantMoe, TorchPlacement):
     """Row-local kernels whose reduction order depends only on the plan and the element's
     logical position (see kernels/cpu/*.py for the per-op invariant)."""
 
@@ -112,9 +113,9 @@ class InvariantOps(TorchPlacement):
         return out
 
 
-class FastOps(TorchPlacement):
+class FastOps(FastMoe, TorchPlacement):
     """Stock torch ops (MKL/oneDNN on CPU; cuBLAS and SDPA on CUDA). Correct, but reductions
-    follow the library's shape-dependent choices."""
+    follow the library's shape-dependent choices; MoE layers as transformers computes them."""
 
     def __init__(self, device: str = "cpu", act_dtype: torch.dtype = torch.float32):
         self.device = torch.device(device)
@@ -123,7 +124,7 @@ class FastOps(TorchPlacement):
     def linear(self, weight, bias, source=None, role: str = "") -> Linear:
         weight = weight.to(device=self.device, dtype=self.act_dtype).contiguous()
         bias = None if bias is None else bias.to(device=self.device, dtype=self.act_dtype)
-        if role == "lm_head":
+        if role in FLOAT32_ROLES:
             return lambda x: F.linear(x, weight, bias).float()
         return lambda x: F.linear(x, weight, bias)
 

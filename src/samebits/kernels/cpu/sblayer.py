@@ -3,8 +3,8 @@ values of the op-by-op path (`model/llama.py`), without its ~12 Python calls per
 
 Invariant: bit for bit the op-by-op forward (tests/kernels/test_sblayer.py compares every
 logit and every K/V slot). `FusedLayers.build` returns None for a model it does not cover
-(a qkv bias, q / k norms, a padded o / gate_up / down width, or kernels other than sbgemm and
-sbattn); the model then runs op by op, with the same bits.
+(a qkv bias, q / k norms, a padded o / gate_up / down width, a mixture-of-experts layer, or
+kernels other than sbgemm and sbattn); the model then runs op by op, with the same bits.
 """
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ def covers(model) -> bool:
         return False
     hidden, inter = cfg.hidden_size, cfg.intermediate_size
     for layer in model.layers:
+        if getattr(layer, "moe", None) is not None:  # a mixture-of-experts layer
+            return False
         linears = (layer.qkv, layer.o, layer.gate_up, layer.down)
         if not all(isinstance(lin, SbLinear) and lin.bias is None for lin in linears):
             return False

@@ -14,7 +14,9 @@ import dataclasses
 
 import torch
 
+from samebits.kernels.interface import FLOAT32_ROLES
 from samebits.kernels.metadata import FlatBatch
+from samebits.kernels.moe import InvariantMoe
 from samebits.kernels.placement import TorchPlacement
 from samebits.kernels.plan import KernelPlan
 from samebits.kernels.triton import attention as triton_attention
@@ -41,9 +43,10 @@ class QualifiedLinear(TritonLinear):
         )
 
 
-class TritonOps(TorchPlacement):
+class TritonOps(InvariantMoe, TorchPlacement):
     """The GPU invariant plan: Triton kernels, bfloat16 activations and KV cache, float32
-    residual stream and logits."""
+    residual stream, logits and MoE router logits; MoE routing and combine by
+    `samebits.kernels.moe.InvariantMoe` over these kernels."""
 
     def __init__(self, plan: KernelPlan):
         self.device = torch.device("cuda")
@@ -54,7 +57,7 @@ class TritonOps(TorchPlacement):
     def linear(self, weight, bias, source=None, role: str = "") -> QualifiedLinear:
         w = weight.to(device=self.device, dtype=self.act_dtype).contiguous()
         b = None if bias is None else bias.to(device=self.device, dtype=torch.float32)
-        out = torch.float32 if role == "lm_head" else self.act_dtype
+        out = torch.float32 if role in FLOAT32_ROLES else self.act_dtype
         return QualifiedLinear(w, b, role, out)
 
     def rms_norm(self, x, w, eps):

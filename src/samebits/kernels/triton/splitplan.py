@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ROLES = ("qkv", "o", "gate_up", "down", "lm_head")
+ROLES = ("qkv", "o", "gate_up", "down", "lm_head", "router")
 ROW_PARALLEL_ROLES = ("o", "down")
 
 # The one table of split candidates (largest first). Row-parallel weights (o, down) split so
 # that a tensor-parallel degree dividing S (1, 2 or 4) reproduces the bits; S = 4 rather than 8
 # because it ran faster at every M on the H200 (S=4: 1.04-1.08x cuBLAS at M <= 32 and 1.70-1.82x
 # at M >= 2048; S=8: 1.08-1.11x and 1.76-1.94x; ../shared/measurements/*-splitplan-scost.json).
-# Column weights (qkv, gate_up, lm_head) need no reduction across ranks and take S = 1: a second
-# fp32 accumulator costs ~1.3-1.5x at large M (same measurement).
+# Column weights (qkv, gate_up, lm_head, a MoE router) need no reduction across ranks and take
+# S = 1: a second fp32 accumulator costs ~1.3-1.5x at large M (same measurement).
 SPLIT_CANDIDATES: dict[str, tuple[int, ...]] = {
     "row_parallel": (4, 2, 1),
     "column": (1,),

@@ -31,25 +31,55 @@ ATTENTION_PAGES = (16, 32)  # block sizes the attention certificates cover
 
 
 def dims_of(cfg) -> dict:
-    """The shape facts of a model config (samebits.model.ModelConfig or a dict)."""
+    """The shape facts of a model config (samebits.model.ModelConfig or a dict). A mixture of
+    experts adds ``moe``: experts, expert width, and whether some layer is dense."""
     get = cfg.get if isinstance(cfg, dict) else (lambda k, d=None: getattr(cfg, k, d))
-    return dict(
+    d = dict(
         hidden=get("hidden_size"), inter=get("intermediate_size"),
         heads=get("num_attention_heads"), kv_heads=get("num_key_value_heads"),
         head_dim=get("head_dim"), vocab=get("vocab_size"),
         head_norm=bool(get("qk_norm", False)), bias=bool(get("attention_bias", False)),
     )  # fmt: skip
+    moe = get("moe")
+    if moe is not None and not isinstance(cfg, dict):
+        d["moe"] = dict(experts=moe.num_experts, inter=moe.moe_intermediate_size,
+                        dense=cfg.has_dense_layers)  # fmt: skip
+    elif moe is not None:
+        d["moe"] = dict(moe)
+    return d
 
 
 def linear_shapes(d: dict) -> list[tuple[str, int, int]]:
+    """(role, N, K) of every linear the model launches: a MoE model's dense gate_up / down only
+    where some layer is dense, plus its router and its experts' gate_up / down."""
+    head = [("lm_head", d["vocab"], d["hidden"])]
+    return _attention_shapes(d) + _mlp_shapes(d) + _moe_shapes(d) + head
+
+
+def _attention_shapes(d: dict) -> list[tuple[str, int, int]]:
     qkv = (d["heads"] + 2 * d["kv_heads"]) * d["head_dim"]
-    return [
-        ("qkv", qkv, d["hidden"]),
-        ("o", d["hidden"], d["heads"] * d["head_dim"]),
-        ("gate_up", 2 * d["inter"], d["hidden"]),
-        ("down", d["hidden"], d["inter"]),
-        ("lm_head", d["vocab"], d["hidden"]),
-    ]
+    return [("qkv", qkv, d["hidden"]), ("o", d["hidden"], d["heads"] * d["head_dim"])]
+
+
+def _mlp_shapes(d: dict) -> list[tuple[str, int, int]]:
+    """The dense MLP's linears (none in a MoE model whose every layer is sparse)."""
+    if d.get("moe") is not None and not d["moe"]["dense"]:
+        return []
+    return [("gate_up", 2 * d["inter"], d["hidden"]), ("down", d["hidden"], d["inter"])]
+
+
+def _moe_shapes(d: dict) -> list[tuple[str, int, int]]:
+    moe = d.get("moe")
+    if moe is None:
+        return []
+    h, i = d["hidden"], moe["inter"]
+    return [("router", moe["experts"], h), ("gate_up", 2 * i, h), ("down", h, i)]
+
+
+def silu_widths(d: dict) -> list[int]:
+    """The widths the SiLU-and-mul kernel runs at: the dense MLP's and the experts'."""
+    widths = [d["inter"]] if _mlp_shapes(d) else []
+    return widths + ([d["moe"]["inter"]] if d.get("moe") is not None else [])
 
 
 def units_for(d: dict, shapes: list[tuple[str, int, int]] | None = None) -> list[dict]:
@@ -63,8 +93,9 @@ def units_for(d: dict, shapes: list[tuple[str, int, int]] | None = None) -> list
     out += [
         dict(key=f"rows.rms_norm.{h}", kind="rows", op="rms_norm", width=h),
         dict(key=f"rows.add_rms_norm.{h}", kind="rows", op="add_rms_norm", width=h),
-        dict(key=f"rows.silu_mul.{d['inter']}", kind="rows", op="silu_mul", inner=d["inter"]),
     ]
+    out += [dict(key=f"rows.silu_mul.{i}", kind="rows", op="silu_mul", inner=i)
+            for i in silu_widths(d)]  # fmt: skip
     for heads in sorted({d["heads"], d["kv_heads"]}):
         out.append(dict(key=f"rows.rope.h{heads}.d{hd}", kind="rows", op="rope", heads=heads,
                         head_dim=hd))  # fmt: skip
@@ -78,7 +109,7 @@ def units_for(d: dict, shapes: list[tuple[str, int, int]] | None = None) -> list
                         kv_heads=d["kv_heads"], head_dim=hd))  # fmt: skip
     out.append(dict(key=f"attention.h{d['heads']}.kv{d['kv_heads']}.d{hd}", kind="attention",
                     heads=d["heads"], kv_heads=d["kv_heads"], head_dim=hd))  # fmt: skip
-    out += fused_units(d, shapes or linear_shapes(d))
+    out += fused_units(d, shapes or _attention_shapes(d) + _mlp_shapes(d))
     seen, uniq = set(), []
     for u in out:
         if u["key"] not in seen:
@@ -87,7 +118,10 @@ def units_for(d: dict, shapes: list[tuple[str, int, int]] | None = None) -> list
     return uniq
 
 
-FUSED_ROLES = ("o", "down")  # llama.py: ops.linear_add_rms_norm(layer.o / layer.down, ...)
+# llama.py: ops.linear_add_rms_norm(layer.o / layer.down, ...); a MoE layer's expert down
+# projections are not fused (their outputs are combined first), so `units_for` passes only the
+# attention's and the dense MLP's shapes here
+FUSED_ROLES = ("o", "down")
 
 
 def has_bias(d: dict, role: str) -> bool:

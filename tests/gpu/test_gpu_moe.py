@@ -1,0 +1,138 @@
+"""Mixtures of experts on the GPU invariant plan (Triton, bfloat16), marker `gpu`.
+
+- The determinism matrix on the tiny qwen3_moe / qwen3_moe_mixed / mixtral checkpoints
+  (certified, like the 30B-A3B shape: their units are in the shipped set), with decode steps replayed from CUDA
+  graphs (the MoE layer's dense path: every expert on every row) against Ref (eager: rows
+  gathered per expert), and on the biased router that sends every token to one expert.
+- The Qwen3-30B-A3B shape: the full 48-layer random-weight model loads on one H200 and
+  generates, batched == alone == eager (tokens and logits digests); a 4-layer prefix of it
+  (the same layer shapes, 128 experts, top 8) runs the matrix at >= 784 rows, and the stock
+  torch CUDA plan on it is the negative control.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from moe_routing import bias_router, check_biased_routing, record_expert_counts
+from samebits.deployment import build_deployment
+from samebits.model import load_model
+from samebits.testing.determinism_matrix import (
+    MatrixSize,
+    build_scenarios,
+    check_matrix,
+    full_check,
+    full_check_problems,
+)
+
+pytestmark = pytest.mark.gpu
+PAGE = 16  # the smallest KV page the attention certificates cover
+BIG = MatrixSize(vocab=0, n_out=8, batch_sizes=(2, 7, 16, 64), repeats=1, small_block=PAGE)
+PRESET = "qwen3-30b-a3b"
+
+
+def _deployment(loaded, plan: str = "invariant", release: bool = True):
+    return build_deployment(loaded, plan, release_sources=release, device="cuda")
+
+
+def _check(dep, size: MatrixSize, label: str, gpu_record) -> int:
+    report, hits = full_check(dep, size)
+    gpu_record(f"matrix {label}", report.summary())
+    assert full_check_problems(report, hits) == []
+    assert report.total_rows >= 784
+    return report.total_rows
+
+
+@pytest.mark.parametrize("arch", ["qwen3_moe", "qwen3_moe_mixed", "mixtral"])
+def test_gpu_matrix_tiny_moe(request, cuda, arch, gpu_record):
+    dep = _deployment(load_model(request.getfixturevalue(f"tiny_{arch}_dir")))
+    assert dep.components["certificates"]["status"] == "certified"
+    size = MatrixSize(vocab=dep.config.vocab_size, repeats=2, small_block=PAGE)
+    _check(dep, size, f"tiny-{arch}", gpu_record)
+
+
+def test_gpu_matrix_moe_one_expert_takes_every_token(cuda, tiny_qwen3_moe_dir, gpu_record):
+    dep = _deployment(bias_router(load_model(tiny_qwen3_moe_dir)))
+    counts = record_expert_counts(dep)  # eager forwards (engine and Ref); graphs replay
+    size = MatrixSize(vocab=dep.config.vocab_size, repeats=2, small_block=PAGE)
+    _check(dep, size, "tiny-qwen3_moe, one expert takes every token", gpu_record)
+    most = check_biased_routing(counts, dep.config.moe.num_experts_per_tok)
+    gpu_record("biased router", f"{len(counts)} routing calls, up to {most} tokens on expert 5")
+    assert most >= 64
+
+
+# ------------------------------------------------------------- the Qwen3-30B-A3B shape
+def _random(num_layers: int | None = None):
+    import torch
+
+    from samebits.model.random_init import random_model
+
+    return random_model(PRESET, seed=0, device="cuda", dtype=torch.bfloat16, num_layers=num_layers)
+
+
+def _generate(llm, prompts, params) -> list[tuple]:
+    """(token ids, logits digests) of each prompt's output."""
+    outs = llm.generate(prompts, params)
+    return [(o.outputs[0].token_ids, o.outputs[0].logits_digests) for o in outs]
+
+
+def test_gpu_qwen3_30b_a3b_generate(cuda, gpu_record):
+    """The full random-weight model (48 sparse layers of 128 experts; ~61 GB in bf16) on one
+    GPU: a short greedy generation, batched == each prompt alone == eager (no CUDA graphs),
+    tokens and logits digests; the tokens spread over most experts."""
+    import time
+
+    import torch
+
+    from samebits import LLM, SamplingParams
+    from samebits.engine.engine import LLMEngine
+
+    start = time.perf_counter()
+    dep = _deployment(_random())
+    built = time.perf_counter() - start
+    counts = record_expert_counts(dep)
+    params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True, seed=0)
+    prompts = ["The capital of France is", "def fibonacci(n):", "Mixture of experts " * 4]
+    kw = dict(max_num_seqs=4, num_kv_blocks=256)
+    llm = LLM(engine=LLMEngine.from_deployment(dep, **kw))
+    start = time.perf_counter()
+    batched = _generate(llm, prompts, params)
+    seconds = time.perf_counter() - start
+    alone = [_generate(llm, [p], params)[0] for p in prompts]
+    eager = _generate(LLM(engine=LLMEngine.from_deployment(dep, enforce_eager=True, **kw)),
+                      prompts, params)  # fmt: skip
+    assert batched == alone == eager
+    assert all(len(tokens) == 8 for tokens, _ in batched)
+    used = int((torch.stack(counts).sum(dim=0) > 0).sum())
+    memory = torch.cuda.max_memory_allocated() / 2**30
+    assert dep.components["certificates"]["status"] == "certified"
+    gpu_record(f"random {PRESET} bf16 generate",
+               f"built in {built:.0f} s, peak {memory:.0f} GiB; 3 x 8 tokens "
+               f"batched in {seconds:.1f} s; batched == alone == eager; {used} of 128 experts "
+               "used")  # fmt: skip
+    assert used >= 64
+
+
+@pytest.fixture(scope="module")
+def prefix_model(cuda):
+    """The first 4 layers of the random 30B-A3B model (its layer shapes; `random_model`'s
+    `num_layers` gives a prefix of the full model), shared by both plans."""
+    return _random(num_layers=4)
+
+
+def test_gpu_matrix_qwen3_30b_a3b_shaped(prefix_model, gpu_record):
+    dep = _deployment(prefix_model, release=False)
+    assert dep.components["certificates"]["status"] == "certified"
+    size = dataclasses.replace(BIG, vocab=dep.config.vocab_size)
+    _check(dep, size, f"random {PRESET} (4 layers) bf16", gpu_record)
+
+
+def test_gpu_negative_control_fast_plan_moe(prefix_model, gpu_record):
+    dep = _deployment(prefix_model, "fast", release=False)
+    size = dataclasses.replace(BIG, vocab=dep.config.vocab_size)
+    report = check_matrix(dep, [s for s in build_scenarios(size) if s.category == "batch"])
+    gpu_record(f"negative control (cuda fast plan, {PRESET} 4 layers, batch category)",
+               report.summary())  # fmt: skip
+    assert report.mismatches, "the stock-torch CUDA plan was expected to break batch invariance"
