@@ -50,9 +50,12 @@ class DecodeGraphRunner:
         )
         self._new_graph = step_graph_factory(device)
         # (bucket, long): a long step (some position past the first attention span) replays
-        # the graph whose attention may split the KV (captured when first needed); others
-        # the one whose attention runs spans in sequence. Both compute the same bits.
+        # the graph whose attention may split the KV; others the one whose attention runs
+        # spans in sequence. Both compute the same bits.
         self.span = plan.attention_span
+        # both variants at start-up when a request can outgrow the first span (no capture or
+        # kernel compile mid-serving); tests that capture on first use get either on demand
+        self._variants = (False, True) if width * block_size > self.span else (False,)
         self.graphs: dict[tuple[int, bool], StepGraph] = {}
         self.counts: Counter[str] = Counter()
         self.capture_seconds = 0.0  # of capture_all (start-up capture)
@@ -63,7 +66,8 @@ class DecodeGraphRunner:
         returns and logs the seconds it took."""
         start = time.perf_counter()
         for bucket in reversed(self.config.buckets):
-            self._capture(bucket, False)
+            for long in self._variants:
+                self._capture(bucket, long)
         seconds = self.capture_seconds = time.perf_counter() - start
         logger.info("captured %d decode graphs in %.1f s: %s", len(self.graphs), seconds,
                     self.config.describe())  # fmt: skip
