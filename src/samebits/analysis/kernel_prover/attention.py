@@ -257,12 +257,16 @@ def attention_specs(model: str, dims: dict | None = None) -> list[AttentionSpec]
     relation is an equivalence: n proofs cover every pair."""
     from samebits.kernels.plan import ATTENTION_SPAN
     from samebits.kernels.triton.attention import KEY_BLOCK
-    from samebits.kernels.triton.attention_meta import DECODE_BLOCK_M, PREFILL_BLOCK_M
+    from samebits.kernels.triton.attention_meta import (
+        DECODE_BLOCK_M,
+        PREFILL_BLOCK_M,
+        default_block_m,
+    )
 
     c = {k: (dims or MODELS[model])[k] for k in ("heads", "kv_heads", "head_dim")}
     g = c["heads"] // c["kv_heads"]
     bms = sorted({max(b, 1 << (g - 1).bit_length()) for b in (PREFILL_BLOCK_M, DECODE_BLOCK_M)})
-    decode_bm = max(DECODE_BLOCK_M, 1 << (g - 1).bit_length())
+    decode_bm = default_block_m(1, g)  # the split launch runs decode steps only
     sides = [Side(bm, page) for bm in bms[::-1] for page in ATTENTION_PAGES]
     sides += [Side(decode_bm, page, SPLIT) for page in ATTENTION_PAGES]
     ref = sides[0]
@@ -787,7 +791,7 @@ def _prove(src, spec: AttentionSpec, stats, Refuted, _compare, _final) -> None:
                                          for x in names), "fp32")  # fmt: skip
             return T.subst_term(v, sub) if sub else v
 
-        label = f"{lp.canon} ({lp.where} ~ {rp.where}), state {names}"
+        label = f"{lp.canon} ~ {_canon(rp.key)} ({lp.where} ~ {rp.where}), state {names}"
         # 1. base: the state before the loop
         nonvacuous([*base, *ctx], f"{label}: base")
         cmp(state(lp, "init", rl), state(rp, "init", rr, sig), [*base, *ctx],
