@@ -1,7 +1,9 @@
-"""Attention goals 2 and 3 (chunk and page-layout invariance) of the paged kernel: the tiny
-shape proved between a prefill-tile launch (BLOCK_M 64, block size 16) and a decode-tile
-launch (BLOCK_M 16, block size 32) with free metadata; planted bugs refuted; the host
-metadata precondition (one program per query token, of its own request) tested."""
+"""Attention goals of the span-merged kernels: chunk and page-layout invariance (goals 2, 3)
+of the sequential-span kernel, the tiny shape proved between a prefill-tile launch (BLOCK_M 64,
+block size 16) and a decode-tile launch (BLOCK_M 16, block size 32) with free metadata; launch
+equivalence (goal 4) of split-KV decode (any number of programs per request) with it; planted
+bugs of the key tiles refuted (the span mutants are in test_kernel_prover_mutants.py); the
+host metadata precondition (one program per query token, of its own request) tested."""
 
 from __future__ import annotations
 
@@ -12,15 +14,25 @@ import pytest
 
 pytest.importorskip("z3")
 
-from samebits.analysis.kernel_prover.attention import attention_specs, prove_attention  # noqa: E402
+from samebits.analysis.kernel_prover.attention import (  # noqa: E402
+    SPLIT,
+    attention_specs,
+    prove_attention,
+)
+from samebits.analysis.kernel_prover.specs import unit_specs  # noqa: E402
 from samebits.analysis.kernel_prover.symbolic.source import KernelSource  # noqa: E402
+from samebits.kernels.plan import ATTENTION_SPAN  # noqa: E402
+from samebits.kernels.triton.attention import KEY_BLOCK  # noqa: E402
 from samebits.kernels.triton.attention_meta import _programs  # noqa: E402
+from samebits.kernels.triton.certified import units as U  # noqa: E402
 
 KDIR = Path(__file__).resolve().parents[2] / "src" / "samebits" / "kernels" / "triton"
 ATTN = (KDIR / "_attention_kernel.py").read_text()
 SPECS = {s.name: s for s in attention_specs("tiny")}
 CROSS = "tiny.attention.bm64-p16~bm16-p32"  # other tile height, packing, block size, tables
 SAME = "tiny.attention.bm64-p16~bm64-p16"  # same launch, other chunking and block tables
+SPLIT_KV = "tiny.attention.bm64-p16~split-bm16-p32"  # split-KV decode vs spans in sequence
+REDUCTIONS = ["('max', 'any-order')", "('sum', 'one-nonzero')"]
 
 
 def mutate(text: str, old: str, new: str) -> str:
@@ -43,28 +55,57 @@ def test_tiny_attention_chunk_packing_and_page_layout_are_proved():
     res = run(ATTN, CROSS)
     assert res.status == "proved", res.unsupported or res.counterexample
     # the float reductions were modelled by the stated assumptions, not by layout
-    assert res.stats["layout_reductions"] == ["('max', 'any-order')", "('sum', 'one-nonzero')"]
+    assert res.stats["layout_reductions"] == REDUCTIONS
+    # both loops summarized by induction: the spans, and the key tiles of a span
+    assert res.stats["loops"] == ["_attend_span#0.0~_attend_span#0.0",
+                                  "paged_attention_kernel#0.0~paged_attention_kernel#0.0"]  # fmt: skip
 
 
-def test_tiles_aligned_to_the_chunk_start_are_refuted():
-    text = mutate(ATTN, "    last = tl.max(pos, axis=0)\n",
-                  "    last = tl.max(pos, axis=0)\n"
-                  "    shift = tl.maximum(tl.load(pos_ptr + tl.load(row0_ptr + pid)), 0) % BLOCK_N\n")  # fmt: skip
-    text = mutate(text, "range(0, last // BLOCK_N + 1)", "range(0, (last + shift) // BLOCK_N + 1)")
-    text = mutate(
-        text, "bt_row, j * BLOCK_N, pos", "bt_row, tl.maximum(j * BLOCK_N - shift, 0), pos"
-    )
-    assert_refuted(run(text, SAME), "update by key tile j")
+def test_tiny_split_kv_decode_equals_spans_in_sequence():
+    res = run(ATTN, SPLIT_KV)
+    assert res.status == "proved", res.unsupported or res.counterexample
+    assert res.stats["layout_reductions"] == REDUCTIONS
+    # the merge loop is the span loop's counterpart; the split kernel's key tiles the same fold
+    assert res.stats["loops"] == ["_attend_span#0.0~_attend_span#0.0",
+                                  "paged_attention_kernel#0.0~merge_spans_kernel#0.0"]  # fmt: skip
+
+
+def test_specs_and_units_name_the_span_and_both_launches():
+    names = sorted(SPECS)
+    assert [n for n in names if "split" in n] == [
+        "tiny.attention.bm64-p16~split-bm16-p16", "tiny.attention.bm64-p16~split-bm16-p32"]  # fmt: skip
+    for sp in SPECS.values():
+        assert sp.span == ATTENTION_SPAN and sp.block_n == KEY_BLOCK
+        assert sp.description["span_tiles"] == ATTENTION_SPAN // KEY_BLOCK > 1
+        assert sp.goal.to_dict()["span"] == ATTENTION_SPAN
+    units = [u for u in U.units_for(U.dims_of({"hidden_size": 64, "intermediate_size": 128,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+             "vocab_size": 320})) if u["kind"] == "attention"]  # fmt: skip
+    assert [u["key"] for u in units] == ["attention.h4.kv2.d16", "attention.split_kv.h4.kv2.d16"]
+    seq, split = (unit_specs(u) for u in units)
+    assert len(seq) == 4 and all(s.right.launch != SPLIT for s in seq)
+    assert len(split) == 2 and all(s.right.launch == SPLIT for s in split)
+    spec = U.specialization(units[1])
+    assert spec["kernels"] == ["split_span_kernel", "merge_spans_kernel"]
+    assert spec["span"] == ATTENTION_SPAN and spec["block_m"] == 16
+
+
+def test_tiles_aligned_to_the_span_start_of_the_chunk_are_refuted():
+    # key tiles of a span start at the program's last position (mod BLOCK_N) instead of at
+    # multiples of BLOCK_N: same launch, other chunking
+    text = mutate(ATTN, "    stop = tl.minimum(span0 + SPAN, last + 1)\n",
+                  "    stop = tl.minimum(span0 + SPAN, last + 1)\n"
+                  "    shift = last % BLOCK_N\n")  # fmt: skip
+    text = mutate(text, "for key0 in range(span0, stop, BLOCK_N):",
+                  "for key0 in range(span0 + shift, stop, BLOCK_N):")  # fmt: skip
+    assert_refuted(run(text, SAME), "update by an iteration both run")
 
 
 def test_tiles_of_one_page_are_refuted_across_block_sizes():
-    text = mutate(ATTN, "range(0, last // BLOCK_N + 1)", "range(0, last // PAGE + 1)")
-    text = mutate(
-        text, "bt_row, j * BLOCK_N, pos, last, hk,\n", "bt_row, j * PAGE, pos, last, hk,\n"
-    )
-    text = mutate(
-        text, "m_i, l_i, acc, HKV, D, PAGE, BLOCK_N)", "m_i, l_i, acc, HKV, D, PAGE, PAGE)"
-    )
+    text = mutate(ATTN, "for key0 in range(span0, stop, BLOCK_N):",
+                  "for key0 in range(span0, stop, PAGE):")  # fmt: skip
+    text = mutate(text, "m_s, l_s, acc_s, HKV, D, PAGE, BLOCK_N)",
+                  "m_s, l_s, acc_s, HKV, D, PAGE, PAGE)")  # fmt: skip
     assert_refuted(run(text, "tiny.attention.bm64-p16~bm64-p32"), "reads v at different indices")
 
 
@@ -81,6 +122,18 @@ def test_denominator_by_tl_sum_over_the_tile_is_refuted_across_tile_heights():
 def test_missing_causal_mask_is_refuted():
     text = mutate(ATTN, '    s = tl.where(key[None, :] <= pos[:, None], s, float("-inf"))\n', "")
     assert_refuted(run(text, SAME), "v@L-beyond")
+
+
+def test_loop_scheduling_hints_are_accepted():
+    """tl.range's pipelining hints schedule the loop, they do not change its arithmetic."""
+    text = mutate(ATTN, "for key0 in range(span0, stop, BLOCK_N):",
+                  "for key0 in tl.range(span0, stop, BLOCK_N, num_stages=2):")  # fmt: skip
+    res = run(text, "tiny.attention.bm64-p16~split-bm16-p16")
+    assert res.status == "proved", res.unsupported or res.counterexample
+    bad = mutate(ATTN, "for key0 in range(span0, stop, BLOCK_N):",
+                 "for key0 in tl.range(span0, stop, BLOCK_N, reorder=True):")  # fmt: skip
+    res = run(bad, SAME)
+    assert res.status == "rejected-unsupported" and "range keyword 'reorder'" in res.unsupported
 
 
 def test_metadata_gives_each_query_token_one_program_of_its_request():

@@ -199,3 +199,165 @@ def test_tma_box_of_another_row_is_refuted():
     res = run(split_linear("batch", TMA_SPLIT), text, "_linear_kernels.py")
     cex = assert_refuted(res, "y:")  # row r reads row r + 1 (zero fill past M when alone)
     assert cex["element_and_programs"]["L.M"] > 1
+
+
+# --- span-merged attention: spans in sequence, split-KV decode and its ordered merge -------
+
+ATTN = (KDIR / "_attention_kernel.py").read_text()
+SPAN_LOOP = (
+    "    for span0 in range(0, last + 1, SPAN):\n"
+    "        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, last, hk, qk_scale,\n"
+    "                                       HKV, D, PAGE, BLOCK_M, BLOCK_N, SPAN)  # fmt: skip\n"
+    "        m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s, span0 <= pos)\n"
+)  # fmt: skip
+MERGE_READ = (
+    "        at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)\n        m_s = tl.load("
+)
+MERGE_DEF = "def merge_spans_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, max_spans,"
+
+
+def attention(right: str, text: str, splits_arg: bool = False):
+    """The tiny attention goal `bm64-p16 ~ right` on a mutated kernel file; `splits_arg`: the
+    mutant merge kernel takes S (the split grid's programs per request) as `splits`."""
+    import z3
+
+    from samebits.analysis.kernel_prover import attention as A
+    from samebits.analysis.kernel_prover.terms import Lin
+
+    spec = _spec(A.attention_specs("tiny"), f"tiny.attention.bm64-p16~{right}")
+    calls = A.calls
+    if splits_arg:
+
+        def with_splits(side, spec, sd):
+            out = calls(side, spec, sd)
+            for c in out:
+                if c.kernel == A.MERGE_KERNEL:
+                    c.args["splits"] = Lin.var(z3.Int(f"{side}.splits"))
+            return out
+
+        A.calls = with_splits
+    try:
+        return A.prove_attention(KernelSource.parse(text, "_attention_kernel.py"), spec)
+    finally:
+        A.calls = calls
+
+
+def test_spans_in_reverse_order_are_refuted():
+    # spans folded from the last to the first: the span an iteration computes follows the
+    # program's last position, which another chunking changes
+    text = mutate(ATTN, SPAN_LOOP, SPAN_LOOP.replace(
+        "range(0, last + 1, SPAN):\n", "range(0, last + 1, SPAN):\n        rev = last // SPAN * SPAN - span0\n"
+    ).replace("bt_row, span0, pos", "bt_row, rev, pos").replace("span0 <= pos", "rev <= pos"))  # fmt: skip
+    assert_refuted(attention("bm64-p16", text), "update by an iteration both run",
+                   "reads v at different indices")  # fmt: skip
+
+
+def test_merge_in_reverse_span_order_is_refuted():
+    # the split launch's merge folds the stored spans last to first
+    text = mutate(ATTN, MERGE_READ, MERGE_READ.replace(
+        "tok * max_spans + span,", "tok * max_spans + tl.max(pos, axis=0) // SPAN - span,"))  # fmt: skip
+    cex = assert_refuted(attention("split-bm16-p32", text), "update by an iteration both run",
+                         "integer operands differ")  # fmt: skip
+    assert "merge_spans_kernel" in cex["reason"]  # the merge loop against the span loop
+
+
+def test_span_boundaries_relative_to_the_chunk_start_are_refuted():
+    # spans start at the chunk's first position (mod SPAN) instead of at multiples of SPAN
+    text = mutate(ATTN, "    bt_row = bt_ptr + req.to(tl.int64) * bt_stride\n    m_i",
+                  "    bt_row = bt_ptr + req.to(tl.int64) * bt_stride\n"
+                  "    shift = tl.maximum(tl.load(pos_ptr + tl.load(row0_ptr + pid)), 0) % SPAN\n"
+                  "    m_i")  # fmt: skip
+    text = mutate(text, "for span0 in range(0, last + 1, SPAN):",
+                  "for span0 in range(-shift, last + 1, SPAN):")  # fmt: skip
+    text = mutate(text, "for key0 in range(span0, stop, BLOCK_N):",
+                  "for key0 in range(tl.maximum(span0, 0), stop, BLOCK_N):")  # fmt: skip
+    assert_refuted(attention("bm64-p16", text), "update by an iteration both run",
+                   "reads v at different indices")  # fmt: skip
+
+
+def test_merge_order_following_the_number_of_programs_is_refuted():
+    # the merge folds the spans in reverse when the split launch has more than one program
+    # per request
+    text = mutate(ATTN, MERGE_DEF, MERGE_DEF.replace("max_spans,", "max_spans, splits,"))
+    text = mutate(text, MERGE_READ, MERGE_READ.replace(
+        "        at = _state_offsets(tok * max_spans + span,",
+        "        k = tl.where(splits > 1, tl.max(pos, axis=0) // SPAN - span, span)\n"
+        "        at = _state_offsets(tok * max_spans + k,"))  # fmt: skip
+    cex = assert_refuted(attention("split-bm16-p32", text, splits_arg=True),
+                         "integer operands differ")  # fmt: skip
+    assert cex["element_and_programs"]["R.splits"] > 1
+
+
+def test_merge_shape_following_the_number_of_programs_is_refuted():
+    # with more than one program per request the running state is folded into the span's
+    # (the merge's operands swapped): a merge tree whose shape follows S
+    text = mutate(ATTN, MERGE_DEF, MERGE_DEF.replace("max_spans,", "max_spans, splits,"))
+    text = mutate(text, "        m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s, live)\n",
+                  "        m1, l1, acc1 = _merge(m_i, l_i, acc, m_s, l_s, acc_s, live)\n"
+                  "        m2, l2, acc2 = _merge(m_s, l_s, acc_s, m_i, l_i, acc, live)\n"
+                  "        m_i = tl.where(splits > 1, m2, m1)\n"
+                  "        l_i = tl.where(splits > 1, l2, l1)\n"
+                  "        acc = tl.where(splits > 1, acc2, acc1)\n")  # fmt: skip
+    cex = assert_refuted(attention("split-bm16-p32", text, splits_arg=True))
+    assert cex["element_and_programs"]["R.splits"] > 1
+
+
+def test_per_program_partial_merge_is_rejected():
+    # flash-decoding style: each of the S programs folds its own spans j, j + S, ... (a tree
+    # whose shape is S); the fold of a grid-stride loop is rejected with the reason
+    text = mutate(ATTN, "    d = tl.arange(0, D)\n    for span in range(tl.program_id(1),",
+                  "    d = tl.arange(0, D)\n"
+                  "    m_s = tl.full((BLOCK_M,), float(\"-inf\"), tl.float32)\n"
+                  "    l_s = tl.zeros((BLOCK_M,), tl.float32)\n"
+                  "    acc_s = tl.zeros((BLOCK_M, D), tl.float32)\n"
+                  "    for span in range(tl.program_id(1),")  # fmt: skip
+    text = mutate(text, "        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN,",
+                  "        m_t, l_t, acc_t = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN,")  # fmt: skip
+    text = mutate(text, "        at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)\n        tl.store(",
+                  "        m_s, l_s, acc_s = _merge(m_s, l_s, acc_s, m_t, l_t, acc_t, live)\n"
+                  "        at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)\n        tl.store(")  # fmt: skip
+    res = attention("split-bm16-p32", text)
+    assert res.status == "rejected-unsupported", res.status
+    assert "grid-stride loop carries state" in res.unsupported and "num_programs" in res.unsupported
+
+
+def test_span_state_not_reset_is_refuted():
+    # the sequential kernel continues the previous span's state instead of a fresh one (one
+    # online softmax over every key tile, no merge): against split-KV decode, whose spans
+    # start fresh, the key-tile loop starts from another state
+    text = mutate(ATTN, "def _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, last, hk, qk_scale,\n",
+                  "def _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, last, hk, qk_scale, m_s, l_s, acc_s,\n")  # fmt: skip
+    init = ("    m_s = tl.full((BLOCK_M,), float(\"-inf\"), tl.float32)\n"
+            "    l_s = tl.zeros((BLOCK_M,), tl.float32)\n"
+            "    acc_s = tl.zeros((BLOCK_M, D), tl.float32)\n")  # fmt: skip
+    text = mutate(text, init + "    stop = tl.minimum(", "    stop = tl.minimum(")
+    text = mutate(text, SPAN_LOOP,
+                  "    for span0 in range(0, last + 1, SPAN):\n"
+                  "        m_i, l_i, acc = _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, last, hk,\n"
+                  "                                     qk_scale, m_i, l_i, acc, HKV, D, PAGE, BLOCK_M,\n"
+                  "                                     BLOCK_N, SPAN)\n")  # fmt: skip
+    text = mutate(text, "        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN, pos, last, hk,\n"
+                  "                                       qk_scale, HKV,",
+                  init.replace("    ", "        ") +
+                  "        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN, pos, last, hk,\n"
+                  "                                       qk_scale, m_s, l_s, acc_s, HKV,")  # fmt: skip
+    assert_refuted(attention("split-bm16-p32", text), "before the first iteration",
+                   "state:fp32 vs const:fp32")  # fmt: skip
+
+
+def test_scratch_states_of_two_requests_in_one_row_are_rejected():
+    # split and merge index the span states by span only: requests overwrite each other's
+    text = mutate(ATTN, "        at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)\n        tl.store(",
+                  "        at = _state_offsets(span, hk, r, HKV, GROUP)\n        tl.store(")  # fmt: skip
+    text = mutate(text, MERGE_READ, MERGE_READ.replace("tok * max_spans + span,", "span,"))
+    res = attention("split-bm16-p32", text)
+    assert res.status == "rejected-unsupported", res.status
+    assert "two writers of one element are not excluded" in res.unsupported
+
+
+def test_split_span_of_another_position_is_refuted():
+    # a split program computes the state of another span than the one it stores
+    text = mutate(ATTN, "_attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN, pos",
+                  "_attend_span(q, k_ptr, v_ptr, bt_row, (span // 2) * SPAN, pos")  # fmt: skip
+    assert_refuted(attention("split-bm16-p32", text), "update by an iteration both run",
+                   "reads v at different indices")  # fmt: skip

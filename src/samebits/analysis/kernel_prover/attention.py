@@ -1,10 +1,14 @@
-"""Attention goals 2 and 3: chunk invariance and page-layout invariance of the paged kernel.
+"""Attention goals: chunk invariance (2), page-layout invariance (3) of the span kernel, and
+launch equivalence (4) of split-KV decode with spans in sequence.
 
-Two executions ("L", "R") of ``paged_attention_kernel`` with *independent* metadata: their own
-positions, programs (request, first token), query ends, block tables (and table widths), tile
-heights BLOCK_M (so GQA packing: BLOCK_M // GROUP tokens x GROUP heads per tile) and block
-sizes PAGE. A query row is identified by its absolute position ``t`` and head ``h``: in L it is
-token ``tok_L`` of its request, in R token ``tok_R``. The relation between the executions:
+Two executions ("L", "R") with *independent* metadata: their own positions, programs
+(request, first token), query ends, block tables (and table widths), tile heights BLOCK_M (so
+GQA packing: BLOCK_M // GROUP tokens x GROUP heads per tile) and block sizes PAGE. L is always
+``paged_attention_kernel`` (spans in sequence); R is either that kernel again (goals 2 and 3)
+or the split-KV decode launch, ``split_span_kernel`` then ``merge_spans_kernel`` over the same
+fp32 scratch (goal 4; any number of programs per request, a symbolic grid axis). A query row
+is identified by its absolute position ``t`` and head ``h``: in L it is token ``tok_L`` of its
+request, in R token ``tok_R``. The relation between the executions:
 
 - ``pos_L[tok_L] == pos_R[tok_R] == t``; the q row of (tok_L, h) in L equals that of (tok_R, h)
   in R (canonical array ``q`` indexed by the column);
@@ -19,25 +23,41 @@ token ``tok_L`` of its request, in R token ``tok_R``. The relation between the e
 The goal: the value the program holding (tok, h) stores for column ``d`` of that row is the same
 term in both executions, for a generic program / lane of each (the metadata is free).
 
-The key-tile loop ``for j in range(0, last // BLOCK_N + 1)`` has a data-dependent trip count
-and is summarized by induction over ``j`` (not unrolled; no bound on the context). With the
-row's state before tile j an uninterpreted ``pre`` symbol shared by both executions (and the
-other rows' states per-execution symbols), the prover shows:
+Loops with a data-dependent trip count are summarized by induction over their iteration index
+(never unrolled; no bound on the context). A loop ``for x in range(start, stop, step)`` (step a
+positive constant) that carries state is a *fold*: its body is executed once with a symbolic
+index ``j`` (``x = start + j * step``) and the carried state (for the spans: m, l, acc; for the
+key tiles of a span: m_s, l_s, acc_s) replaced by a ``pre`` symbol shared by both executions
+for the compared row (per-execution symbols for the other rows). Folds are nested (the key
+tiles of a span inside the span loop) and paired between the executions: the same loop of the
+same function, or (goal 4) the pairs the goal names (the merge loop of ``merge_spans_kernel``
+with the span loop of ``paged_attention_kernel``; the key-tile loop of ``_attend_span`` in
+both). For a pair, with the indices and the enclosing iterations unified, the prover shows:
 
 1. *base*: the state before the loop is the same term in both;
-2. *step*: for ``j >= 0`` with ``j * BLOCK_N <= t`` the state after the tile is the same term
-   in both (so the update is the same function of the row's state and of j);
-3. *frame*: for ``j * BLOCK_N > t`` the row's state is unchanged (each execution);
-4. *coverage*: every tile with ``j * BLOCK_N <= t`` is run (``j < trip count``, each execution).
+2. *step*: for an iteration both run, the state after it is the same term in both (the update
+   is the same function of the row's state, the index and the enclosing iterations);
+3. *frame*: for an iteration only one execution runs, its state is unchanged (each side).
 
-By induction, after the loop the row's state is ``S_J(t)`` in both (the fold of the same step
-over the tiles ``j * BLOCK_N <= t``, in order), which is then used as a shared ``final`` symbol.
+By induction both loops end in the fold of the same update over the iterations both run, in
+order; that result is a ``final`` symbol shared by both, parameterized by the enclosing
+iterations (the span of a key-tile loop), so a value computed for one span can only stand
+where that same span's value is expected.
+
+A loop ``for s in range(tl.program_id(a), stop, tl.num_programs(a))`` (the split kernel: program
+(r, j, hk) computes spans j, j + S, ...) is a *grid-stride* loop: its iterations over all
+programs of axis a are exactly the values ``0 <= s < stop`` (stop independent of the axis),
+each computed once; its body is executed once with a symbolic value ``s`` and must carry no
+state (a fold over a program's own spans would depend on S) and store nothing that depends on
+the program id of axis a. Its stores are then records written by ``s`` instead of that program
+id, which the merge kernel's reads resolve to (the scratch is memory written by the earlier
+call, then read; every read must be written, and the scratch stores are proved injective).
 """
 
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import z3
 
@@ -61,6 +81,16 @@ ATTENTION = "attention_invariance"
 ACT = "bf16"
 RULES = frozenset({"ctx", "zero-product"})
 EXEC_RULES = frozenset({"max-any-order", "sum-of-zeros"})
+PAGED, SPLIT = "paged", "split"
+PAGED_KERNEL = "paged_attention_kernel"
+SPLIT_KERNEL = "split_span_kernel"
+MERGE_KERNEL = "merge_spans_kernel"
+SCRATCH = ("ms", "ls", "accs")  # the split launch's span states (fp32), [token, span, head]
+# goal 4: the loops of the split launch paired with those of the sequential-span kernel, by
+# (function, ordinal of the `for` in it): the merge loop folds the spans in order as the span
+# loop does; the grid-stride span loop of the split kernel computes the span the span loop's
+# iteration computes (the context of the key-tile loop of `_attend_span`, the same in both)
+SPLIT_PAIRS = {(MERGE_KERNEL, 0): (PAGED_KERNEL, 0), (SPLIT_KERNEL, 0): (PAGED_KERNEL, 0)}
 
 ASSUMPTIONS = {
     "tl.max-exact": "tl.max over a float tile is the exact maximum of its elements whatever the "
@@ -87,7 +117,17 @@ ASSUMPTIONS = {
     "every program has a live row and positions are >= 0 (so last >= 0), and a request's "
     "block-table row covers its keys (stride * PAGE > last); distinct block-table entries of "
     "one request may share a physical page only with equal content (prefix caching)",
-    "kernel-sequencing": "one kernel call; the KV cache is written before the call (stream order)",
+    "kernel-sequencing": "the kernel calls of one launch run in order (stream order); the KV "
+    "cache is written before the launch",
+}
+# named only by the certificates of the split-KV launch (goal 4)
+SPLIT_ASSUMPTIONS = {
+    "split-metadata": "host preconditions of the split-KV decode launch (attention._split_decode, "
+    "attention.decode_splits), not proved here: every request has one query token and token r "
+    "is request r's (one_token_each); max_spans * SPAN > the position of every token "
+    "(max_spans = max_position // SPAN + 1, max_position a bound on the step's positions); the "
+    "scratch tensors are the launch's own (written by split_span_kernel, then read by "
+    "merge_spans_kernel, nothing else in between)",
 }
 
 
@@ -97,9 +137,11 @@ class Side:
 
     block_m: int
     page: int
+    launch: str = PAGED  # PAGED (paged_attention_kernel) or SPLIT (split + merge kernels)
 
     def tag(self) -> str:
-        return f"bm{self.block_m}-p{self.page}"
+        t = f"bm{self.block_m}-p{self.page}"
+        return t if self.launch == PAGED else f"split-{t}"
 
 
 @dataclass
@@ -115,6 +157,17 @@ class AttentionSpec:
     right: Side
     description: dict
     also_files: tuple = ()  # one kernel file (Spec.also_files: further files proved against)
+    span: int = 0  # SPAN (keys per span); 0: the plan's (ATTENTION_SPAN)
+    # R loop (function, ordinal) -> the L loop it is paired with (default: the same loop)
+    pairs: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not self.span:
+            from samebits.kernels.plan import ATTENTION_SPAN
+
+            self.span = ATTENTION_SPAN
+        if self.right.launch == SPLIT and not self.pairs:
+            self.pairs = dict(SPLIT_PAIRS)
 
     @property
     def goal(self):
@@ -128,53 +181,101 @@ class _Goal:
 
     def to_dict(self) -> dict:
         s = self.spec
+        if s.right.launch == SPLIT:
+            statement = (
+                "for every decode query row (position t, head h) and column d: the value the "
+                "split-KV decode launch (split_span_kernel: program (r, j, kv head) computes "
+                "spans j, j + S, ... and stores their states; merge_spans_kernel folds them in "
+                "span order) stores equals the value the sequential-span kernel (any chunking, "
+                "tile height, block table, block size) stores for that row, for any number S "
+                "of programs per request, given equal q row and equal KV prefix 0..t (goal 4)"
+            )
+        else:
+            statement = (
+                "for every query row (position t, head h) and column d: the value stored by "
+                "the program holding it in L equals that in R, for any chunking, tile height "
+                "/ GQA packing, block table and block size of either, given equal q row and "
+                "equal KV prefix 0..t (goals 2 and 3)"
+            )
         return {
             "kind": ATTENTION,
-            "statement": "for every query row (position t, head h) and column d: the value "
-            "stored by the program holding it in L equals that in R, for any chunking, "
-            "tile height / GQA packing, block table and block size of either, given equal q "
-            "row and equal KV prefix 0..t (goals 2 and 3)",
+            "statement": statement,
             "outputs": {"o": s.heads * s.head_dim},
             "key_tile": s.block_n,
-            "loop": "summarized by induction over key tiles (no context bound)",
-        }
+            "span": s.span,
+            "launches": [s.left.launch, s.right.launch],
+            "loop": "summarized by induction over the spans and over the key tiles of a span "
+            "(no context bound)"
+            + ("; split spans: a grid-stride loop over any number of programs" if
+               s.right.launch == SPLIT else ""),
+        }  # fmt: skip
 
 
 def calls(side: str, spec: AttentionSpec, sd: Side) -> list[KernelCall]:
-    """The launch `attention.paged_attention` makes (grid: programs x KV heads)."""
-    g = spec.heads // spec.kv_heads
-    arr = lambda n, dt: ArrayArg(f"{n}@{side}", dt)  # noqa: E731
-    args = dict(
-        q_ptr=ArrayArg("q", ACT), k_ptr=ArrayArg("k", ACT), v_ptr=ArrayArg("v", ACT),
-        o_ptr=arr("o", ACT), pos_ptr=arr("pos", "i32"), req_ptr=arr("req", "i32"),
-        row0_ptr=arr("row0", "i32"), qend_ptr=arr("qend", "i32"), bt_ptr=arr("bt", "i32"),
-        bt_stride=Lin.var(z3.Int(f"{side}.bt_stride")), qk_scale=FloatArg("qk_scale"),
-        HKV=spec.kv_heads, GROUP=g, D=spec.head_dim, PAGE=sd.page, BLOCK_M=sd.block_m,
-        BLOCK_N=spec.block_n,
-    )  # fmt: skip
+    """The launch `attention.paged_attention` makes: spans in sequence (grid: programs x KV
+    heads), or `attention._split_decode` (split grid: requests x S x KV heads; merge grid:
+    requests x KV heads)."""
     from samebits.kernels.triton.attention_meta import ATTENTION_WARPS
 
-    grid = (Lin.var(z3.Int(f"{side}.programs")), Lin.var(z3.Int(f"{side}.grid_hkv")))
-    return [KernelCall("paged_attention_kernel", grid, args, ATTENTION_WARPS)]
+    g = spec.heads // spec.kv_heads
+    arr = lambda n, dt: ArrayArg(f"{n}@{side}", dt)  # noqa: E731
+    var = lambda n: Lin.var(z3.Int(f"{side}.{n}"))  # noqa: E731
+    facts = dict(HKV=spec.kv_heads, GROUP=g, D=spec.head_dim, BLOCK_M=sd.block_m, SPAN=spec.span)
+    if sd.launch == PAGED:
+        args = dict(
+            q_ptr=ArrayArg("q", ACT), k_ptr=ArrayArg("k", ACT), v_ptr=ArrayArg("v", ACT),
+            o_ptr=arr("o", ACT), pos_ptr=arr("pos", "i32"), req_ptr=arr("req", "i32"),
+            row0_ptr=arr("row0", "i32"), qend_ptr=arr("qend", "i32"), bt_ptr=arr("bt", "i32"),
+            bt_stride=var("bt_stride"), qk_scale=FloatArg("qk_scale"), PAGE=sd.page,
+            BLOCK_N=spec.block_n, **facts,
+        )  # fmt: skip
+        grid = (var("programs"), var("grid_hkv"))
+        return [KernelCall(PAGED_KERNEL, grid, args, ATTENTION_WARPS)]
+    scratch = {f"{n}_ptr": arr(n, "fp32") for n in SCRATCH}
+    split = dict(
+        q_ptr=ArrayArg("q", ACT), k_ptr=ArrayArg("k", ACT), v_ptr=ArrayArg("v", ACT), **scratch,
+        pos_ptr=arr("pos", "i32"), bt_ptr=arr("bt", "i32"), bt_stride=var("bt_stride"),
+        max_spans=var("max_spans"), qk_scale=FloatArg("qk_scale"), PAGE=sd.page,
+        BLOCK_N=spec.block_n, **facts,
+    )  # fmt: skip
+    merge = dict(o_ptr=arr("o", ACT), **scratch, pos_ptr=arr("pos", "i32"),
+                 max_spans=var("max_spans"), **facts)  # fmt: skip
+    return [
+        KernelCall(
+            SPLIT_KERNEL, (var("requests"), var("splits"), var("grid_hkv")), split, ATTENTION_WARPS
+        ),  # fmt: skip
+        KernelCall(MERGE_KERNEL, (var("requests"), var("grid_hkv")), merge, ATTENTION_WARPS),
+    ]
 
 
 def attention_specs(model: str, dims: dict | None = None) -> list[AttentionSpec]:
-    """The launch configurations a deployment may use (tile heights 64 for prefill / mixed
-    steps and 16 for decode, block sizes 16 and 32), each proved against the first one, which
-    is also proved against itself (other chunking and block tables). Both sides' metadata is
-    free in every proof, so the relation is an equivalence: n proofs cover every pair."""
+    """The launch configurations a deployment may use, each proved against the first one
+    (BLOCK_M 64, block size 16), which is also proved against itself (other chunking and block
+    tables): sequential spans at the tile heights 64 (prefill / mixed steps) and 16 (decode)
+    and block sizes 16 and 32 (goals 2, 3), and the split-KV decode launch at the decode tile
+    height and each block size (goal 4). Both sides' metadata is free in every proof, so the
+    relation is an equivalence: n proofs cover every pair."""
+    from samebits.kernels.plan import ATTENTION_SPAN
     from samebits.kernels.triton.attention import KEY_BLOCK
-    from samebits.kernels.triton.attention_meta import DECODE_BLOCK_M, PREFILL_BLOCK_M
+    from samebits.kernels.triton.attention_meta import (
+        DECODE_BLOCK_M,
+        PREFILL_BLOCK_M,
+        default_block_m,
+    )
 
     c = {k: (dims or MODELS[model])[k] for k in ("heads", "kv_heads", "head_dim")}
     g = c["heads"] // c["kv_heads"]
     bms = sorted({max(b, 1 << (g - 1).bit_length()) for b in (PREFILL_BLOCK_M, DECODE_BLOCK_M)})
+    decode_bm = default_block_m(1, g)  # the split launch runs decode steps only
     sides = [Side(bm, page) for bm in bms[::-1] for page in ATTENTION_PAGES]
+    sides += [Side(decode_bm, page, SPLIT) for page in ATTENTION_PAGES]
     ref = sides[0]
     out = []
     for b in sides:
         goals = ["chunk (goal 2)"] if b == ref else []
-        if b.block_m != ref.block_m:
+        if b.launch == SPLIT:
+            goals.append("split-KV decode = spans in sequence (goal 4)")
+        elif b.block_m != ref.block_m:
             goals.append("tile height / GQA packing (goal 2)")
         goals.append(
             "page layout (goal 3)" + (", block sizes differ" if b.page != ref.page else "")
@@ -195,11 +296,18 @@ def attention_specs(model: str, dims: dict | None = None) -> list[AttentionSpec]
                     **c,
                     "group": g,
                     "key_tile": KEY_BLOCK,
-                    "left": {"block_m": ref.block_m, "page": ref.page},
-                    "right": {"block_m": b.block_m, "page": b.page},
+                    "span": ATTENTION_SPAN,
+                    "span_tiles": ATTENTION_SPAN // KEY_BLOCK,
+                    "left": {"block_m": ref.block_m, "page": ref.page, "launch": ref.launch},
+                    "right": {"block_m": b.block_m, "page": b.page, "launch": b.launch},
                     "goals": goals,
-                    "metadata": "free in both (any chunking, programs, block tables)",
+                    "metadata": "free in both (any chunking, programs, block tables"
+                    + (", programs per request" if b.launch == SPLIT else "")
+                    + ")",
+                    "sizes": "the deployment's span and key tile (the loops are summarized "
+                    "by induction: any number of spans, tiles per span and positions)",
                 },
+                span=ATTENTION_SPAN,
             )  # fmt: skip
         )
     return out
@@ -208,20 +316,80 @@ def attention_specs(model: str, dims: dict | None = None) -> list[AttentionSpec]
 # --- the relational proof ----------------------------------------------------------------
 
 
-class _Side:
-    """Hooks of one execution: canonical reads, the loop summary, int-reduction facts."""
+@dataclass
+class _Loop:
+    """A summarized loop of one execution: a fold, or a grid-stride loop (``kind``)."""
 
-    def __init__(self, name: str, spec: AttentionSpec, sd: Side, shared: dict):
+    kind: str
+    key: tuple  # (function, ordinal of the `for` in it, occurrence)
+    canon: str  # the L loop it is paired with (L: its own key)
+    var: Lin  # fold: the iteration index; grid: the loop value
+    start: Lin
+    stop: Lin
+    step: Lin
+    ctx: tuple  # enclosing summarized loops, outermost first
+    where: str
+    names: list = field(default_factory=list)
+    init: dict = field(default_factory=dict)
+    pre: dict = field(default_factory=dict)
+    post: dict = field(default_factory=dict)
+
+    def runs(self) -> list:
+        """Z3 facts: iteration ``var`` runs (a fold's index; a grid loop's value)."""
+        if self.kind == "grid":
+            return [self.var.z3() >= 0, self.var.z3() < self.stop.z3()]
+        value = self.start.add(T.mul(self.var, self.step))
+        return [self.var.z3() >= 0, value.z3() < self.stop.z3()]
+
+
+def _canon(key: tuple) -> str:
+    return f"{key[0]}#{key[1]}.{key[2]}"
+
+
+class _Side:
+    """Hooks of one execution: canonical reads, the loop summaries, int-reduction facts."""
+
+    def __init__(self, name: str, spec: AttentionSpec, sd: Side, shared: dict, src):
         self.name = name
         self.spec = spec
         self.sd = sd
         self.sh = shared
         self.rstar = Lin.var(z3.Int(f"{name}.rstar"))  # the lane of the compared row
         self.tok = Lin.var(z3.Int(f"{name}.tok"))  # its query token
-        self.loops: list[dict] = []
-        self.last: list[Lin] = []
+        self.hk = Lin.var(z3.Int(f"{name}.hk"))  # its KV head (pinned programs)
+        self.loops: list[_Loop] = []
         self.stride = Lin.var(z3.Int(f"{name}.bt_stride"))
-        self.pid: Lin | None = None
+        self.max_spans = Lin.var(z3.Int(f"{name}.max_spans"))
+        self.pairs = spec.pairs if name == "R" else {}
+        self.stack: list[_Loop] = []
+        self.seen: dict = {}
+        # the `for` statements of every kernel function: (function, ordinal)
+        self.fors: dict = {}
+        for fname, fn in src.functions.items():
+            nodes = sorted((n for n in ast.walk(fn) if isinstance(n, ast.For)),
+                           key=lambda n: (n.lineno, n.col_offset))  # fmt: skip
+            for k, n in enumerate(nodes):
+                self.fors[id(n)] = (fname, k)
+        # the programs whose rows are the compared row (split launch: request = token, KV
+        # head): (call index -> [(grid axis, value)]), set as facts before each call runs
+        self.pins: dict = {}
+        if sd.launch == SPLIT:
+            self.pins = {0: [(0, self.tok), (2, self.hk)], 1: [(0, self.tok), (1, self.hk)]}
+
+    # the programs of the compared row (split launch): pinned before each call runs
+    def call_hook(self, ex, ci, call, pid_vars) -> None:
+        for ax, val in self.pins.get(ci, []):
+            if pid_vars[ax] is None:
+                raise Unsupported(call.kernel, f"grid axis {ax} must be symbolic")
+            ex.facts.append(pid_vars[ax].z3() == val.z3())
+
+    def _prog_cond(self, prog):
+        """The program computes the compared row (pinned calls; elsewhere the facts of the
+        compared store do)."""
+        c = True
+        for ax, val in self.pins.get(prog.ci, []):
+            c = T.c_and(c, T.cmp("==", prog.pid_vars[ax], val))
+        return c
 
     # canonical reads of q, k, v
     def read(self, prog, array, idx: Lin, mask, dtype, ambient):
@@ -237,15 +405,24 @@ class _Side:
             return self._kv(prog, array, idx, dtype, ambient)
         return None
 
+    def _request(self, prog) -> Lin:
+        """The request whose block-table row the program reads: ``req_ptr[pid]`` (spans in
+        sequence), the program id itself (split kernel: program r is request r's)."""
+        pid = prog.pids[0]
+        if pid is None:
+            raise Unsupported(prog.where(None), "KV read before tl.program_id(0)")
+        if prog.kcall.kernel == SPLIT_KERNEL:
+            # program (r, j, hk) is request r's (token r); its reads are mapped relative to
+            # the compared row's request (its programs are pinned to it), so a value another
+            # request's program computed can never read as the compared row's keys
+            return self.tok
+        return Lin.var(z3.Function(f"mem.req@{self.name}", z3.IntSort(), z3.IntSort())(pid.z3()))
+
     def _kv(self, prog, array, idx, dtype, ambient):
         sp = self.spec
         hd = sp.kv_heads * sp.head_dim
         ps = self.sd.page * hd
-        pid = prog.pids[0]
-        if pid is None:
-            raise Unsupported(prog.where(None), "KV read before tl.program_id(0)")
-        req = Lin.var(z3.Function(f"mem.req@{self.name}", z3.IntSort(), z3.IntSort())(pid.z3()))
-        rowbase = opaque_mul(req, self.stride)
+        rowbase = opaque_mul(self._request(prog), self.stride)
         s = z3.Solver()
         s.set("timeout", 20000)
         s.add(*ambient)
@@ -268,55 +445,142 @@ class _Side:
         # not an address inside a page the request's block table maps: unrelated memory
         return T.read(f"{array}@{self.name}-raw", idx, dtype)
 
-    def int_reduce_facts(self, name, red: Lin) -> list:
+    def int_reduce_facts(self, name, red: Lin, prog) -> list:
         if name != "max":
             return []
-        self.last.append(red)
         # metadata preconditions: a program has a live row with position >= 0; the request's
-        # block-table row covers its keys
-        return [red.z3() >= 0, self.stride.z3() * self.sd.page > red.z3()]
+        # block-table row covers its keys; the split launch's scratch has a row per span
+        out = [red.z3() >= 0]
+        if prog.kcall.kernel != MERGE_KERNEL:
+            out.append(self.stride.z3() * self.sd.page > red.z3())
+        if prog.kcall.kernel == SPLIT_KERNEL:
+            out.append(self.max_spans.z3() * self.spec.span > red.z3())
+        return out
 
-    # the key-tile loop, summarized
+    # --- summarized loops ----------------------------------------------------------------
     def loop(self, prog, s: ast.For, env: dict, bounds: list) -> None:
         where = prog.where(s)
-        if len(bounds) != 2 or bounds[0] != 0 or not isinstance(bounds[1], Tile):
-            raise Unsupported(where, "summarized loop: range(0, n) with a runtime n only")
-        bound = bounds[1].v
+        fk = self.fors.get(id(s))
+        if fk is None:
+            raise Unsupported(where, "loop outside a kernel function")
+        occ = self.seen.get(fk, 0)
+        self.seen[fk] = occ + 1
+        key = (*fk, occ)
+        lkey = self.pairs.get(fk, fk)
+        canon = _canon((*lkey, occ))
+        if not 1 <= len(bounds) <= 3:
+            raise Unsupported(where, "range() with 1 to 3 arguments")
+        vals = [self._int(b, where) for b in bounds]
+        start, stop, step = (
+            (T.ZERO, vals[0], T.const(1)) if len(vals) == 1
+            else (vals[0], vals[1], vals[2] if len(vals) == 3 else T.const(1))
+        )  # fmt: skip
         assigned = _assigned(s.body)
         carried = [x for x in assigned if x in env]
-        if not carried:
-            raise Unsupported(where, "summarized loop carries no state")
-        j = Lin.var(z3.Int(f"loop{s.lineno}.j"))
-        body = dict(env)
-        body[s.target.id] = Tile("int", (), j, "i32")
-        pre = {x: self._state(prog, env[x], x, "pre", where) for x in carried}
-        body.update(pre)
+        if step.is_const():
+            if step.const <= 0:
+                raise Unsupported(where, "summarized loop: the step must be positive")
+            if not carried:
+                raise Unsupported(where, "summarized loop carries no state")
+            self._fold(prog, s, env, key, canon, start, stop, step, carried, assigned, where)
+            return
+        axis = next((a for a in range(len(prog.grid)) if prog.pids[a] is not None
+                     and not prog.pids[a].is_const() and start == prog.pids[a]
+                     and step == prog.grid[a]), None)  # fmt: skip
+        if axis is None:
+            raise Unsupported(where, "summarized loop: a runtime step other than the grid "
+                              "stride range(tl.program_id(a), n, tl.num_programs(a))")  # fmt: skip
+        if carried:
+            raise Unsupported(where, f"grid-stride loop carries state {carried}: its fold would "
+                              "follow the number of programs of the axis (num_programs)")  # fmt: skip
+        self._grid(prog, s, env, key, canon, axis, stop, assigned, where)
+
+    def _int(self, b, where) -> Lin:
+        if isinstance(b, bool) or not isinstance(b, int | Tile):
+            raise Unsupported(where, "loop bound must be an integer")
+        if isinstance(b, int):
+            return T.const(b)
+        if b.kind != "int" or b.dims:
+            raise Unsupported(where, "loop bound must be an integer scalar")
+        return b.v
+
+    def _body(self, prog, s, body: dict, rec: _Loop, runs: list, where) -> int:
+        """Execute the loop body once for the symbolic iteration (no forks); the number of
+        stores it made."""
         path, taken, nstores = list(prog.path), len(prog.taken), len(prog.ex.stores)
-        prog.path.append(T.cmp(">=", j, T.ZERO))
-        for st in s.body:
-            prog.stmt(st, body)
-        if len(prog.taken) != taken or len(prog.ex.stores) != nstores:
-            raise Unsupported(where, "summarized loop body branches on a runtime value or stores")
-        prog.path = path
-        self.loops.append(
-            dict(
-                j=j,
-                bound=bound,
-                where=where,
-                init={x: env[x] for x in carried},
-                pre=pre,
-                post={x: body[x] for x in carried},
-            )  # fmt: skip
-        )
+        prog.path += runs
+        self.stack.append(rec)
+        try:
+            for st in s.body:
+                if isinstance(st, ast.Break | ast.Continue):
+                    raise Unsupported(prog.where(st), "break/continue")
+                prog.stmt(st, body)
+        finally:
+            self.stack.pop()
+            prog.path = path
+        if len(prog.taken) != taken:
+            raise Unsupported(where, "summarized loop body branches on a runtime value")
+        return nstores
+
+    def _fold(self, prog, s, env, key, canon, start, stop, step, carried, assigned, where):
+        j = Lin.var(z3.Int(f"{self.name}.loop.{_canon(key)}.j"))
+        rec = _Loop("fold", key, canon, j, start, stop, step, tuple(self.stack), where,
+                    list(carried))  # fmt: skip
+        body = dict(env)
+        body[s.target.id] = Tile("int", (), start.add(T.mul(j, step)), "i32")
+        rec.init = {x: env[x] for x in carried}
+        rec.pre = {x: self._state(prog, env[x], x, "pre", rec) for x in carried}
+        body.update(rec.pre)
+        value = start.add(T.mul(j, step))
+        runs = [T.cmp(">=", j, T.ZERO), T.cmp("<", value, stop)]
+        nstores = self._body(prog, s, body, rec, runs, where)
+        if len(prog.ex.stores) != nstores:
+            raise Unsupported(where, "a summarized loop that carries state also stores")
+        rec.post = {x: body[x] for x in carried}
+        self.loops.append(rec)
         for x in carried:
-            env[x] = self._state(prog, env[x], x, "final", where)
+            env[x] = self._state(prog, env[x], x, "final", rec)
         for x in [*assigned, s.target.id]:
             if x not in carried:
                 env.pop(x, None)
 
-    def _state(self, prog, like, name: str, tag: str, where) -> Tile:
+    def _grid(self, prog, s, env, key, canon, axis, stop, assigned, where):
+        pk = prog.pids[axis].terms[0][0]
+        if pk in _reach(prog.ex, _vars(stop)):
+            raise Unsupported(where, "grid-stride loop: its bound depends on the program id")
+        sv = z3.Solver()
+        sv.add(*prog.facts(), prog.grid[axis].z3() < 1)
+        if sv.check() != z3.unsat:
+            raise Unsupported(where, "grid-stride loop: the grid axis may have no program")
+        v = Lin.var(z3.Int(f"{self.name}.grid.{_canon(key)}.v"))
+        rec = _Loop("grid", key, canon, v, T.ZERO, stop, prog.grid[axis], tuple(self.stack),
+                    where)  # fmt: skip
+        body = dict(env)
+        body[s.target.id] = Tile("int", (), v, "i32")
+        runs = [T.cmp(">=", v, T.ZERO), T.cmp("<", v, stop)]
+        nstores = self._body(prog, s, body, rec, runs, where)
+        vk = v.terms[0][0]
+        for i in range(nstores, len(prog.ex.stores)):
+            st = prog.ex.stores[i]
+            deps = _vars(st.offset) | (T.free_atoms(st.value) if isinstance(st.value, Term)
+                                       else _vars(st.value)) | _cond_vars(st.mask)  # fmt: skip
+            if pk in deps:
+                raise Unsupported(st.where, "a store of a grid-stride loop depends on the "
+                                  "program id of the axis it strides over")  # fmt: skip
+            # written by the loop value instead of the program id of the axis
+            st.wvars = tuple(vk if k == pk else k for k in st.wvars)
+            ranges = {k: r for k, r in st.ranges.items() if k != pk}
+            ranges[vk] = (T.ZERO, stop)
+            st.ranges = ranges
+        self.loops.append(rec)
+        for x in [*assigned, s.target.id]:
+            env.pop(x, None)
+
+    def _state(self, prog, like, name: str, tag: str, rec: _Loop) -> Tile:
         """The state of a carried tile: a symbol shared by both executions for the compared
-        row (lane == rstar), per-execution symbols for the other rows."""
+        row (lane == rstar, in a program of the compared row), per-execution symbols for the
+        other rows. ``final`` symbols are parameterized by the enclosing iterations."""
+        where = rec.where
         if not (isinstance(like, Tile) and like.kind == "float" and like.dims):
             raise Unsupported(where, f"summarized loop state {name!r} must be a float tile")
         dims = []
@@ -329,12 +593,42 @@ class _Side:
         if row is None or dims[0][0] != self.sd.block_m:
             raise Unsupported(where, f"loop state {name!r}: first axis must be the tile rows")
         cols = tuple(Lin(((k, 1),), 0) for _, k in dims[1:] if k is not None)
-        mine = Term("state", (name, tag, *cols), like.dtype)
-        other = Term("state", (name, f"{tag}-other@{self.name}", Lin(((row, 1),), 0), *cols),
-                     like.dtype)  # fmt: skip
+        ctx = tuple(c.var for c in rec.ctx) if tag == "final" else ()
+        mine = Term("state", (name, tag, rec.canon, *ctx, *cols), like.dtype)
         rowvar = Lin(((row, 1),), 0)
-        return Tile("float", tuple(dims), T.ite(T.cmp("==", rowvar, self.rstar), mine, other),
-                    like.dtype)  # fmt: skip
+        other = Term("state", (name, f"{tag}-other@{self.name}", rec.canon, *ctx, rowvar,
+                               *cols), like.dtype)  # fmt: skip
+        cond = T.c_and(T.cmp("==", rowvar, self.rstar), self._prog_cond(prog))
+        return Tile("float", tuple(dims), T.ite(cond, mine, other), like.dtype)
+
+
+def _reach(ex: Execution, keys: set) -> set:
+    """The variables ``keys`` depend on through the execution's facts (a reduction's result is
+    a fresh variable defined by facts over the program's lanes and ids); the launch's own
+    integers (grid sizes, strides) are the same for every program and do not propagate."""
+    stop = _launch_vars(ex)
+    facts = [{T.atom_key(v) for v in T.z3_vars(f)} for f in ex.facts]
+    out, todo = set(keys), [k for k in keys if k not in stop]
+    while todo:
+        k = todo.pop()
+        for fv in facts:
+            if k in fv:
+                for x in fv - out:
+                    out.add(x)
+                    if x not in stop:
+                        todo.append(x)
+    return out
+
+
+def _vars(x: Lin) -> set:
+    out = set()
+    for k, _ in x.terms:
+        out |= {T.atom_key(v) for v in T.z3_vars(T.atom(k))}
+    return out
+
+
+def _cond_vars(c) -> set:
+    return set() if isinstance(c, bool) else {T.atom_key(v) for v in T.z3_vars(T.cond_z3(c))}
 
 
 def _assigned(stmts) -> list[str]:
@@ -404,23 +698,28 @@ def _prove(src, spec: AttentionSpec, stats, Refuted, _compare, _final) -> None:
     base = [t >= 0, h >= 0, h < H, dd >= 0, dd < D]
     sides, exs = {}, {}
     for name, sd in (("L", spec.left), ("R", spec.right)):
-        side = _Side(name, spec, sd, shared)
+        side = _Side(name, spec, sd, shared, src)
         ex = Execution(name, src, calls(name, spec, sd))
         ex.loop_hook, ex.read_hook = side.loop, side.read
         ex.int_reduce_facts = side.int_reduce_facts
+        ex.exact_int_reduce = sd.launch == SPLIT  # decode programs: last is the position
+        ex.call_hook = lambda ci, call, pv, side=side, ex=ex: side.call_hook(ex, ci, call, pv)
         ex.focus_lanes = {sd.block_m: side.rstar}
         ex.rules = EXEC_RULES
         ex.opaque_mul = True
         rs = side.rstar.z3()
-        ex.facts += [
-            z3.Int(f"{name}.programs") >= 1, z3.Int(f"{name}.grid_hkv") == spec.kv_heads,
-            rs >= 0, rs < sd.block_m, side.stride.z3() >= 1,
-        ]  # fmt: skip
+        v = lambda n, name=name: z3.Int(f"{name}.{n}")  # noqa: E731
+        ex.facts += [v("grid_hkv") == spec.kv_heads, rs >= 0, rs < sd.block_m,
+                     side.stride.z3() >= 1, side.hk.z3() >= 0, side.hk.z3() < spec.kv_heads]  # fmt: skip
+        if sd.launch == PAGED:
+            ex.facts.append(v("programs") >= 1)
+        else:
+            ex.facts += [v("requests") >= 1, v("splits") >= 1, side.max_spans.z3() >= 1,
+                         side.tok.z3() < v("requests")]  # fmt: skip
         ex.run()
-        if ex.paths != 1:
-            raise Unsupported(spec.kernel_file, f"{ex.paths} paths (one expected)")
-        if len(side.loops) != 1:
-            raise Unsupported(spec.kernel_file, "expected exactly one summarized key-tile loop")
+        if ex.paths != len(ex.calls):
+            raise Unsupported(spec.kernel_file, f"{ex.paths} paths of {len(ex.calls)} kernel "
+                              "call(s) (one each expected)")  # fmt: skip
         sides[name], exs[name] = side, ex
         pos = z3.Function(f"mem.pos@{name}", z3.IntSort(), z3.IntSort())
         base += [*ex.facts, pos(side.tok.z3()) == t, side.tok.z3() >= 0]
@@ -446,13 +745,10 @@ def _prove(src, spec: AttentionSpec, stats, Refuted, _compare, _final) -> None:
     s.add(*base)
     if s.check() == z3.unsat:
         raise Unsupported("goal", "the executions' facts are inconsistent (vacuous proof)")
+    _no_loop_vars(base, sides)
+    for name in ("L", "R"):
+        _scratch_injective(exs[name], sides[name], spec)
     dl = Lin.var(dd)
-    loops = {n: sides[n].loops[0] for n in sides}
-    lp_l, lp_r = loops["L"], loops["R"]
-    j = lp_l["j"]
-    bn = spec.block_n
-    jz = j.z3()
-    active = [jz >= 0, jz * bn <= t]
     compared = 0
 
     def cmp(a, b, facts, label):
@@ -464,41 +760,194 @@ def _prove(src, spec: AttentionSpec, stats, Refuted, _compare, _final) -> None:
             r.cex["obligation"] = label
             raise
 
+    def nonvacuous(facts, label):
+        s = z3.Solver()
+        s.set("timeout", 60000)
+        s.add(*facts)
+        if s.check() != z3.sat:
+            raise Unsupported("goal", f"{label}: the obligation's facts are inconsistent "
+                              "(a vacuous step)")  # fmt: skip
+
     rl, rr = sides["L"].rstar, sides["R"].rstar
-    names = list(lp_l["init"])
-    if names != list(lp_r["init"]):
-        raise Unsupported(lp_l["where"], "the two executions carry different loop state")
+    pairs = _pairs(sides["L"], sides["R"])
+    for lp, rp in pairs:
+        names = lp.names
+        if names != rp.names:
+            raise Unsupported(rp.where, f"the two executions carry different loop state: "
+                              f"{lp.names} at {lp.where}, {rp.names} at {rp.where}")  # fmt: skip
+        sig = {rp.var.terms[0][0]: lp.var}
+        ctx = []
+        for lc, rc in zip(lp.ctx, rp.ctx, strict=True):
+            sig[rc.var.terms[0][0]] = lc.var
+        for lc, rc in zip(lp.ctx, rp.ctx, strict=True):
+            ctx += lc.runs() + [_subst_z3(f, sig) for f in rc.runs()]
+        runs_l = lp.runs()
+        runs_r = [_subst_z3(f, sig) for f in rp.runs()]
 
-    def state(lp, which, rst):
-        # the carried values of the compared row, as one term (one comparison shares the
-        # subterms of m, l and acc: the running max, the scores)
-        return Term("loop-state", tuple(_row_value(lp[which][x], rst, dl) for x in names), "fp32")
+        def state(lp, which, rst, sub=None, names=names):
+            # the carried values of the compared row, as one term (one comparison shares the
+            # subterms of m, l and acc: the running max, the scores)
+            v = Term("loop-state", tuple(_row_value(getattr(lp, which)[x], rst, dl)
+                                         for x in names), "fp32")  # fmt: skip
+            return T.subst_term(v, sub) if sub else v
 
-    # 1. base: the state before the first tile
-    cmp(state(lp_l, "init", rl), state(lp_r, "init", rr), base,
-        f"loop state {names}: before the first key tile")  # fmt: skip
-    # 2. step: a tile with a live key of the row updates it the same way in both
-    cmp(state(lp_l, "post", rl), state(lp_r, "post", rr), [*base, *active],
-        f"loop state {names}: update by key tile j (j*BLOCK_N <= t)")  # fmt: skip
-    for name, lp in loops.items():
-        rst = sides[name].rstar
-        # 4. coverage: every tile with a key <= t is run
-        cov = z3.Solver()
-        cov.add(*base, *active, jz >= lp["bound"].z3())
-        if cov.check() != z3.unsat:
-            raise Refuted(
-                {"reason": f"{name}: the loop at {lp['where']} may stop before the key tile "
-                 "holding the query's position", "obligation": "coverage"}
-            )  # fmt: skip
-        # 3. frame: a tile past the row's position leaves its state unchanged
-        cmp(state(lp, "post", rst), state(lp, "pre", rst),
-            [*base, jz >= 0, jz * bn > t, jz < lp["bound"].z3()],
-            f"{name}: loop state {names}: key tile j past the row (j*BLOCK_N > t)")  # fmt: skip
-    # the stored values, with the loop's result as the shared final state
+        label = f"{lp.canon} ~ {_canon(rp.key)} ({lp.where} ~ {rp.where}), state {names}"
+        # 1. base: the state before the loop
+        nonvacuous([*base, *ctx], f"{label}: base")
+        cmp(state(lp, "init", rl), state(rp, "init", rr, sig), [*base, *ctx],
+            f"loop {label}: before the first iteration")  # fmt: skip
+        # 2. step: an iteration both run updates the state the same way
+        step = [*base, *ctx, *runs_l, *runs_r]
+        nonvacuous(step, f"{label}: step")
+        cmp(state(lp, "post", rl), state(rp, "post", rr, sig), step,
+            f"loop {label}: update by an iteration both run")  # fmt: skip
+        # 3. frame: an iteration only one execution runs leaves the row's state unchanged
+        cmp(state(lp, "post", rl), state(lp, "pre", rl),
+            [*base, *ctx, *runs_l, z3.Not(z3.And(runs_r))],
+            f"L: loop {label}: an iteration only L runs")  # fmt: skip
+        cmp(state(rp, "post", rr, sig), state(rp, "pre", rr, sig),
+            [*base, *ctx, *runs_r, z3.Not(z3.And(runs_l))],
+            f"R: loop {label}: an iteration only R runs")  # fmt: skip
+    # the stored values, with the loops' results as the shared final states
     (sl, subl), (sr, subr) = stores["L"], stores["R"]
     cmp(T.subst_term(sl.value, subl), T.subst_term(sr.value, subr), base, "o")
     stats["compared"] = compared
+    stats["loops"] = [f"{lp.canon}~{_canon(rp.key)}" for lp, rp in pairs]
     stats["layout_reductions"] = sorted({repr(x) for x in exs["L"].layouts | exs["R"].layouts})
+
+
+def _pairs(L: _Side, R: _Side) -> list[tuple[_Loop, _Loop]]:
+    """The folds of L paired with those of R (by the loop each R loop is paired with), with
+    their enclosing loops paired level by level; every fold has exactly one counterpart."""
+    folds_l = [x for x in L.loops if x.kind == "fold"]
+    folds_r = [x for x in R.loops if x.kind == "fold"]
+    out = []
+    for lp in folds_l:
+        cands = [rp for rp in folds_r if rp.canon == lp.canon]
+        if len(cands) != 1:
+            raise Unsupported(lp.where, f"loop {lp.canon}: {len(cands)} counterparts in R "
+                              "(one expected)")  # fmt: skip
+        rp = cands[0]
+        same = len(lp.ctx) == len(rp.ctx)
+        if not same or any(a.canon != b.canon for a, b in zip(lp.ctx, rp.ctx, strict=True)):
+            raise Unsupported(rp.where, f"loop {lp.canon}: the enclosing loops differ between "
+                              "the executions")  # fmt: skip
+        out.append((lp, rp))
+    for rp in folds_r:
+        if not any(rp is b for _, b in out):
+            raise Unsupported(rp.where, f"loop {_canon(rp.key)} has no counterpart in L")
+    return out
+
+
+def _subst_z3(f, sig: dict):
+    if not sig:
+        return f
+    return z3.substitute(f, *[(T.atom(k), v.z3()) for k, v in sig.items()])
+
+
+def _no_loop_vars(facts: list, sides: dict) -> None:
+    """The executions' facts do not mention a loop variable (its iterations' facts are
+    local to each obligation)."""
+    keys = {rec.var.terms[0][0] for s in sides.values() for rec in s.loops}
+    for f in facts:
+        if keys & {T.atom_key(v) for v in T.z3_vars(f)}:
+            raise Unsupported("goal", f"a fact of the executions mentions a loop index: {f}")
+
+
+def _scratch_injective(ex: Execution, side: _Side, spec: AttentionSpec) -> None:
+    """No two (program, lane, span) of a kernel call store one element of an array that a
+    later call reads (the split kernel's scratch), so such a read sees the one writer its
+    resolution found. A bound of a write variable that is the program's own value (a span
+    below ``last // SPAN + 1``) is replaced by ``max_spans`` where the facts give that bound
+    (precondition `split-metadata`); other constraints on the program's own values are
+    dropped (fewer constraints: a stronger claim). A product of two runtime integers
+    (``imul``) is monotone in each argument."""
+    launch = _launch_vars(ex)
+    read_later = {(ld.array, ld.call) for ld in ex.loads}
+    for st in ex.stores:
+        if not any(a == st.array and c > st.call for a, c in read_later):
+            continue
+        wv = set(st.wvars)
+        ranges = {}
+        for k, (lo, hi) in st.ranges.items():
+            if (_vars(lo) | _vars(hi)) <= launch:
+                ranges[k] = (lo, hi)
+                continue
+            s = z3.Solver()
+            s.set("timeout", 60000)
+            s.add(*ex.facts, *[T.cond_z3(c) for c in st.path])
+            s.add(hi.z3() > side.max_spans.z3())
+            if not _vars(lo) <= launch or s.check() != z3.unsat:
+                raise Unsupported(st.where, f"store of {st.array} read by a later call: the "
+                                  f"bound {hi} of a write variable may exceed max_spans")  # fmt: skip
+            ranges[k] = (lo, side.max_spans)
+        a = {k: ex.fresh("ua") for k in st.wvars}
+        b = {k: ex.fresh("ub") for k in st.wvars}
+        facts = []
+        for sub in (a, b):
+            for k, (lo, hi) in ranges.items():
+                x = sub[k].z3()
+                facts += [x >= T.subst_lin(lo, sub).z3(), x < T.subst_lin(hi, sub).z3()]
+            if _cond_vars(st.mask) <= wv | launch:
+                facts.append(T.cond_z3(T.subst_cond(st.mask, sub)))
+        if not _vars(st.offset) <= wv | launch:
+            raise Unsupported(st.where, f"store of {st.array} read by a later call: its offset "
+                              "depends on a program's own value")  # fmt: skip
+        oa, ob = T.subst_lin(st.offset, a), T.subst_lin(st.offset, b)
+        facts.append(oa.z3() == ob.z3())
+        facts.append(z3.Or([a[k].z3() != b[k].z3() for k in st.wvars]))
+        s = z3.Solver()
+        s.set("timeout", 60000)
+        s.add(*_launch_facts(ex), *facts, *_mul_lemmas([oa, ob]))
+        res = s.check()
+        if res != z3.unsat:
+            raise Unsupported(st.where, f"store of {st.array} read by a later call: two "
+                              f"writers of one element are not excluded (solver {res})")  # fmt: skip
+
+
+def _launch_vars(ex: Execution) -> set:
+    """Atom keys of the launch's own integers (grid sizes, strides, max_spans)."""
+    out = set()
+    for call in ex.calls:
+        for g in call.grid:
+            if isinstance(g, Lin):
+                out |= _vars(g)
+        for v in call.args.values():
+            if isinstance(v, Lin):
+                out |= _vars(v)
+    return out
+
+
+def _launch_facts(ex: Execution) -> list:
+    """The execution's facts that only mention the launch's own integers."""
+    keys = _launch_vars(ex)
+    return [f for f in ex.facts if {T.atom_key(v) for v in T.z3_vars(f)} <= keys]
+
+
+def _mul_lemmas(lins: list) -> list:
+    """Instances of monotonicity for the products of two runtime integers in ``lins``:
+    ``a >= b + 1 and n >= 0  =>  imul(a, n) >= imul(b, n) + n`` (either argument)."""
+    apps = []
+    seen = set()
+    stack = [T.atom(k) for x in lins for k, _ in x.terms]
+    while stack:
+        e = stack.pop()
+        if e.get_id() in seen:
+            continue
+        seen.add(e.get_id())
+        if z3.is_app(e) and e.decl().name() == "imul" and e.num_args() == 2:
+            apps.append(e)
+        stack.extend(e.children())
+    out = []
+    for i, x in enumerate(apps):
+        for y in apps[i + 1 :]:
+            for p in (0, 1):
+                n, a, b = x.arg(1 - p), x.arg(p), y.arg(p)
+                if not n.eq(y.arg(1 - p)):
+                    continue
+                out += [z3.Implies(z3.And(a >= b + 1, n >= 0), x >= y + n),
+                        z3.Implies(z3.And(b >= a + 1, n >= 0), y >= x + n)]  # fmt: skip
+    return out
 
 
 def _pid_keys(st: Store) -> set:

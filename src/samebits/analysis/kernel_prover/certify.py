@@ -16,7 +16,12 @@ from pathlib import Path
 import z3
 
 from samebits.analysis.kernel_prover.attention import ASSUMPTIONS as ATTENTION_ASSUMPTIONS
-from samebits.analysis.kernel_prover.attention import AttentionSpec, prove_attention
+from samebits.analysis.kernel_prover.attention import (
+    SPLIT,
+    SPLIT_ASSUMPTIONS,
+    AttentionSpec,
+    prove_attention,
+)
 from samebits.analysis.kernel_prover.attention import calls as attention_calls
 from samebits.analysis.kernel_prover.prover import Result, prove
 from samebits.analysis.kernel_prover.specs import Spec, all_specs, unit_specs
@@ -128,6 +133,8 @@ def certificate(spec, result: Result, path: str, sha: str) -> dict:
     if isinstance(spec, AttentionSpec):
         assumptions.pop("tl.sum-layout")
         assumptions.update(ATTENTION_ASSUMPTIONS)
+        if SPLIT in (spec.left.launch, spec.right.launch):
+            assumptions.update(SPLIT_ASSUMPTIONS)
     else:
         if spec.goal.scatter:
             assumptions.update(SCATTER_ASSUMPTIONS)

@@ -551,7 +551,7 @@ def _lin_equal(oracle: Oracle, a: Lin, b: Lin, ctx: tuple = ()) -> bool:
 # --- tl.dot k-atoms as products (rule "zero-product", attention goals) --------------------
 
 ZERO_PRODUCT = T.Term("zero-product", (), "fp32")
-_ELEMENTWISE = {"cast", "exp2", "exp", "sub", "add", "mul", "neg", "max", "min", "div"}
+_ELEMENTWISE = {"cast", "exp2", "exp", "sub", "add", "mul", "neg", "max", "min", "div", "fma"}
 _LIFT: dict = {}
 _PROD: dict = {}
 

@@ -439,9 +439,12 @@ def unit_specs(unit: dict) -> list:
         specs = [sp for sp in row_specs("u", dims) if sp.name == prefix]
         key = f"{key}.batch"
     else:
+        from samebits.analysis.kernel_prover.attention import SPLIT
+
         prefix = "u.attention"
         dims = dict(heads=unit["heads"], kv_heads=unit["kv_heads"], head_dim=unit["head_dim"])
-        specs = attention_specs("u", dims)
+        split = unit.get("launch") == "split"
+        specs = [sp for sp in attention_specs("u", dims) if (sp.right.launch == SPLIT) == split]
     for sp in specs:
         assert sp.name.startswith(prefix), (sp.name, prefix)
         sp.name = key + sp.name[len(prefix) :]

@@ -44,7 +44,9 @@ class Execution:
         self.loop_hook = None  # (program, ast.For, env, bounds) -> None (updates env)
         self.read_hook = None  # (program, array, idx, mask, dtype, ambient) -> value | None
         self.focus_lanes: dict = {}  # tile size -> Lin lane var: int-reduction instances
-        self.int_reduce_facts = None  # (name, result Lin) -> extra facts (preconditions)
+        self.int_reduce_facts = None  # (name, result Lin, program) -> extra facts
+        self.exact_int_reduce = False  # integer max/min: also "equal to some element"
+        self.call_hook = None  # (call index, KernelCall, pid vars) -> None, before a call runs
         # "lane-reduce" (the default: linear and row goals); the attention goals replace it
         # by "max-any-order", "sum-of-zeros" (rules that look at the elements one by one)
         self.rules: frozenset = frozenset({"lane-reduce"})
@@ -88,6 +90,8 @@ class Execution:
                 else self.fresh("pid", 0, g)
                 for ax, g in enumerate(grid)
             ]
+            if self.call_hook is not None:
+                self.call_hook(ci, call, pid_vars)
             decisions: list[int] = []
             while True:
                 prog = Program(self, ci, call, grid, pid_vars, decisions)

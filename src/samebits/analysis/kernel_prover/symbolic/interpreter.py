@@ -37,6 +37,12 @@ from samebits.analysis.kernel_prover.symbolic.values import (
 from samebits.analysis.kernel_prover.terms import Lin
 
 MAX_FORK_VALUES = 16
+LOOP_RANGES = ("range", "tl.range", "tl.static_range")
+# tl.range's scheduling hints: software pipelining, unrolling, buffering and warp
+# specialization of the loop; they schedule the iterations' loads and instructions, never
+# the order of an iteration's arithmetic or of the iterations (the loop's semantics)
+LOOP_HINTS = ("num_stages", "loop_unroll_factor", "disallow_acc_multi_buffer", "flatten",
+              "warp_specialize")  # fmt: skip
 NONDETERMINISTIC = {
     "atomic_add", "atomic_max", "atomic_min", "atomic_cas", "atomic_xchg", "atomic_and",
     "atomic_or", "atomic_xor", "rand", "randn", "randint", "rand4x", "randint4x",
@@ -186,12 +192,15 @@ class Program:
         if not isinstance(s.target, ast.Name):
             raise Unsupported(self.where(s), "loop target must be a name")
         it = s.iter
-        if not (
-            isinstance(it, ast.Call) and self.func_name(it.func) in ("range", "tl.static_range")
-        ):
-            raise Unsupported(self.where(s), "only range / tl.static_range loops")
-        if it.keywords:
-            raise Unsupported(self.where(s), "range keywords")
+        if not (isinstance(it, ast.Call) and self.func_name(it.func) in LOOP_RANGES):
+            raise Unsupported(self.where(s), "only range / tl.range / tl.static_range loops")
+        allowed = LOOP_HINTS if self.func_name(it.func) == "tl.range" else ()
+        for k in it.keywords:
+            if k.arg not in allowed:
+                raise Unsupported(self.where(s), f"range keyword {k.arg!r}")
+            v = self.expr(k.value, env)
+            if isinstance(v, Tile) or not isinstance(v, bool | int | type(None)):
+                raise Unsupported(self.where(s), f"tl.range hint {k.arg!r} must be constexpr")
         bounds = [self.expr(a, env) for a in it.args]
         if self.ex.loop_hook is not None and any(
             isinstance(b, Tile) and not b.v.is_const() for b in bounds

@@ -92,6 +92,83 @@ def witness(st: Store, target: Lin) -> dict | None:
     return sub
 
 
+def match_witness(st: Store, target: Lin) -> dict | None:
+    """Program ids and lanes of the store that writes ``target`` when its offset is not a
+    mixed-radix index (`witness`): the offset's terms that hold a write variable inside an
+    opaque atom (``imul(pid, n)``, ``lane mod G``) are matched with the target's terms of the
+    same coefficient and shape (the write variables as holes), the plain write variables then
+    take the target's remaining terms of their coefficient. ``None`` when no such match; the
+    caller checks the result (the store is active there and writes ``target``)."""
+    wv = set(st.wvars)
+    rest = dict(target.terms)
+    sub: dict = {}
+    plain = []
+    for k, c in st.offset.terms:
+        if k in wv:
+            plain.append((k, c))
+            continue
+        e = T.atom(k)
+        if not any(T.atom_key(v) in wv for v in T.z3_vars(e)):
+            if rest.get(k) != c:
+                return None
+            del rest[k]
+            continue
+        hit = None
+        for k2, c2 in list(rest.items()):
+            if c2 != c:
+                continue
+            bind = dict(sub)
+            if _zmatch(e, T.atom(k2), wv, bind):
+                hit = (k2, bind)
+                break
+        if hit is None:
+            return None
+        del rest[hit[0]]
+        sub = hit[1]
+    sub = {k: (v if isinstance(v, Lin) else Lin.of_z3(v)) for k, v in sub.items()}
+    resid = Lin(rest, target.const - st.offset.const)
+    for k, c in plain:
+        if k in sub:  # also bound inside an atom: its plain term takes that value
+            resid = resid.add(sub[k].scale(c), -1)
+    free = sorted(((c, k) for k, c in plain if k not in sub), reverse=True)
+    if any(c <= 0 for c, _ in free) or len({c for c, _ in free}) != len(free):
+        return None
+    # greedy: each plain variable takes the remaining terms its coefficient divides (largest
+    # coefficient first); else the mixed-radix digits of what is left (as `witness`)
+    greedy, r = {}, dict(resid.terms)
+    for c, k in free:
+        mine = {a: b for a, b in r.items() if b % c == 0}
+        greedy[k] = Lin(tuple(sorted((a, b // c) for a, b in mine.items())), 0)
+        for a in mine:
+            del r[a]
+    if not r and resid.const == 0:
+        sub.update(greedy)
+        return sub
+    for c, k in free:
+        sub[k] = T.floordiv(resid, T.const(c))
+        resid = T.mod(resid, T.const(c))
+    return sub
+
+
+def _zmatch(pat, term, holes: set, bind: dict) -> bool:
+    """``pat`` equals ``term`` with the variables ``holes`` (atom keys) bound in ``bind``."""
+    if z3.is_const(pat) and T.atom_key(pat) in holes:
+        k = T.atom_key(pat)
+        if k in bind:
+            b = bind[k]
+            return (b.z3() if isinstance(b, Lin) else b).eq(term)
+        bind[k] = term
+        return True
+    if pat.eq(term):
+        return True
+    if not (z3.is_app(pat) and z3.is_app(term)) or pat.num_args() != term.num_args():
+        return False
+    if pat.num_args() == 0 or not pat.decl().eq(term.decl()):
+        return False
+    return all(_zmatch(a, b, holes, bind) for a, b in zip(pat.children(), term.children(),
+                                                          strict=True))  # fmt: skip
+
+
 def read(self, array: str, idx: Lin, mask, dtype: str, node):
     """A read of ``array[idx]`` (assumed where ``mask`` holds): an intermediate written by an
     earlier call of this launch resolves to its writer's value; inputs go through the goal's
@@ -123,6 +200,8 @@ def _resolve(self, groups: list, array: str, idx: Lin, ambient: list, node):
     cands = []
     for st in group:
         sub = witness(st, idx)
+        if sub is None:
+            sub = match_witness(st, idx)
         if sub is None:
             raise Unsupported(self.where(node), f"cannot invert the store to {array} at {st.where}")
         f = z3.And(_active(st, sub, idx))

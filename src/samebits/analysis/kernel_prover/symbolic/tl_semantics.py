@@ -41,6 +41,14 @@ def _tl_program_id(p, e, args, kw):
     return Tile("int", (), p.pids[ax], "i32")
 
 
+def _tl_num_programs(p, e, args, kw):
+    """The grid's size along ``axis`` (a constant, or the launch's symbolic size)."""
+    ax = args[0] if args else kw.get("axis")
+    if not isinstance(ax, int) or not 0 <= ax < len(p.grid):
+        raise Unsupported(p.where(e), "num_programs axis must be a constant within the grid")
+    return Tile("int", (), p.grid[ax], "i32")
+
+
 def _tl_arange(p, e, args, kw):
     lo, hi = (list(args) + [kw.get("start"), kw.get("end")])[:2]
     if not (isinstance(lo, int) and isinstance(hi, int)):
@@ -362,7 +370,8 @@ def _int_reduce(p, e, name: str, x: Tile, axis: int) -> Tile:
     """Integer tl.max / tl.min along an axis: exact (order-independent for integers). The result
     is a fresh integer bounded by the element at each of the execution's focus lanes (a sound
     subset of "the maximum of the elements": the other elements' bounds are not needed by the
-    goals and only slow the solver down)."""
+    goals and only slow the solver down). With ``exact_int_reduce`` (the attention goals) also
+    "the result is the element at some lane"."""
     if len(x.dims) != 1:
         raise Unsupported(p.where(e), f"integer tl.{name} of a 1-D tile only")
     dims = ()
@@ -373,8 +382,14 @@ def _int_reduce(p, e, name: str, x: Tile, axis: int) -> Tile:
     focus = p.ex.focus_lanes.get(size)
     if focus is not None and lane is not None:
         p.ex.facts.append(ge(T.subst_lin(x.v, {lane: focus}).z3()))
+    if p.ex.exact_int_reduce and lane is not None:
+        # the maximum (minimum) is one of the elements: at a lane `arg` of the tile (a fresh
+        # witness in range); with the bound at the focus lanes it is exact where all live
+        # lanes hold one value (a decode program's lanes are one token)
+        arg = p.ex.fresh(f"arg{name}", 0, size)
+        p.ex.facts.append(rz == T.subst_lin(x.v, {lane: arg}).z3())
     if p.ex.int_reduce_facts is not None:
-        p.ex.facts += p.ex.int_reduce_facts(name, red)
+        p.ex.facts += p.ex.int_reduce_facts(name, red, p)
     return Tile("int", dims, red, x.dtype)
 
 
@@ -399,6 +414,21 @@ def _binary(name):
     return f
 
 
+def _tl_fma(p, e, args, kw):
+    """``tl.fma(a, b, c)``: one rounding of a * b + c, an uninterpreted function of its three
+    operands (never the same symbol as ``add(mul(a, b), c)``)."""
+    if kw or len(args) != 3:
+        raise Unsupported(p.where(e), "tl.fma takes three positional operands")
+    like = next((a for a in args if isinstance(a, Tile)), None)
+    tiles = [p.lift(a, like) for a in args]
+    if any(t.kind not in ("float", "int") for t in tiles) or all(t.kind != "float" for t in tiles):
+        raise Unsupported(p.where(e), "tl.fma of non-float operands")
+    dims, vals = p.broadcast(tiles, e)
+    dt = max([t.dtype for t in tiles if t.kind == "float"], key=lambda d: FLOAT_RANK[d])
+    ops = [p.as_float(t, v, dt) for t, v in zip(tiles, vals, strict=True)]
+    return Tile("float", dims, T.op("fma", dt, *ops), dt)
+
+
 def _tl_trans(p, e, args, kw):
     x = args[0]
     if len(x.dims) != 2:
@@ -408,6 +438,9 @@ def _tl_trans(p, e, args, kw):
 
 TL = {
     "tl.program_id": _tl_program_id,
+    "tl.num_programs": _tl_num_programs,
+    "tl.fma": _tl_fma,
+    "tl.math.fma": _tl_fma,
     "tl.arange": _tl_arange,
     "tl.zeros": _tl_zeros,
     "tl.full": _tl_full,

@@ -2,7 +2,8 @@
 
 A *unit* is one kernel specialization family of a model: a linear weight (role, N x K, bias),
 a row kernel at its width (the fused qkv split + RoPE + K/V store at its head shape), the
-attention kernel at its head shape, or the fused split-K sum + residual add + RMSNorm after an
+attention kernel at its head shape (spans in sequence; and the split-KV decode launch, a unit
+of its own), or the fused split-K sum + residual add + RMSNorm after an
 o / down weight whose plan splits K (kind "fused", proved against several kernel files). The
 certificate of a unit lists the proofs of every specialization the engine may launch for it; its
 ``specialization`` (the split plan and launches, the row kernels' constexprs, the attention
@@ -109,6 +110,11 @@ def units_for(d: dict, shapes: list[tuple[str, int, int]] | None = None) -> list
                         kv_heads=d["kv_heads"], head_dim=hd))  # fmt: skip
     out.append(dict(key=f"attention.h{d['heads']}.kv{d['kv_heads']}.d{hd}", kind="attention",
                     heads=d["heads"], kv_heads=d["kv_heads"], head_dim=hd))  # fmt: skip
+    # the split-KV decode launch (split_span_kernel + merge_spans_kernel), which
+    # `attention.decode_splits` may choose for any decode step of few (request, KV head) pairs
+    out.append(dict(key=f"attention.split_kv.h{d['heads']}.kv{d['kv_heads']}.d{hd}",
+                    kind="attention", launch="split", heads=d["heads"], kv_heads=d["kv_heads"],
+                    head_dim=hd))  # fmt: skip
     out += fused_units(d, shapes or _attention_shapes(d) + _mlp_shapes(d))
     seen, uniq = set(), []
     for u in out:
@@ -234,14 +240,20 @@ def specialization(unit: dict) -> dict:
         return {"op": op, "heads": unit["heads"], "half": unit["head_dim"] // 2,
                 "block_h": _next_pow2(unit["heads"]), "block_d": _next_pow2(unit["head_dim"] // 2),
                 "warps": rows.ROPE_WARPS}  # fmt: skip
+    from samebits.kernels.interface import ATTENTION_SPAN
     from samebits.kernels.triton import attention_meta as am
     from samebits.kernels.triton.attention import KEY_BLOCK
 
     g = unit["heads"] // unit["kv_heads"]
+    shape = {"heads": unit["heads"], "kv_heads": unit["kv_heads"], "head_dim": unit["head_dim"],
+             "key_block": KEY_BLOCK, "span": ATTENTION_SPAN}  # fmt: skip
+    if unit.get("launch") == "split":  # decode tiles (`default_block_m(1, group)`), any S
+        return {**shape, "launch": "split_kv", "block_m": am.default_block_m(1, g),
+                "pages": list(ATTENTION_PAGES), "warps": am.ATTENTION_WARPS,
+                "kernels": ["split_span_kernel", "merge_spans_kernel"],
+                "programs_per_request": "any"}  # fmt: skip
     bms = sorted({max(b, _next_pow2(g)) for b in (am.PREFILL_BLOCK_M, am.DECODE_BLOCK_M)})
-    return {"heads": unit["heads"], "kv_heads": unit["kv_heads"], "head_dim": unit["head_dim"],
-            "key_block": KEY_BLOCK, "block_m": bms, "pages": list(ATTENTION_PAGES),
-            "warps": am.ATTENTION_WARPS}  # fmt: skip
+    return {**shape, "block_m": bms, "pages": list(ATTENTION_PAGES), "warps": am.ATTENTION_WARPS}
 
 
 def _fused_specialization(unit: dict) -> dict:
