@@ -1,6 +1,7 @@
 """Relational prover of the Triton kernels (batch invariance, launch equivalence, attention
-chunk and page-layout invariance). The certificate gate of the GPU plan, the certification
-units and the shipped certificates it writes (``samebits certify --shipped``) are runtime code,
+chunk and page-layout invariance, split-KV decode equal to spans in sequence). The
+certificate gate of the GPU plan, the certification units and the shipped certificates it
+writes (``samebits certify --shipped``) are runtime code,
 ``samebits.kernels.triton.certified``, which this package imports (never the reverse).
 
 Importing this package is cheap and needs no solver; Z3 (`z3-solver`, in the `test` extra) is
