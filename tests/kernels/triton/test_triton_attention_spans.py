@@ -5,6 +5,8 @@ the same bits; the span length is part of the numerics (a different span changes
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -106,6 +108,8 @@ def test_launch_choice():
         decode_splits(_decode_meta(cache, [4 * SPAN] * (n // 2), requests=[0] * (n // 2)), 2) == 2
     )
     assert attention.DECODE_SPLIT_PROGRAMS >= 132
+    tall = dataclasses.replace(_decode_meta(cache, [4 * SPAN]), block_m=32)
+    assert decode_splits(tall, 2) == 0  # split-KV only at the decode tile height
 
 
 def _decode_meta(cache, positions, requests=None):

@@ -25,6 +25,7 @@ from samebits.kernels.triton.attention_meta import (
     DECODE_BLOCK_M,
     AttentionMeta,
     attention_metadata,
+    default_block_m,
 )
 
 __all__ = [
@@ -102,8 +103,8 @@ def decode_splits(meta: AttentionMeta, kv_heads: int) -> int:
     """Programs per request of a split-KV decode launch, or 0 for spans in sequence: from the
     number of requests, KV heads and the bound on positions only (either launch computes the
     same bits)."""
-    if not meta.one_token_each:
-        return 0
+    if not meta.one_token_each or meta.block_m != default_block_m(1, meta.group):
+        return 0  # split-KV only at the decode tile height (what its certificates cover)
     spans = meta.max_position // meta.span + 1
     splits = -(-DECODE_SPLIT_PROGRAMS // (meta.num_requests * kv_heads))
     return min(splits, spans) if splits > 1 and spans > 1 else 0
