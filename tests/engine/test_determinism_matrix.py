@@ -76,27 +76,30 @@ def test_negative_control_fast_plan_fails(tiny_llama_dir, matrix_log):
     assert report.mismatches, "the fast plan was expected to break batch invariance"
 
 
-def test_matrix_long_contexts(matrix_log):
-    """Prompts of 700 and 1400 tokens (2 and 3 attention spans of 512): chunk budgets around a
-    span, batches, a prefix hit ending mid-span, preemption of long requests."""
+def _long_report(plan: str):
+    """The long-context scenarios (prompts of 700 and 1400 tokens: 2 and 3 attention spans of
+    512) on tiny-qwen3 under `plan`."""
     from samebits.model.random_init import random_model
     from samebits.testing.determinism_matrix import LONG
 
-    dep = _deployment(random_model("tiny-qwen3", seed=3))
+    dep = _deployment(random_model("tiny-qwen3", seed=3), plan)
     size = MatrixSize(vocab=dep.config.vocab_size, repeats=1, long_prompts=(700, 1400))
-    report = check_matrix(dep, [s for s in build_scenarios(size) if s.category == LONG])
+    return check_matrix(dep, [s for s in build_scenarios(size) if s.category == LONG])
+
+
+def test_matrix_long_contexts(matrix_log):
+    """Chunk budgets around a span, batches, a prefix hit ending mid-span, preemption of long
+    requests."""
+    from samebits.testing.determinism_matrix import LONG
+
+    report = _long_report("invariant")
     matrix_log(f"tiny-qwen3, long contexts: {report.summary()}")
     assert report.mismatches == []
     assert report.rows[LONG] >= 40 and report.preemptions > 0 and report.prefix_hits >= 1280
 
 
 def test_negative_control_fast_plan_long_contexts(matrix_log):
-    from samebits.model.random_init import random_model
-    from samebits.testing.determinism_matrix import LONG
-
-    dep = _deployment(random_model("tiny-qwen3", seed=3), "fast")
-    size = MatrixSize(vocab=dep.config.vocab_size, repeats=1, long_prompts=(700, 1400))
-    report = check_matrix(dep, [s for s in build_scenarios(size) if s.category == LONG])
+    report = _long_report("fast")
     matrix_log(f"negative control (fast plan, long contexts): {report.summary()}")
     assert report.mismatches, "the fast plan was expected to break invariance at long contexts"
 
