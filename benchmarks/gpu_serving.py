@@ -1,6 +1,7 @@
 """GPU serving throughput (issue 13), one command, one run, side by side: the invariant plan,
-the fast plan (cuBLAS + SDPA, same engine) and HF transformers `generate`, on a random-weight
-model of a real shape (default Llama-3-8B) in bfloat16.
+the fast plan (cuBLAS + SDPA, same engine) and HF transformers `generate` (eager, and with its
+static KV cache, which transformers compiles; the compiled run is timed after a first run), on a
+random-weight model of a real shape (default Llama-3-8B) in bfloat16.
 
 Workloads:
   (a) decode-heavy: N requests (default 256), prompts 128-1024 tokens, outputs 256-512 tokens,
@@ -193,8 +194,12 @@ def other_digests(llm, jobs) -> dict:
         engine.update_runtime_config(device_digests=before)
 
 
-def hf_throughput(loaded, jobs, device: str) -> dict:
-    """HF transformers `generate` on the same weights, one static batch (workload b)."""
+def hf_throughput(loaded, jobs, device: str, cache: str = "dynamic") -> dict:
+    """HF transformers `generate` on the same weights, one static batch (workload b).
+
+    `cache` "dynamic" is eager HF (its default cache); "static" is HF's static KV cache, whose
+    forward transformers compiles by itself on cuda: that run is made twice, the first
+    (compile included) reported as `first_wall_s`, the second as the figure."""
     import torch
     from gpu_agreement import hf_model
 
@@ -202,14 +207,25 @@ def hf_throughput(loaded, jobs, device: str) -> dict:
     model = hf_model(loaded, device, dtype)
     ids = torch.tensor([p for p, _ in jobs], device=device)
     new = jobs[0][1]
+    kw = {"cache_implementation": "static"} if cache == "static" else {}
+    runs = [_hf_generate(model, ids, new, device, kw) for _ in range(2 if kw else 1)]
+    wall, tokens = runs[-1]
+    out = {"cache": cache, "wall_s": wall, "tokens": tokens, "tok_s": tokens / wall}
+    if kw:
+        out["first_wall_s"] = runs[0][0]
+    return out
+
+
+def _hf_generate(model, ids, new: int, device: str, kw: dict) -> tuple[float, int]:
+    import torch
+
     with torch.inference_mode():
         start = time.perf_counter()
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                             max_new_tokens=new, min_new_tokens=new)  # fmt: skip
+                             max_new_tokens=new, min_new_tokens=new, **kw)  # fmt: skip
         _sync(device)
         wall = time.perf_counter() - start
-    tokens = int((out.shape[1] - ids.shape[1]) * out.shape[0])
-    return {"wall_s": wall, "tokens": tokens, "tok_s": tokens / wall}
+    return wall, int((out.shape[1] - ids.shape[1]) * out.shape[0])
 
 
 def _sync(device: str) -> None:
@@ -444,10 +460,21 @@ def run(args: argparse.Namespace) -> dict:
             result[key] = run_plan(loaded, plan, args, jobs_a, jobs_b, eager)
             release()
             print(key, json.dumps(result[key]), flush=True)
-    if not args.no_hf:
-        result["hf"] = hf_throughput(loaded, jobs_b, args.device)
-        print("hf", json.dumps(result["hf"]), flush=True)
+    for cache in () if args.no_hf else args.hf_caches.split(","):
+        key = "hf" if cache == "dynamic" else f"hf_{cache}"
+        result[key] = _guarded_hf(loaded, jobs_b, args.device, cache)
+        release()
+        print(key, json.dumps(result[key]), flush=True)
     return result
+
+
+def _guarded_hf(loaded, jobs, device: str, cache: str) -> dict:
+    """`hf_throughput`, or the error it raised (an HF cache mode failing is a result, not a
+    reason to lose the run)."""
+    try:
+        return hf_throughput(loaded, jobs, device, cache)
+    except Exception as exc:  # noqa: BLE001 - reported in the JSON
+        return {"cache": cache, "error": f"{type(exc).__name__}: {exc}"}
 
 
 def summary(r: dict) -> dict:
@@ -472,8 +499,9 @@ def summary(r: dict) -> dict:
         out["invariant_eager_alone_mismatches"] = len(
             r["invariant_eager"]["alone_check"]["mismatching"]
         )
-    if "hf" in r:
-        out["invariant_over_hf_b"] = inv["b_tok_s"] / r["hf"]["tok_s"]
+    for key in ("hf", "hf_static"):
+        if "tok_s" in r.get(key, {}):
+            out[f"invariant_over_{key}_b"] = inv["b_tok_s"] / r[key]["tok_s"]
     return out
 
 
@@ -485,6 +513,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sample", type=int, default=32, help="requests of (a) replayed alone")
     p.add_argument("--quick", action="store_true", help="prompts and outputs / 8, (b) 32 new")
     p.add_argument("--no-hf", action="store_true", help="skip HF transformers generate")
+    p.add_argument("--hf-caches", default="dynamic,static",
+                   help="HF runs: dynamic (eager HF) and/or static (its static KV cache, "
+                        "compiled by transformers on cuda)")  # fmt: skip
     p.add_argument("--graphs", default="on", choices=("on", "off", "both"),
                    help="cuda decode graphs: on (default), off (enforce_eager), both ways")  # fmt: skip
     p.add_argument("--host-digests", action="store_true",
