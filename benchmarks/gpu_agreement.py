@@ -23,6 +23,7 @@ the logits numbers are the primary measure.
     python benchmarks/gpu_agreement.py --big      # + llama-3-8b, qwen3-8b
     python benchmarks/gpu_agreement.py --device cpu   # float32 CPU plan (a check of this script)
     python benchmarks/gpu_agreement.py --presets /tmp/smollm2.gguf   # a real model (text prompts)
+    python benchmarks/gpu_agreement.py --presets qwen3-8b --context 8192 --yarn 4:2048  # long, yarn
 Writes JSON to $OUT/gpu_agreement.json when OUT is set, else ./gpu_agreement.json.
 """
 
@@ -71,7 +72,9 @@ def to_hf_config(cfg):
     import transformers
 
     rope: dict = {"rope_type": "default", "rope_theta": cfg.rope_theta}
-    if cfg.rope_scaling is not None:
+    if cfg.rope_scaling is not None and cfg.rope_scaling.rope_type == "yarn":
+        rope.update(dataclasses.asdict(cfg.rope_scaling))
+    elif cfg.rope_scaling is not None:
         s = cfg.rope_scaling
         rope.update(
             rope_type=s.rope_type, factor=s.factor, low_freq_factor=s.low_freq_factor,
@@ -225,10 +228,31 @@ def add_fp32_reference(result: dict, loaded, device: str, ids, prompts, ours_log
     del hf32, wide
 
 
-def run_preset(preset: str, device: str, seed: int, fp32_reference: bool) -> dict:
+def with_yarn(preset: str, yarn: str | None):
+    """The preset's config with YaRN RoPE scaling `FACTOR:ORIGINAL` added (Qwen3's recipe for
+    long contexts: 4:32768, max_position_embeddings kept); the preset name for `yarn` None."""
+    if yarn is None:
+        return preset
+    from samebits.model.config import YarnRopeScaling
+    from samebits.model.presets import PRESETS
+
+    factor, original = yarn.split(":")
+    scaling = YarnRopeScaling("yarn", float(factor), int(original))
+    return dataclasses.replace(PRESETS[preset], rope_scaling=scaling)
+
+
+def run_preset(
+    preset: str,
+    device: str,
+    seed: int,
+    fp32_reference: bool,
+    context: int = LOGITS_PROMPT_LEN,
+    yarn: str | None = None,
+) -> dict:
     """Build both models of `preset` on `device` and compare them (see module docstring).
     A preset that is a path (a checkpoint folder or a GGUF file) loads that real model and
-    takes TEXT_PROMPTS for its greedy runs."""
+    takes TEXT_PROMPTS for its greedy runs. `context`: the logits prompt's length; `yarn`:
+    see `with_yarn`."""
     import torch
 
     from samebits.deployment import build_deployment
@@ -244,16 +268,18 @@ def run_preset(preset: str, device: str, seed: int, fp32_reference: bool) -> dic
     if real:
         loaded = load_model(preset, False, weights_target(device, dtype_name))
     else:
-        loaded = random_model(preset, seed=seed, device=device, dtype=getattr(torch, dtype_name))
+        config = with_yarn(preset, yarn)
+        loaded = random_model(config, seed=seed, device=device, dtype=getattr(torch, dtype_name))
     check_config_round_trip(loaded.config)
     hf = hf_model(loaded, device, getattr(torch, dtype_name))
+    max_model_len = max(MAX_MODEL_LEN, context + 256)
     deployment = build_deployment(
-        loaded, "invariant", max_model_len=MAX_MODEL_LEN, device=device, dtype=dtype_name
+        loaded, "invariant", max_model_len=max_model_len, device=device, dtype=dtype_name
     )
     llm = LLM(engine=LLMEngine.from_deployment(deployment))
     built_s = time.monotonic() - start
     vocab = loaded.config.vocab_size
-    ids = random_prompt(vocab, LOGITS_PROMPT_LEN, seed=seed)
+    ids = random_prompt(vocab, context, seed=seed)
     ours, theirs = cold_logits(deployment, ids, all_rows=True), hf_logits(hf, ids)
     logits = logits_agreement(ours, theirs)
     prompts = [random_prompt(vocab, n, seed=seed + 1 + i) for i, n in enumerate(GREEDY_PROMPT_LENS)]
@@ -261,6 +287,7 @@ def run_preset(preset: str, device: str, seed: int, fp32_reference: bool) -> dic
         prompts = [loaded.tokenizer.encode(t, add_special_tokens=True) for t in TEXT_PROMPTS]
     result = {
         "preset": preset, "model": loaded.name, "device": device, "dtype": dtype_name,
+        "rope_scaling": str(loaded.config.rope_scaling), "context": context,
         "fingerprint": deployment.fingerprint, "build_s": round(built_s, 1),
         "logits": logits, "greedy": greedy_agreement(llm, hf, prompts, GREEDY_STEPS),
         "rel_max_diff_within_target": logits["rel_max_diff"] < REL_DIFF_TARGET,
@@ -338,6 +365,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--fp32-reference", action=argparse.BooleanOptionalAction, default=None,
         help="also compare both with HF in float32 on the same weights (default: on for cuda)",
     )  # fmt: skip
+    parser.add_argument("--context", type=int, default=LOGITS_PROMPT_LEN,
+                        help="tokens of the logits prompt (every position compared)")  # fmt: skip
+    parser.add_argument("--yarn", default=None, metavar="FACTOR:ORIGINAL",
+                        help="random presets get YaRN RoPE scaling (e.g. 4:32768)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default: see above)")
     return parser.parse_args(argv)
 
@@ -355,7 +386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     for preset in presets:
         try:
-            result = run_preset(preset, args.device, args.seed, fp32_reference)
+            result = run_preset(preset, args.device, args.seed, fp32_reference, args.context,
+                                args.yarn)  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - report and go on with the next model
             result = {"preset": preset, "error": f"{type(exc).__name__}: {exc}"[:500]}
         results.append(result)

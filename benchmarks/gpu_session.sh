@@ -25,6 +25,7 @@
 #   rate       benchmarks/server_rate_sweep.py (issue 13 (c): 4, 16, 64 req/s through the server)
 #   ops        benchmarks/gpu_ops.py
 #   agree      benchmarks/gpu_agreement.py
+#   agree8k    gpu_agreement.py at 8k context: llama-3-8b (llama3 RoPE), qwen3-8b with yarn 4:32768
 #   digest     benchmarks/digest_throughput.py (SHA-256 of 512 KB rows on this host's cores)
 #   sha256     benchmarks/sha256_check.py (the device SHA-256: compile time, ms per batch, == hashlib)
 #   longctx    benchmarks/long_context.py (issue 25: span attention vs SDPA, engine at 128..128k)
@@ -56,6 +57,10 @@ for job in "$@"; do
     info) python3 -c "import sys; sys.path.insert(0, 'tests'); from tiny_models import make_tiny_checkpoint as m; m('/tmp/tiny_qwen3', 'qwen3')" &&
           python3 -m samebits.cli info --device cuda --model /tmp/tiny_qwen3 2>&1 | tee "$OUT/info_cuda.txt" | tail -25 &&
           python3 -m samebits.cli generate "Hello there" --device cuda --model /tmp/tiny_qwen3 --max-tokens 8 --seed 1 --no-chat ;;
+    agree8k) timeout 280 python3 benchmarks/gpu_agreement.py --presets llama-3-8b --context 8192 \
+               --out "$OUT/gpu_agreement_8k_llama.json" 2>&1 | grep -v "^\[transformers\]" | tail -4
+             timeout 280 python3 benchmarks/gpu_agreement.py --presets qwen3-8b --context 8192 \
+               --yarn 4:32768 --out "$OUT/gpu_agreement_8k_qwen3_yarn.json" 2>&1 | grep -v "^\[transformers\]" | tail -4 ;;
     longctx) timeout 400 python3 benchmarks/long_context.py ${LONGCTX_ARGS:-} --out "$OUT/long_context.json" 2>&1 | grep -v "^after" | tail -40 ;;
     digestcost) timeout 400 python3 benchmarks/gpu_serving.py --digest-cost --no-hf ${DIGEST_ARGS:-} --out "$OUT/gpu_digest_cost.json" 2>&1 | tail -6 ;;
     hfstatic) timeout 560 python3 benchmarks/gpu_serving.py --only-b --out "$OUT/gpu_serving_hfstatic.json" 2>&1 | grep -v "^after" | tail -12 ;;
