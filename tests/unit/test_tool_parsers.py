@@ -172,10 +172,9 @@ WELL_FORMED = {
 
 @pytest.fixture(scope="module")
 def tiny_view():
-    from tiny_models import train_tiny_tokenizer
-
     from samebits.model.tokenizer import Tokenizer
     from samebits.structured.matcher import GrammarTokenizer
+    from tiny_models import train_tiny_tokenizer
 
     tokenizer = Tokenizer(train_tiny_tokenizer(), eos_token_ids=[0])
     return tokenizer, GrammarTokenizer(tokenizer, tokenizer.vocab_size)
