@@ -26,7 +26,7 @@ CASES = {
     "hermes": [
         (HERMES_CALL, None, [("get_weather", {"city": "Oslo"})]),
         ("Let me check.\n" + HERMES_CALL + "\n" + HERMES_CALL.replace("Oslo", "Rome"),
-         "Let me check.\n\n", [("get_weather", {"city": "Oslo"}), ("get_weather", {"city": "Rome"})]),
+         "Let me check.\n", [("get_weather", {"city": "Oslo"}), ("get_weather", {"city": "Rome"})]),
         ('<tool_call>{"name": "now", "parameters": {}}</tool_call> done', " done", [("now", {})]),
         ("no call here", "no call here", []),
         ("<tool_call>{not json}</tool_call>", "<tool_call>{not json}</tool_call>", []),

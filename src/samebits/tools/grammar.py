@@ -30,11 +30,13 @@ def call_grammar(
     fmt: CallFormat, tools: Sequence[Tool], choice: ToolChoice, parallel: bool,
     tags: Mapping[str, int],
 ) -> str:  # fmt: skip
-    """The grammar of one (or, `parallel`, one or more) calls of the allowed tools."""
+    """The grammar of one call of the allowed tools, or (`parallel` and no named function)
+    one or more. A named function is called exactly once (as vLLM and OpenAI do)."""
     allowed = [t for t in tools if choice.name is None or t.name == choice.name]
     if not allowed:
         raise ValueError("call_grammar: no tool is allowed")
-    lines = ["%llguidance {}", f"start: {fmt.calls_rule(parallel, tags)}"]
+    several = parallel and choice.name is None
+    lines = ["%llguidance {}", f"start: {fmt.calls_rule(several, tags)}"]
     lines.append("call: " + " | ".join(f"call_{i}" for i in range(len(allowed))))
     lines += [f"call_{i}: {fmt.call_rule(t, tags)}" for i, t in enumerate(allowed)]
     return "\n".join(lines) + "\n"

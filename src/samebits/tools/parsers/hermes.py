@@ -2,7 +2,8 @@
 `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`, anywhere in the text.
 
 A block whose body is not such an object (bad JSON, no name) stays text, as does an
-unclosed `<tool_call>`. Content is the text outside the valid blocks.
+unclosed `<tool_call>`. Content is the text outside the valid blocks, less the
+whitespace-only pieces after a call (the newlines between calls are not content).
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ class HermesParser(ToolParser):
             call = _block_call(match.group(1))
             if call is None:
                 continue
-            outside.append(text[last : match.start()])
+            _keep(outside, text[last : match.start()], after_call=bool(calls))
             calls.append(call)
             last = match.end()
-        outside.append(text[last:])
+        _keep(outside, text[last:], after_call=bool(calls))
         return ParsedOutput(content_or_none("".join(outside)), tuple(calls))
 
     def content_end(self, text: str) -> int:
@@ -50,6 +51,11 @@ class HermesParser(ToolParser):
 
     def calls_rule(self, parallel: bool, tags: Mapping[str, int]) -> str:
         return 'call ("\\n" call)*' if parallel else "call"
+
+
+def _keep(outside: list[str], piece: str, after_call: bool) -> None:
+    if piece.strip() or not after_call:
+        outside.append(piece)
 
 
 def _block_call(body: str) -> ToolCall | None:
