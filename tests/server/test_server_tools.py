@@ -118,6 +118,14 @@ def qwen(tmp_path_factory):
     server.writer.close()
 
 
+@pytest.fixture(scope="module")
+def mistral(tiny_mistral_dir, tmp_path_factory):
+    """The tiny mistral: parser mistral, so outputs are decoded with special tokens kept."""
+    with _serve(tiny_mistral_dir, tmp_path_factory, "tools_mistral") as server:
+        yield server
+    server.writer.close()
+
+
 def client_of(server) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
 
@@ -127,7 +135,7 @@ def chat(server, **kwargs):
     return client_of(server).chat.completions.create(**body)
 
 
-@pytest.mark.parametrize("which", ["llama", "qwen"])
+@pytest.mark.parametrize("which", ["llama", "qwen", "mistral"])
 def test_named_tool_choice_returns_a_schema_valid_call(which, request):
     server = request.getfixturevalue(which)
     for seed in (1, 2, 3):
@@ -187,6 +195,19 @@ def test_stream_assembles_the_same_message(which, kwargs, request):
     whole = chat(server, seed=11, **kwargs).choices[0]
     assert check_calls(whole)
     assert _assemble(chat(server, seed=11, stream=True, **kwargs)) == _message_of(whole)
+
+
+def test_mistral_call_then_eos_is_parsed(mistral):
+    """auto on Mistral: the model writes a call, then EOS (kept in the text with special
+    tokens; the parser reads the text without it)."""
+    call = '[TOOL_CALLS][{"name": "get_time", "arguments": {"zone": -2}}]'
+    eos = mistral.engine.tokenizer.eos_token_ids[0]
+    extra = {"guided_regex": _regex_literal(call) + "( more)?"}
+    body = dict(seed=1, extra_body=extra, max_tokens=200, logit_bias={str(eos): 100})
+    whole = chat(mistral, **body).choices[0]
+    assert whole.model_extra["samebits"]["token_ids"][-1] == eos
+    assert check_calls(whole) == [("get_time", {"zone": -2})] and whole.message.content is None
+    assert _assemble(chat(mistral, stream=True, **body)) == _message_of(whole)
 
 
 def test_multi_turn_with_a_tool_result_renders_and_runs(qwen):

@@ -208,6 +208,21 @@ def test_special_marker_is_its_token_id():
     assert grammar.splitlines()[1].startswith("start: <[9]> ")
 
 
+def test_special_tag_ids_finds_markers_that_are_one_special_token():
+    from tokenizers import AddedToken
+
+    from samebits.model.tokenizer import Tokenizer
+    from samebits.tools.grammar import special_tag_ids
+    from tiny_models import train_tiny_tokenizer
+
+    backend = train_tiny_tokenizer()
+    backend.add_tokens([AddedToken("<tool_call>", special=False)])
+    backend.add_special_tokens([AddedToken("[TOOL_CALLS]", special=True)])
+    tokenizer = Tokenizer(backend)
+    found = special_tag_ids(tokenizer, ("[TOOL_CALLS]", "<tool_call>", "<|python_tag|>"))
+    assert found == {"[TOOL_CALLS]": tokenizer.encode("[TOOL_CALLS]")[0]}
+
+
 def _matches(view, grammar: str, text: str) -> bool:
     """Whether `text` (tiny tokenizer ids) is a complete sentence of `grammar`."""
     from samebits.structured import StructuredOutputsParams

@@ -125,7 +125,7 @@ class ChatFlavor:
         message: dict[str, Any] = {"role": "assistant", "content": choice.text}
         finish_reason = choice.finish_reason
         if choice.tools is not None and choice.tools.parser is not None:
-            parsed = choice.tools.parser.parse(choice.text)
+            parsed = choice.tools.parser.parse(parser_text(choice, tokenizer))
             message["content"] = parsed.content
             if parsed.calls:
                 message["tool_calls"] = [
@@ -161,7 +161,8 @@ class ChatFlavor:
         body, finish_reason = {"content": added} if added or not final else {}, delta.finish_reason
         if choice.tool_stream is not None:
             stream = choice.tool_stream
-            piece = stream.finish(choice.text) if final else stream.update(choice.text)
+            text = parser_text(choice, tokenizer)
+            piece = stream.finish(text) if final else stream.update(text)
             body = _tool_delta(choice, piece)
             finish_reason = _tool_finish(finish_reason, bool(stream.calls_sent))
         return {
@@ -173,6 +174,16 @@ class ChatFlavor:
                 choice, list(delta.token_ids), list(delta.logits_digests), audit, final
             ),
         }
+
+
+def parser_text(choice: Choice, tokenizer: Any) -> str:
+    """The text a tool parser reads: the output less the text of a final EOS token, which
+    the decoder keeps when special tokens are kept (the Mistral parser needs them kept)."""
+    ids, text = choice.token_ids, choice.text
+    if choice.params.skip_special_tokens or not ids or ids[-1] not in tokenizer.eos_token_ids:
+        return text
+    eos_text = tokenizer.token_to_str(ids[-1])
+    return text[: -len(eos_text)] if eos_text and text.endswith(eos_text) else text
 
 
 def _tool_finish(finish_reason: str | None, has_calls: bool) -> str | None:
