@@ -281,8 +281,7 @@ def test_audit_log_of_tool_requests_verifies_and_an_edit_fails(which, request, t
     list(chat(server, tool_choice="required", seed=22, stream=True, logit_bias={str(eos): 50}))
     entries = [e.entry for e in read_log(server.log_path).entries]
     tooled = [e for e in entries if e.get("tools")]
-    assert tooled and all(e["tools"]["tools"][0]["function"]["name"] == "get_weather"
-                          for e in tooled)  # fmt: skip
+    assert tooled and all(json.loads(e["tools"]["tools"]) == TOOLS for e in tooled)
     named = next(e for e in tooled if e["tools"]["tool_choice"] == NAMED)
     grammar = named["sampling_params"]["structured_outputs"]["grammar"]
     assert "get_weather" in grammar and "get_time" not in grammar
@@ -291,22 +290,52 @@ def test_audit_log_of_tool_requests_verifies_and_an_edit_fails(which, request, t
     assert report.exit_code == 0, [r.message for r in report.failed_results]
     assert len(report.results) == report.num_requests >= len(tooled) > 0
     forged = tmp_path / "forged.jsonl"
-    # the logged grammar naming another function (chain sealed again): the replay differs
-    forged.write_text(_resealed(entries, named["seq"], grammar.replace("get_weather", "get_wx")))
-    report = verify_log(read_log(forged), verifier)
-    assert report.chain_issues == [] and report.exit_code == 1
-    [failed] = report.failed_results
-    assert failed.seq == named["seq"] and "differs at position" in failed.message, failed
+    wider = grammar.replace('"maxLength":6', '"maxLength":60')
+    assert wider != grammar
+    cases = {
+        # the function renamed everywhere, consistently: caught by the replay
+        "differs at position": lambda r: _renamed(r, "get_weather", "get_wx"),
+        # the grammar alone, or the tools alone, edited: caught before the replay
+        "logged grammar is not": lambda r: _with_grammar(r, wider),
+        "not the one the logged tools": lambda r: _with_tools(r, _wider(r["tools"]["tools"])),
+    }
+    for fragment, edit in cases.items():
+        forged.write_text(_resealed(entries, named["seq"], edit))
+        report = verify_log(read_log(forged), verifier)
+        assert report.chain_issues == [] and report.exit_code == 1, fragment
+        [failed] = report.failed_results
+        assert failed.seq == named["seq"] and fragment in failed.message, (fragment, failed)
 
 
-def _resealed(entries: list[dict], seq: int, grammar: str) -> str:
-    """The log with entry `seq`'s grammar replaced, the chain sealed again."""
+def _with_grammar(record: dict, grammar: str) -> None:
+    params = record["sampling_params"]
+    record["sampling_params"] = {**params, "structured_outputs": {"grammar": grammar}}
+
+
+def _with_tools(record: dict, tools_text: str) -> None:
+    record["tools"] = {**record["tools"], "tools": tools_text}
+
+
+def _renamed(record: dict, old: str, new: str) -> None:
+    grammar = record["sampling_params"]["structured_outputs"]["grammar"]
+    _with_grammar(record, grammar.replace(old, new))
+    _with_tools(record, record["tools"]["tools"].replace(old, new))
+    record["tools"]["tool_choice"] = {"type": "function", "function": {"name": new}}
+
+
+def _wider(tools_text: str) -> str:
+    tools = json.loads(tools_text)
+    tools[0]["function"]["parameters"]["properties"]["city"]["maxLength"] = 60
+    return json.dumps(tools)
+
+
+def _resealed(entries: list[dict], seq: int, edit) -> str:
+    """The log with `edit(record)` applied to entry `seq`, the chain sealed again."""
     lines, prev = [], GENESIS_HASH
     for entry in entries:
         record = {k: v for k, v in entry.items() if k not in ("seq", "prev_hash", "entry_hash")}
         if entry["seq"] == seq:
-            params = record["sampling_params"]
-            record["sampling_params"] = {**params, "structured_outputs": {"grammar": grammar}}
+            edit(record)
         sealed = seal_entry(record, entry["seq"], prev)
         prev = sealed["entry_hash"]
         lines.append(canonical_json(sealed) + "\n")

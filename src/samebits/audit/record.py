@@ -7,7 +7,8 @@ with the seed actually used, `n == 1`), `output_token_ids`, `logits_digests` (he
 of each position's float32 logits row, see `samebits.outputs`) and `finish_reason`; a chat
 request with tools also has `tools`: `{"tools", "tool_choice", "parallel_tool_calls",
 "tool_call_parser"}` (they shaped the prompt, and a forced choice's grammar is in
-`sampling_params.structured_outputs`).
+`sampling_params.structured_outputs`), its `tools` the JSON text of the tools list (key
+order kept: a schema's property order is the order the arguments are generated in).
 A `session` entry marks a server start: `fingerprint`, `model`, `engine_args`, `started_at`.
 """
 

@@ -10,6 +10,7 @@ nothing is forced, so a bad schema is a 400 naming `tools` in every mode.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,9 +38,12 @@ class ToolPlan:
         return self.parser is not None and self.parser.needs_special_tokens
 
     def audit_fields(self) -> dict[str, Any]:
-        """What the audit entry records: the tools, the choice, the parser."""
+        """What the audit entry records: the tools (as JSON text: the log's canonical JSON
+        sorts object keys, and a schema's property order is the order arguments are
+        generated in), the choice, the parser."""
+        tools = [t.to_openai() for t in self.tools]
         return {
-            "tools": [t.to_openai() for t in self.tools],
+            "tools": json.dumps(tools, ensure_ascii=False, separators=(",", ":")),
             "tool_choice": self.choice.to_openai(),
             "parallel_tool_calls": self.parallel,
             "tool_call_parser": None if self.parser is None else self.parser.name,
