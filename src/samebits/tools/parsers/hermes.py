@@ -27,7 +27,9 @@ class HermesParser(ToolParser):
     markers = (OPEN, CLOSE)
 
     def parse(self, text: str) -> ParsedOutput:
-        outside, calls, last = [], [], 0
+        outside: list[str] = []
+        calls: list[ToolCall] = []
+        last = 0
         for match in BLOCK.finditer(text):
             call = _block_call(match.group(1))
             if call is None:
