@@ -39,8 +39,7 @@ from samebits.server.params import (
 from samebits.server.parsing import parse_json_body, read_body, validate_model
 from samebits.server.prompts import Prompt, check_prompt
 from samebits.server.responses import usage
-from samebits.server.tools import ToolPlan
-from samebits.tools.parsers import default_parser_name
+from samebits.server.tools import ToolPlan, served_parser_name
 from samebits.tools.stream import ToolCallStream
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -75,7 +74,7 @@ class OpenAIService:
         self.vocab_size = int(engine.vocab_size)
         self.max_model_len = int(engine.max_model_len)
         self.fingerprint = str(engine.fingerprint)
-        self.tool_parser = config.tool_call_parser or default_parser_name(_model_type(engine))
+        self.tool_parser = served_parser_name(config.tool_call_parser, engine)
 
     async def handle(self, request: Request, flavor: Flavor) -> Any:
         """Serve one call of `flavor`'s endpoint."""
@@ -220,12 +219,6 @@ class OpenAIService:
         if usage is not None:
             body["usage"] = usage
         return _sse(body)
-
-
-def _model_type(engine: Any) -> str | None:
-    """The served model's family (`model_type`), None when the engine does not say."""
-    loaded = getattr(getattr(engine, "deployment", None), "loaded", None)
-    return getattr(getattr(loaded, "config", None), "model_type", None)
 
 
 def _tool_stream(tools: ToolPlan | None) -> ToolCallStream | None:

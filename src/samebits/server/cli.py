@@ -127,11 +127,22 @@ def open_audit_log(args: argparse.Namespace, engine: Any) -> AuditLogWriter | No
     return writer
 
 
+def _tool_line(config: ServerConfig, engine: Any) -> str:
+    from samebits.server.tools import model_type, served_parser_name
+
+    name = served_parser_name(config.tool_call_parser, engine)
+    if name is None:
+        return f"no parser for model_type {model_type(engine)!r} (pass --tool-call-parser)"
+    origin = "--tool-call-parser" if config.tool_call_parser else f"{model_type(engine)}'s default"
+    return f"parser {name} ({origin})"
+
+
 def _announce(args: argparse.Namespace, engine: Any, config: ServerConfig, writer: Any) -> None:
     lines = [
         f"samebits serve: model {engine.model_name} as {list(config.model_names)}",
         f"  fingerprint: {engine.fingerprint}",
         f"  audit log:   {writer.path if writer is not None else 'disabled (--no-audit-log)'}",
+        f"  tool calls:  {_tool_line(config, engine)}",
         f"  listening:   http://{args.host}:{args.port}/v1",
     ]
     engine_config = getattr(engine, "config", None)

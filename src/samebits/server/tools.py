@@ -17,7 +17,7 @@ from typing import Any
 from samebits.server.errors import bad_request
 from samebits.structured import StructuredOutputsParams
 from samebits.tools.grammar import call_grammar, special_tag_ids
-from samebits.tools.parsers import PARSERS, ToolParser, get_parser
+from samebits.tools.parsers import PARSERS, ToolParser, default_parser_name, get_parser
 from samebits.tools.spec import Tool, ToolChoice, ToolSpecError, parse_tool_choice, parse_tools
 
 
@@ -48,6 +48,18 @@ class ToolPlan:
             "parallel_tool_calls": self.parallel,
             "tool_call_parser": None if self.parser is None else self.parser.name,
         }
+
+
+def served_parser_name(flag: str | None, engine: Any) -> str | None:
+    """The parser the server uses: `--tool-call-parser`, else the model family's default
+    (None: tool calls are refused, except `tool_choice` "none")."""
+    return flag or default_parser_name(model_type(engine))
+
+
+def model_type(engine: Any) -> str | None:
+    """The served model's family (`model_type`), None when the engine does not say."""
+    loaded = getattr(getattr(engine, "deployment", None), "loaded", None)
+    return getattr(getattr(loaded, "config", None), "model_type", None)
 
 
 def tool_plan(req: Any, tokenizer: Any, parser_name: str | None) -> ToolPlan | None:
