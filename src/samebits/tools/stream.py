@@ -34,13 +34,23 @@ class ToolCallStream:
         self.parser = parser
         self.content_sent = ""
         self.calls_sent: list[ToolCall] = []
+        self._seen = 0  # length of the text of the previous update
 
     def update(self, text: str) -> StreamPiece:
-        """The new settled pieces of the partial output `text` (all text so far)."""
+        """The new settled pieces of the partial output `text` (all text so far, extending
+        the previous one's)."""
         held = text[: self.parser.content_end(text)]
         content = held[len(self.content_sent) :] if held.strip() else ""
         self.content_sent += content
-        return StreamPiece(content, self._new_calls(self.parser.early_calls(text)))
+        calls = self._new_calls(self.parser.early_calls(text)) if self._call_ended(text) else ()
+        self._seen = len(text)
+        return StreamPiece(content, calls)
+
+    def _call_ended(self, text: str) -> bool:
+        """Whether the text added since the last update completes a `call_end` (the
+        whole-text parse then runs once per call, not once per token)."""
+        end = self.parser.call_end
+        return end is not None and end in text[max(0, self._seen - len(end) + 1) :]
 
     def finish(self, text: str) -> StreamPiece:
         """The rest of the whole output `text`'s parse."""

@@ -18,6 +18,7 @@ class ToolParser(ABC):
     name: str = ""
     markers: tuple[str, ...] = ()  # text that may be one special token (grammar, decoding)
     needs_special_tokens: bool = False  # its marker is a special token decoding would drop
+    call_end: str | None = None  # text ending a call that `early_calls` can settle
 
     @abstractmethod
     def parse(self, text: str) -> ParsedOutput:
@@ -28,7 +29,8 @@ class ToolParser(ABC):
         """How much of a partial output is content whatever follows."""
 
     def early_calls(self, text: str) -> tuple[ToolCall, ...]:
-        """Calls of a partial output that no continuation can change (default: none)."""
+        """Calls of a partial output that no continuation can change (default: none). Only
+        called when `call_end` is set, and only when new text holds a `call_end`."""
         return ()
 
     @abstractmethod

@@ -25,6 +25,7 @@ ARG_KEYS = ("arguments", "parameters")
 class HermesParser(ToolParser):
     name = "hermes"
     markers = (OPEN, CLOSE)
+    call_end = CLOSE
 
     def parse(self, text: str) -> ParsedOutput:
         outside: list[str] = []
