@@ -1,6 +1,7 @@
 """GPU serving throughput (issue 13), one command, one run, side by side: the invariant plan,
-the fast plan (cuBLAS + SDPA, same engine) and HF transformers `generate`, on a random-weight
-model of a real shape (default Llama-3-8B) in bfloat16.
+the fast plan (cuBLAS + SDPA, same engine) and HF transformers `generate` (eager, and with its
+static KV cache, which transformers compiles; the compiled run is timed after a first run), on a
+random-weight model of a real shape (default Llama-3-8B) in bfloat16.
 
 Workloads:
   (a) decode-heavy: N requests (default 256), prompts 128-1024 tokens, outputs 256-512 tokens,
@@ -193,8 +194,12 @@ def other_digests(llm, jobs) -> dict:
         engine.update_runtime_config(device_digests=before)
 
 
-def hf_throughput(loaded, jobs, device: str) -> dict:
-    """HF transformers `generate` on the same weights, one static batch (workload b)."""
+def hf_throughput(loaded, jobs, device: str, cache: str = "dynamic") -> dict:
+    """HF transformers `generate` on the same weights, one static batch (workload b).
+
+    `cache` "dynamic" is eager HF (its default cache); "static" is HF's static KV cache, whose
+    forward transformers compiles by itself on cuda: that run is made twice, the first
+    (compile included) reported as `first_wall_s`, the second as the figure."""
     import torch
     from gpu_agreement import hf_model
 
@@ -202,14 +207,25 @@ def hf_throughput(loaded, jobs, device: str) -> dict:
     model = hf_model(loaded, device, dtype)
     ids = torch.tensor([p for p, _ in jobs], device=device)
     new = jobs[0][1]
+    kw = {"cache_implementation": "static"} if cache == "static" else {}
+    runs = [_hf_generate(model, ids, new, device, kw) for _ in range(2 if kw else 1)]
+    wall, tokens = runs[-1]
+    out = {"cache": cache, "wall_s": wall, "tokens": tokens, "tok_s": tokens / wall}
+    if kw:
+        out["first_wall_s"] = runs[0][0]
+    return out
+
+
+def _hf_generate(model, ids, new: int, device: str, kw: dict) -> tuple[float, int]:
+    import torch
+
     with torch.inference_mode():
         start = time.perf_counter()
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                             max_new_tokens=new, min_new_tokens=new)  # fmt: skip
+                             max_new_tokens=new, min_new_tokens=new, **kw)  # fmt: skip
         _sync(device)
         wall = time.perf_counter() - start
-    tokens = int((out.shape[1] - ids.shape[1]) * out.shape[0])
-    return {"wall_s": wall, "tokens": tokens, "tok_s": tokens / wall}
+    return wall, int((out.shape[1] - ids.shape[1]) * out.shape[0])
 
 
 def _sync(device: str) -> None:
@@ -249,6 +265,8 @@ def run_plan(loaded, plan: str, args: argparse.Namespace, jobs_a, jobs_b, eager:
     llm, build_s = build_llm(loaded, plan, args.device, eager)
     llm.engine.update_runtime_config(device_digests=not args.host_digests)
     run_engine(llm, jobs_b[:4])  # warm-up: compile kernels
+    if args.only_b:
+        return _only_b(llm, build_s, jobs_b)
     a, b = run_engine(llm, jobs_a), run_engine(llm, jobs_b)
     out = {"build_s": build_s, "a_tok_s": a["tok_s"], "a_wall_s": a["wall_s"],
            "b_tok_s": b["tok_s"], "b_wall_s": b["wall_s"],
@@ -273,6 +291,13 @@ def run_plan(loaded, plan: str, args: argparse.Namespace, jobs_a, jobs_b, eager:
     out["graphs"] = graph_facts(llm)
     out["steps"] = {"total": llm.engine.num_steps, "ahead": llm.engine.num_steps_ahead}
     return out
+
+
+def _only_b(llm, build_s: float, jobs_b) -> dict:
+    """`--only-b`: workload (b) and the batch-64 decode step, nothing else."""
+    b = run_engine(llm, jobs_b)
+    return {"build_s": build_s, "b_tok_s": b["tok_s"], "b_wall_s": b["wall_s"],
+            "decode_step_ms_b64": decode_step_ms(llm, 64), "graphs": graph_facts(llm)}  # fmt: skip
 
 
 def step_profile(llm, batch: int, steps: int = 8, top: int = 30) -> list[str]:
@@ -444,14 +469,27 @@ def run(args: argparse.Namespace) -> dict:
             result[key] = run_plan(loaded, plan, args, jobs_a, jobs_b, eager)
             release()
             print(key, json.dumps(result[key]), flush=True)
-    if not args.no_hf:
-        result["hf"] = hf_throughput(loaded, jobs_b, args.device)
-        print("hf", json.dumps(result["hf"]), flush=True)
+    for cache in () if args.no_hf else args.hf_caches.split(","):
+        key = "hf" if cache == "dynamic" else f"hf_{cache}"
+        result[key] = _guarded_hf(loaded, jobs_b, args.device, cache)
+        release()
+        print(key, json.dumps(result[key]), flush=True)
     return result
+
+
+def _guarded_hf(loaded, jobs, device: str, cache: str) -> dict:
+    """`hf_throughput`, or the error it raised (an HF cache mode failing is a result, not a
+    reason to lose the run)."""
+    try:
+        return hf_throughput(loaded, jobs, device, cache)
+    except Exception as exc:  # noqa: BLE001 - reported in the JSON
+        return {"cache": cache, "error": f"{type(exc).__name__}: {exc}"}
 
 
 def summary(r: dict) -> dict:
     inv, fast = r["invariant"], r["fast"]
+    if "a_tok_s" not in inv:  # --only-b
+        return {"invariant_over_fast_b": inv["b_tok_s"] / fast["b_tok_s"], **_hf_ratios(r)}
     out = {
         "invariant_over_fast_a": inv["a_tok_s"] / fast["a_tok_s"],
         "invariant_over_fast_b": inv["b_tok_s"] / fast["b_tok_s"],
@@ -472,9 +510,13 @@ def summary(r: dict) -> dict:
         out["invariant_eager_alone_mismatches"] = len(
             r["invariant_eager"]["alone_check"]["mismatching"]
         )
-    if "hf" in r:
-        out["invariant_over_hf_b"] = inv["b_tok_s"] / r["hf"]["tok_s"]
-    return out
+    return {**out, **_hf_ratios(r)}
+
+
+def _hf_ratios(r: dict) -> dict:
+    inv = r["invariant"]
+    return {f"invariant_over_{key}_b": inv["b_tok_s"] / r[key]["tok_s"]
+            for key in ("hf", "hf_static") if "tok_s" in r.get(key, {})}  # fmt: skip
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -485,6 +527,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sample", type=int, default=32, help="requests of (a) replayed alone")
     p.add_argument("--quick", action="store_true", help="prompts and outputs / 8, (b) 32 new")
     p.add_argument("--no-hf", action="store_true", help="skip HF transformers generate")
+    p.add_argument("--only-b", action="store_true",
+                   help="each plan runs workload (b) and the batch-64 step only (no (a), no "
+                        "digest / scheduling variants, no alone check)")  # fmt: skip
+    p.add_argument("--hf-caches", default="dynamic,static",
+                   help="HF runs: dynamic (eager HF) and/or static (its static KV cache, "
+                        "compiled by transformers on cuda)")  # fmt: skip
     p.add_argument("--graphs", default="on", choices=("on", "off", "both"),
                    help="cuda decode graphs: on (default), off (enforce_eager), both ways")  # fmt: skip
     p.add_argument("--host-digests", action="store_true",
@@ -513,7 +561,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(json.dumps(result["summary"], indent=1))
     out.write_text(json.dumps(result, indent=1, default=str))
     summary_ok = result["summary"].get("invariant_eager_alone_mismatches", 0) == 0
-    return 0 if result["summary"]["alone_mismatches"] == 0 and summary_ok else 1
+    return 0 if result["summary"].get("alone_mismatches", 0) == 0 and summary_ok else 1
 
 
 if __name__ == "__main__":

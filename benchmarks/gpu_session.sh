@@ -18,6 +18,7 @@
 #   steps      device argmax and async scheduling (tests/gpu/test_gpu_steps.py)
 #   info       samebits info / generate --device cuda on a tiny Qwen3 checkpoint
 #   serving    benchmarks/gpu_serving.py --sample 8 $SERVING_ARGS (issue 13 workloads)
+#   hfstatic   gpu_serving.py --only-b: workload (b) per plan beside HF eager and HF static cache
 #   digestcost gpu_serving.py --digest-cost (the invariant plan, (a) and (b) with and without digests,
 #              $DIGEST_ARGS e.g. "--rounds 1"; compiles, gc pauses and slowest steps per run)
 #   breakdown  benchmarks/gpu_step_breakdown.py (torch.profiler of batch-64 decode steps by kernel category)
@@ -57,6 +58,7 @@ for job in "$@"; do
           python3 -m samebits.cli generate "Hello there" --device cuda --model /tmp/tiny_qwen3 --max-tokens 8 --seed 1 --no-chat ;;
     longctx) timeout 400 python3 benchmarks/long_context.py ${LONGCTX_ARGS:-} --out "$OUT/long_context.json" 2>&1 | grep -v "^after" | tail -40 ;;
     digestcost) timeout 400 python3 benchmarks/gpu_serving.py --digest-cost --no-hf ${DIGEST_ARGS:-} --out "$OUT/gpu_digest_cost.json" 2>&1 | tail -6 ;;
+    hfstatic) timeout 560 python3 benchmarks/gpu_serving.py --only-b --out "$OUT/gpu_serving_hfstatic.json" 2>&1 | grep -v "^after" | tail -12 ;;
     serving) timeout 560 python3 benchmarks/gpu_serving.py --sample 8 ${SERVING_ARGS:-} --out "$OUT/gpu_serving.json" 2>&1 | tail -30 ;;
     breakdown) timeout 300 python3 benchmarks/gpu_step_breakdown.py --trace ${BREAKDOWN_ARGS:-} --out "$OUT/gpu_step_breakdown.json" 2>&1 | grep -v USDT | tail -40 ;;
     rate) for plan in invariant fast; do  # one process per plan: each engine takes 85% of the GPU

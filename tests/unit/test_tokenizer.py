@@ -107,11 +107,13 @@ def test_qwen2_eos_list_has_several_ids(tiny_qwen2_dir):
     assert len(load_model(tiny_qwen2_dir).tokenizer.eos_token_ids) == 2
 
 
-def test_out_of_range_ids_rejected(tiny_llama_dir):
+def test_ids_past_the_tokenizer_decode_to_nothing_negative_ids_rejected(tiny_llama_dir):
     tokenizer = load_model(tiny_llama_dir).tokenizer
-    with pytest.raises(ValueError, match="outside"):
-        tokenizer.decode([0, tokenizer.vocab_size])
-    with pytest.raises(ValueError, match="outside"):
+    assert tokenizer.decode([0, tokenizer.vocab_size]) == tokenizer.decode([0])
+    assert tokenizer.token_to_str(tokenizer.vocab_size + 5) == ""
+    with pytest.raises(ValueError, match="negative"):
+        tokenizer.decode([0, -1])
+    with pytest.raises(ValueError, match="negative"):
         tokenizer.token_to_str(-1)
 
 

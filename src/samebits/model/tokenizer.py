@@ -54,7 +54,9 @@ class Tokenizer:
     """Text <-> token ids, chat template rendering, and the ids that end generation.
 
     Invariants: `eos_token_ids` and `bos_token_id` are ids below `vocab_size`;
-    `decode(encode(text)) == text` for byte-level BPE backends.
+    `decode(encode(text)) == text` for byte-level BPE backends. An id at or past `vocab_size`
+    (a checkpoint whose embedding is padded past its tokenizer) decodes to "" and is kept in
+    the output ids: it never fails a request. Negative ids are refused.
     """
 
     def __init__(
@@ -93,16 +95,16 @@ class Tokenizer:
         return self._backend.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        """Text of `ids`; raises `ValueError` for an id outside `[0, vocab_size)`."""
-        ids = [int(i) for i in ids]
-        for token_id in ids:
-            self._check_id(token_id)
-        return self._backend.decode(ids, skip_special_tokens=skip_special_tokens)
+        """Text of `ids`; ids past the tokenizer add "" (vLLM's rule); raises `ValueError`
+        for a negative id."""
+        known = [i for i in (int(t) for t in ids) if self._known(i)]
+        return self._backend.decode(known, skip_special_tokens=skip_special_tokens)
 
     def token_to_str(self, token_id: int) -> str:
         """Display text of one token (special tokens included; a partial UTF-8 byte shows as
-        U+FFFD)."""
-        self._check_id(token_id)
+        U+FFFD; "" for an id past the tokenizer)."""
+        if not self._known(int(token_id)):
+            return ""
         return self._backend.decode([int(token_id)], skip_special_tokens=False)
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
@@ -123,6 +125,12 @@ class Tokenizer:
             )
         except jinja2.TemplateError as exc:
             raise ValueError(f"chat template failed: {exc}") from None
+
+    def _known(self, token_id: int) -> bool:
+        """Whether the tokenizer has a text for `token_id`; raises for a negative id."""
+        if token_id < 0:
+            raise ValueError(f"token id {token_id} is negative")
+        return token_id < self.vocab_size
 
     def _check_id(self, token_id: int) -> None:
         if not 0 <= int(token_id) < self.vocab_size:
