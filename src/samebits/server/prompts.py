@@ -72,13 +72,11 @@ def _message(index: int, message: ChatMessage) -> dict[str, Any]:
         out["name"] = message.name
     if message.tool_calls:
         if message.role != "assistant":
-            raise bad_request(f"messages[{index}]: only assistant messages have tool_calls",
-                              "messages")  # fmt: skip
+            raise bad_request(f"messages[{index}]: only an assistant has tool_calls", "messages")
         out["tool_calls"] = [_call(index, j, c) for j, c in enumerate(message.tool_calls)]
     if message.role == "tool":
         if message.tool_call_id is None:
-            raise bad_request(f"messages[{index}]: a tool message needs 'tool_call_id'",
-                              "messages")  # fmt: skip
+            raise bad_request(f"messages[{index}]: a tool message needs 'tool_call_id'", "messages")
         out["tool_call_id"] = message.tool_call_id
     return out
 
@@ -87,14 +85,15 @@ def _call(index: int, j: int, call: dict[str, Any]) -> dict[str, Any]:
     where = f"messages[{index}].tool_calls[{j}]"
     function = call.get("function")
     if call.get("type", "function") != "function" or not isinstance(function, dict):
-        raise bad_request(f"{where} must be {{'type': 'function', 'function': {{...}}}}",
-                          "messages")  # fmt: skip
+        raise bad_request(
+            f"{where} must be {{'type': 'function', 'function': {{...}}}}", "messages"
+        )
     name, arguments = function.get("name"), function.get("arguments", "{}")
     if not isinstance(name, str) or not name:
         raise bad_request(f"{where}.function.name must be a non-empty string", "messages")
     decoded = _arguments(where, arguments)
-    return {"id": call.get("id"), "type": "function",
-            "function": {"name": name, "arguments": decoded}}  # fmt: skip
+    function_out = {"name": name, "arguments": decoded}
+    return {"id": call.get("id"), "type": "function", "function": function_out}
 
 
 def _arguments(where: str, arguments: Any) -> dict[str, Any]:
