@@ -218,9 +218,18 @@ def test_special_tag_ids_finds_markers_that_are_one_special_token():
     backend = train_tiny_tokenizer()
     backend.add_tokens([AddedToken("<tool_call>", special=False)])
     backend.add_special_tokens([AddedToken("[TOOL_CALLS]", special=True)])
-    tokenizer = Tokenizer(backend)
+    tokenizer = Tokenizer(backend, eos_token_ids=[0])
     found = special_tag_ids(tokenizer, ("[TOOL_CALLS]", "<tool_call>", "<|python_tag|>"))
-    assert found == {"[TOOL_CALLS]": tokenizer.encode("[TOOL_CALLS]")[0]}
+    marker = tokenizer.encode("[TOOL_CALLS]")[0]
+    assert found == {"[TOOL_CALLS]": marker}
+    # the forced Mistral output starts with that one token, never with "[" spelled out
+    from samebits.structured import StructuredOutputsParams
+    from samebits.structured.matcher import GrammarMatcher, GrammarTokenizer
+
+    grammar = call_grammar(get_parser("mistral"), TOOLS, ToolChoice("required"), False, found)
+    view = GrammarTokenizer(tokenizer, tokenizer.vocab_size)
+    allowed = GrammarMatcher(view, StructuredOutputsParams(grammar=grammar)).allowed()
+    assert allowed.nonzero()[0].tolist() == [marker]
 
 
 def _matches(view, grammar: str, text: str) -> bool:
