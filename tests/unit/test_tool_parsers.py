@@ -193,6 +193,14 @@ def test_forced_grammar_accepts_a_call_of_the_named_tool_only(parser, tiny_view)
     assert fmt.parse(text).calls[0].name == "get_weather"
 
 
+def test_a_schema_without_type_still_forces_an_object(tiny_view):
+    fmt = get_parser("llama3_json")
+    tools = parse_tools([{"type": "function", "function": {"name": "f", "parameters": {}}}])
+    grammar = call_grammar(fmt, tools, ToolChoice("required"), False, {})
+    assert _matches(tiny_view, grammar, '{"name": "f", "parameters": {"a":1}}')
+    assert not _matches(tiny_view, grammar, '{"name": "f", "parameters": 7}')
+
+
 def test_parallel_grammar_takes_several_calls(tiny_view):
     fmt = get_parser("hermes")
     two = WELL_FORMED["hermes"] + "\n" + WELL_FORMED["hermes"].replace("Oslo", "Rome")

@@ -53,8 +53,9 @@ def tag(text: str, tags: Mapping[str, int]) -> str:
 
 
 def arguments_rule(tool: Tool) -> str:
-    """`%json` of the tool's parameter schema, compact."""
-    schema: dict[str, Any] = json.loads(tool.parameters)
+    """`%json` of the tool's parameter schema, compact, an object (a schema without `type`,
+    `{}` say, would allow any JSON value)."""
+    schema: dict[str, Any] = {"type": "object", **json.loads(tool.parameters)}
     schema["x-guidance"] = {**schema.get("x-guidance", {}), **COMPACT}
     return "%json " + json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
 
