@@ -153,8 +153,8 @@ def test_required_returns_calls_of_the_tools(which, request):
         # parallel: the model decides when to stop; EOS made likely, else a random model
         # goes on calling until max_tokens (the grammar still forces each call)
         eos = server.engine.tokenizer.eos_token_ids[0]
-        several = chat(server, tool_choice="required", seed=seed, n=2, logit_bias={str(eos): 50})
-        for choice in several.choices:
+        parallel = chat(server, tool_choice="required", seed=seed, n=2, logit_bias={str(eos): 50})
+        for choice in parallel.choices:
             check_calls(choice)
 
 
