@@ -57,6 +57,12 @@ CASES = {
         ('[TOOL_CALLS][{"name": "now", "arguments": {}}] extra',
          '[TOOL_CALLS][{"name": "now", "arguments": {}}] extra', []),
         ("plain", "plain", []),
+        ('[TOOL_CALLS]get_weather[ARGS]{"city": "Oslo"}', None, [("get_weather", {"city": "Oslo"})]),
+        ('ok [TOOL_CALLS]now[ARGS]{}[TOOL_CALLS]get_weather[ARGS]{"city": "Rome"}\n', "ok ",
+         [("now", {}), ("get_weather", {"city": "Rome"})]),
+        ("[TOOL_CALLS]now{}", "[TOOL_CALLS]now{}", []),
+        ("[TOOL_CALLS]now[ARGS]{} tail", "[TOOL_CALLS]now[ARGS]{} tail", []),
+        ("[TOOL_CALLS]now[ARGS][1]", "[TOOL_CALLS]now[ARGS][1]", []),
     ],
 }  # fmt: skip
 ALL = [(name, *case) for name, cases in CASES.items() for case in cases]
@@ -238,6 +244,32 @@ def test_special_tag_ids_finds_markers_that_are_one_special_token():
     view = GrammarTokenizer(tokenizer, tokenizer.vocab_size)
     allowed = GrammarMatcher(view, StructuredOutputsParams(grammar=grammar)).allowed()
     assert allowed.nonzero()[0].tolist() == [marker]
+
+
+def test_mistral_v11_grammar_when_the_tokenizer_has_an_args_token():
+    from tokenizers import AddedToken
+
+    from samebits.model.tokenizer import Tokenizer
+    from samebits.structured import StructuredOutputsParams
+    from samebits.structured.matcher import GrammarMatcher, GrammarTokenizer
+    from samebits.tools.grammar import special_tag_ids
+    from tiny_models import train_tiny_tokenizer
+
+    backend = train_tiny_tokenizer()
+    backend.add_special_tokens([AddedToken(t, special=True) for t in ("[TOOL_CALLS]", "[ARGS]")])
+    tokenizer = Tokenizer(backend, eos_token_ids=[0])
+    fmt = get_parser("mistral")
+    tags = special_tag_ids(tokenizer, fmt.markers)
+    assert set(tags) == {"[TOOL_CALLS]", "[ARGS]"}
+    grammar = call_grammar(fmt, TOOLS, ToolChoice("named", "get_weather"), False, tags)
+    matcher = GrammarMatcher(GrammarTokenizer(tokenizer, tokenizer.vocab_size),
+                             StructuredOutputsParams(grammar=grammar))  # fmt: skip
+    text = '[TOOL_CALLS]get_weather[ARGS]{"city":"Oslo"}'
+    for token in tokenizer.encode(text):
+        assert matcher.allowed()[token]
+        matcher.accept(token)
+    assert matcher.terminated or matcher.allowed()[0]
+    assert fmt.parse(tokenizer.decode(tokenizer.encode(text), skip_special_tokens=False)).calls
 
 
 def _matches(view, grammar: str, text: str) -> bool:

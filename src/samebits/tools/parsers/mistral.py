@@ -1,7 +1,12 @@
-"""Mistral calls: `[TOOL_CALLS]` then a JSON list of `{"name": ..., "arguments": {...}}`
-(v3 tokenizers: `[TOOL_CALLS]` is a special token, so the output is decoded with special
-tokens kept). Text before the marker is content; if what follows it is not such a list
-(and nothing else but whitespace), the whole output is content.
+"""Mistral calls, after any text, in either of Mistral's two formats:
+
+- v3 (Mistral 7B v0.3, Mixtral, Nemo): `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`;
+- v11+ (Mistral Small 3.2, Magistral): `[TOOL_CALLS]name[ARGS]{...}` per call.
+
+`[TOOL_CALLS]` (and `[ARGS]`) are special tokens in those tokenizers, so the output is
+decoded with special tokens kept. Text before the first marker is content; if what follows
+it is not calls in one of the formats (and nothing else but whitespace), the whole output is
+content. A forced output uses v11 when the tokenizer has `[ARGS]` as a special token, else v3.
 """
 
 from __future__ import annotations
@@ -14,20 +19,21 @@ from samebits.tools.grammar import arguments_rule, literal, tag
 from samebits.tools.parsers.base import ToolParser, held_prefix_end
 from samebits.tools.spec import Tool
 
-MARKER = "[TOOL_CALLS]"
+MARKER, ARGS = "[TOOL_CALLS]", "[ARGS]"
 ARG_KEYS = ("arguments", "parameters")
 
 
 class MistralParser(ToolParser):
     name = "mistral"
-    markers = (MARKER,)
+    markers = (MARKER, ARGS)
     needs_special_tokens = True
 
     def parse(self, text: str) -> ParsedOutput:
         at = text.find(MARKER)
         if at < 0:
             return ParsedOutput.text(text)
-        calls = _calls(text[at + len(MARKER) :])
+        rest = text[at + len(MARKER) :]
+        calls = _array_calls(rest) if rest.lstrip().startswith("[") else _v11_calls(rest)
         if not calls:
             return ParsedOutput.text(text)
         return ParsedOutput(content_or_none(text[:at]), calls)
@@ -36,15 +42,20 @@ class MistralParser(ToolParser):
         return held_prefix_end(text, MARKER)
 
     def call_rule(self, tool: Tool, tags: Mapping[str, int]) -> str:
+        if ARGS in tags:
+            name = literal(tool.name)
+            return f"{tag(MARKER, tags)} {name} {tag(ARGS, tags)} {arguments_rule(tool)}"
         head = literal('{"name": ' + json.dumps(tool.name) + ', "arguments": ')
         return f"{head} {arguments_rule(tool)} {literal('}')}"
 
     def calls_rule(self, parallel: bool, tags: Mapping[str, int]) -> str:
+        if ARGS in tags:
+            return "call+" if parallel else "call"
         more = ' (", " call)*' if parallel else ""
         return f'{tag(MARKER, tags)} "[" call{more} "]"'
 
 
-def _calls(rest: str) -> tuple[ToolCall, ...]:
+def _array_calls(rest: str) -> tuple[ToolCall, ...]:
     try:
         items, end = json.JSONDecoder().raw_decode(rest.lstrip())
     except json.JSONDecodeError:
@@ -55,3 +66,20 @@ def _calls(rest: str) -> tuple[ToolCall, ...]:
     if not calls or any(c is None for c in calls):
         return ()
     return tuple(c for c in calls if c is not None)
+
+
+def _v11_calls(rest: str) -> tuple[ToolCall, ...]:
+    calls = []
+    for piece in rest.split(MARKER):
+        name, sep, args = piece.partition(ARGS)
+        if not sep:
+            return ()
+        try:
+            value, end = json.JSONDecoder().raw_decode(args.lstrip())
+        except json.JSONDecodeError:
+            return ()
+        call = call_from_object({"name": name.strip(), "arguments": value})
+        if call is None or args.lstrip()[end:].strip():
+            return ()
+        calls.append(call)
+    return tuple(calls)
