@@ -108,5 +108,27 @@ def test_keep_alive_outlasts_the_clients_idle_expiry(monkeypatch):
     assert seen["timeout_keep_alive"] == args.timeout_keep_alive
 
 
+def test_tool_call_parser_flag_reaches_the_server_config():
+    import argparse
+
+    import pytest
+
+    from samebits.server import cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_serve_arguments(parser)
+    engine = _Stub()
+    assert cli.server_config(parser.parse_args([]), engine).tool_call_parser is None
+    args = parser.parse_args(["--tool-call-parser", "mistral"])
+    config = cli.server_config(args, engine)
+    assert config.tool_call_parser == "mistral"
+    assert cli._tool_line(config, engine) == "parser mistral (--tool-call-parser)"
+    assert "pass --tool-call-parser" in cli._tool_line(
+        cli.server_config(parser.parse_args([]), engine), engine
+    )
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--tool-call-parser", "pythonic"])
+
+
 class _Stub:
     model_name = "stub"

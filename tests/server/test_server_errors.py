@@ -81,7 +81,7 @@ JSON_CASES = [
         {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
         400,
         "tools",
-        "not supported",
+        "tools[0].function must be an object",
     ),
 ]
 

@@ -4,7 +4,7 @@ docs/architecture.md, "Layers". Adding an import that points up fails here, nami
 file, the line and the rule.
 
 Rules:
-- the runtime (engine/, kernels/, model/, graphs/, spec/, structured/, config, sampling,
+- the runtime (engine/, kernels/, model/, graphs/, spec/, structured/, tools/, config, sampling,
   deployment, llm, outputs, detokenizer, bits, engine_args) never imports analysis/, testing/,
   server/, audit/ or cli;
 - kernels/ never imports engine/; model/ never imports engine/;
@@ -26,7 +26,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 PKG = SRC / "samebits"
 
 RUNTIME = (
-    "engine", "kernels", "model", "graphs", "spec", "structured", "config", "sampling",
+    "engine", "kernels", "model", "graphs", "spec", "structured", "tools", "config", "sampling",
     "deployment", "llm", "outputs", "detokenizer", "bits", "engine_args",
 )  # fmt: skip
 OFFLINE_OR_ABOVE = ("analysis", "testing", "server", "audit", "cli")

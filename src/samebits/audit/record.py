@@ -4,7 +4,11 @@ Fields of a `request` entry (besides `seq`, `prev_hash`, `entry_hash` added by t
 `fingerprint`, `model`, `request_id`, `endpoint`, `user`, `received_at`, `finished_at`
 (Unix seconds), `prompt_token_ids`, `sampling_params` (the full `SamplingParams.to_dict()`
 with the seed actually used, `n == 1`), `output_token_ids`, `logits_digests` (hex SHA-256
-of each position's float32 logits row, see `samebits.outputs`) and `finish_reason`.
+of each position's float32 logits row, see `samebits.outputs`) and `finish_reason`; a chat
+request with tools also has `tools`: `{"tools", "tool_choice", "parallel_tool_calls",
+"tool_call_parser"}` (they shaped the prompt, and a forced choice's grammar is in
+`sampling_params.structured_outputs`), its `tools` the JSON text of the tools list (key
+order kept: a schema's property order is the order the arguments are generated in).
 A `session` entry marks a server start: `fingerprint`, `model`, `engine_args`, `started_at`.
 """
 
@@ -31,11 +35,12 @@ class ServedRequest:
     output_token_ids: Sequence[int]
     logits_digests: Sequence[str]
     finish_reason: str | None
+    tools: Mapping[str, Any] | None = None
 
 
 def request_record(served: ServedRequest, fingerprint: str, model: str) -> dict[str, Any]:
     """The JSON record of `served` (before sealing into the chain)."""
-    return {
+    record = {
         "type": "request",
         "format": ENTRY_FORMAT,
         "fingerprint": fingerprint,
@@ -51,6 +56,9 @@ def request_record(served: ServedRequest, fingerprint: str, model: str) -> dict[
         "logits_digests": [str(d) for d in served.logits_digests],
         "finish_reason": served.finish_reason,
     }
+    if served.tools is not None:
+        record["tools"] = dict(served.tools)
+    return record
 
 
 def session_record(

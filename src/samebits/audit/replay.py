@@ -5,7 +5,9 @@ sampler state (seed included), run with no other request in the engine. A finish
 passes when the replay yields exactly the logged token ids and logits digests; an aborted
 entry (client gone mid-generation) passes when its tokens and digests are a prefix of the
 replay (the replay then stops after as many tokens, since `max_tokens` only truncates).
-Digests are hex SHA-256 of the float32 rows, so equal strings mean equal bytes.
+Digests are hex SHA-256 of the float32 rows, so equal strings mean equal bytes. An entry
+of a tool request whose forced grammar is not the one its logged tools give fails before
+any replay (`tools_check.py`; checked when the engine has a `tokenizer`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from samebits.audit.reader import LoggedEntry
+from samebits.audit.tools_check import tools_problem
 from samebits.sampling import SamplingParams
 
 
@@ -54,6 +57,10 @@ def replay_entry(engine: ReplayEngine, logged: LoggedEntry) -> ReplayResult:
         prompt, params, tokens, digests = _inputs_of(entry)
     except (KeyError, TypeError, ValueError) as exc:
         return _result(logged, False, f"entry unusable for replay: {exc}", 0)
+    tokenizer = getattr(engine, "tokenizer", None)
+    problem = tools_problem(entry, tokenizer) if tokenizer is not None else None
+    if problem is not None:
+        return _result(logged, False, problem, len(tokens))
     aborted = entry.get("finish_reason") == "abort"
     if aborted and not tokens:
         return _result(logged, True, "aborted before any token (nothing to compare)", 0)

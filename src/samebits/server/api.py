@@ -39,6 +39,8 @@ from samebits.server.params import (
 from samebits.server.parsing import parse_json_body, read_body, validate_model
 from samebits.server.prompts import Prompt, check_prompt
 from samebits.server.responses import usage
+from samebits.server.tools import ToolPlan, served_parser_name
+from samebits.tools.stream import ToolCallStream
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -72,6 +74,7 @@ class OpenAIService:
         self.vocab_size = int(engine.vocab_size)
         self.max_model_len = int(engine.max_model_len)
         self.fingerprint = str(engine.fingerprint)
+        self.tool_parser = served_parser_name(config.tool_call_parser, engine)
 
     async def handle(self, request: Request, flavor: Flavor) -> Any:
         """Serve one call of `flavor`'s endpoint."""
@@ -80,11 +83,12 @@ class OpenAIService:
         req = validate_model(flavor.request_model, parse_json_body(body))
         self._check_model(req.model)
         check_n(req, self.config)
-        prompts = flavor.prompts(req, self.tokenizer, self.config)
+        tools = flavor.tool_plan(req, self.tokenizer, self.tool_parser)
+        prompts = flavor.prompts(req, self.tokenizer, self.config, tools)
         for prompt in prompts:
             check_prompt(prompt, self.vocab_size, self.max_model_len)
         meta = self._meta(req, flavor)
-        gen = Generation(self.engine_loop, self._choices(req, prompts, meta))
+        gen = Generation(self.engine_loop, self._choices(req, prompts, meta, tools))
         await gen.start()
         call = CallInfo(flavor.endpoint, req.user, received_at)
         if req.stream:
@@ -113,19 +117,22 @@ class OpenAIService:
             include_usage=bool(options and options.include_usage),
         )
 
-    def _choices(self, req: Any, prompts: list[Prompt], meta: CallMeta) -> list[Choice]:
+    def _choices(
+        self, req: Any, prompts: list[Prompt], meta: CallMeta, tools: ToolPlan | None
+    ) -> list[Choice]:
         choices = []
         for p, prompt in enumerate(prompts):
             max_tokens = resolve_max_tokens(
                 req, len(prompt.token_ids), self.max_model_len, self.config
             )
-            base = base_params(req, max_tokens, meta.seed, self.vocab_size)
+            base = base_params(req, max_tokens, meta.seed, self.vocab_size, tools)
             for i, params in enumerate(base.expand_n()):
                 index = p * req.n + i
                 choices.append(
                     Choice(
                         index, f"{meta.id}-{index}", prompt, params, echo=echoes(req),
-                        scoring_only=scoring_only(req),
+                        scoring_only=scoring_only(req), tools=tools,
+                        tool_stream=_tool_stream(tools) if req.stream else None,
                     )
                 )  # fmt: skip
         return choices
@@ -212,6 +219,12 @@ class OpenAIService:
         if usage is not None:
             body["usage"] = usage
         return _sse(body)
+
+
+def _tool_stream(tools: ToolPlan | None) -> ToolCallStream | None:
+    if tools is None or tools.parser is None:
+        return None
+    return ToolCallStream(tools.parser)
 
 
 def _prompt_tokens(gen: Generation) -> int:

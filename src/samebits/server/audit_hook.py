@@ -77,5 +77,6 @@ class AuditRecorder:
             output_token_ids=choice.token_ids,
             logits_digests=choice.logits_digests,
             finish_reason=choice.finish_reason or "abort",
+            tools=None if choice.tools is None else choice.tools.audit_fields(),
         )
         return request_record(served, self.fingerprint, self.model)

@@ -20,6 +20,7 @@ from samebits.server.config import (
     DEFAULT_TIMEOUT_KEEP_ALIVE_S,
     ServerConfig,
 )
+from samebits.tools.parsers import PARSERS
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -47,6 +48,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     add("--max-n", type=int, default=16, help="largest n accepted")
     add("--max-tokens-limit", type=int, default=None, help="largest max_tokens accepted")
     add("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
+    add("--tool-call-parser", default=None, choices=tuple(PARSERS),
+        help="format of the model's tool calls (default: the model family's: qwen -> hermes, "
+             "llama -> llama3_json, mistral/mixtral -> mistral)")  # fmt: skip
     add("--timeout-keep-alive", type=float, default=DEFAULT_TIMEOUT_KEEP_ALIVE_S, metavar="S",
         help="seconds an idle keep-alive connection stays open (above clients' own expiry)")  # fmt: skip
     add("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
@@ -106,6 +110,7 @@ def server_config(args: argparse.Namespace, engine: Any) -> ServerConfig:
         max_n=args.max_n,
         max_body_bytes=args.max_body_bytes,
         max_tokens_limit=args.max_tokens_limit,
+        tool_call_parser=args.tool_call_parser,
     )
 
 
@@ -122,11 +127,22 @@ def open_audit_log(args: argparse.Namespace, engine: Any) -> AuditLogWriter | No
     return writer
 
 
+def _tool_line(config: ServerConfig, engine: Any) -> str:
+    from samebits.server.tools import model_type, served_parser_name
+
+    name = served_parser_name(config.tool_call_parser, engine)
+    if name is None:
+        return f"no parser for model_type {model_type(engine)!r} (pass --tool-call-parser)"
+    origin = "--tool-call-parser" if config.tool_call_parser else f"{model_type(engine)}'s default"
+    return f"parser {name} ({origin})"
+
+
 def _announce(args: argparse.Namespace, engine: Any, config: ServerConfig, writer: Any) -> None:
     lines = [
         f"samebits serve: model {engine.model_name} as {list(config.model_names)}",
         f"  fingerprint: {engine.fingerprint}",
         f"  audit log:   {writer.path if writer is not None else 'disabled (--no-audit-log)'}",
+        f"  tool calls:  {_tool_line(config, engine)}",
         f"  listening:   http://{args.host}:{args.port}/v1",
     ]
     engine_config = getattr(engine, "config", None)

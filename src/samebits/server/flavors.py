@@ -1,4 +1,10 @@
-"""What differs between /v1/completions and /v1/chat/completions: prompts and JSON shapes."""
+"""What differs between /v1/completions and /v1/chat/completions: prompts and JSON shapes.
+
+Chat with a tool parser: the message carries `tool_calls` (the parse of the whole output) and
+`content` (the text outside the calls, or null); a streamed choice sends content and whole
+calls as `ToolCallStream` settles them, so the client assembles the same message. A choice
+that stopped ("stop") with at least one call finishes with "tool_calls".
+"""
 
 from __future__ import annotations
 
@@ -16,6 +22,8 @@ from samebits.server.responses import (
     extension,
     join_logprobs,
 )
+from samebits.server.tools import ToolPlan, call_id, tool_plan
+from samebits.tools.stream import StreamPiece
 
 
 class CompletionFlavor:
@@ -25,7 +33,12 @@ class CompletionFlavor:
     chunk_object_name = "text_completion"
     id_prefix = "cmpl"
 
-    def prompts(self, req: Any, tokenizer: Any, config: ServerConfig) -> list[Prompt]:
+    def tool_plan(self, req: Any, tokenizer: Any, parser_name: str | None) -> ToolPlan | None:
+        return None
+
+    def prompts(
+        self, req: Any, tokenizer: Any, config: ServerConfig, tools: ToolPlan | None
+    ) -> list[Prompt]:
         return completion_prompts(req, tokenizer, config.max_prompts)
 
     def choice_body(self, choice: Choice, k: int | None, tokenizer: Any, audit: Any) -> dict:
@@ -97,18 +110,33 @@ class ChatFlavor:
     chunk_object_name = "chat.completion.chunk"
     id_prefix = "chatcmpl"
 
-    def prompts(self, req: Any, tokenizer: Any, config: ServerConfig) -> list[Prompt]:
-        return [chat_prompt(req, tokenizer)]
+    def tool_plan(self, req: Any, tokenizer: Any, parser_name: str | None) -> ToolPlan | None:
+        return tool_plan(req, tokenizer, parser_name)
+
+    def prompts(
+        self, req: Any, tokenizer: Any, config: ServerConfig, tools: ToolPlan | None
+    ) -> list[Prompt]:
+        return [chat_prompt(req, tokenizer, tools)]
 
     def choice_body(self, choice: Choice, k: int | None, tokenizer: Any, audit: Any) -> dict:
         logprobs = None
         if k is not None and choice.logprobs is not None:
             logprobs = chat_logprobs(choice.token_ids, choice.logprobs, k, tokenizer)
+        message: dict[str, Any] = {"role": "assistant", "content": choice.text}
+        finish_reason = choice.finish_reason
+        if choice.tools is not None and choice.tools.parser is not None:
+            parsed = choice.tools.parser.parse(parser_text(choice, tokenizer))
+            message["content"] = parsed.content
+            if parsed.calls:
+                message["tool_calls"] = [
+                    c.to_openai(call_id(choice.request_id, i)) for i, c in enumerate(parsed.calls)
+                ]
+            finish_reason = _tool_finish(finish_reason, bool(parsed.calls))
         return {
             "index": choice.index,
-            "message": {"role": "assistant", "content": choice.text},
+            "message": message,
             "logprobs": logprobs,
-            "finish_reason": choice.finish_reason,
+            "finish_reason": finish_reason,
             "samebits": extension(choice, choice.token_ids, choice.logits_digests, audit, True),
         }
 
@@ -130,15 +158,48 @@ class ChatFlavor:
         if k is not None and delta.logprobs is not None:
             logprobs = chat_logprobs(list(delta.token_ids), list(delta.logprobs), k, tokenizer)
         final = delta.finish_reason is not None
+        body, finish_reason = {"content": added} if added or not final else {}, delta.finish_reason
+        if choice.tool_stream is not None:
+            stream = choice.tool_stream
+            text = parser_text(choice, tokenizer)
+            piece = stream.finish(text) if final else stream.update(text)
+            body = _tool_delta(choice, piece)
+            finish_reason = _tool_finish(finish_reason, bool(stream.calls_sent))
         return {
             "index": choice.index,
-            "delta": {"content": added} if added or not final else {},
+            "delta": body,
             "logprobs": logprobs,
-            "finish_reason": delta.finish_reason,
+            "finish_reason": finish_reason,
             "samebits": extension(
                 choice, list(delta.token_ids), list(delta.logits_digests), audit, final
             ),
         }
+
+
+def parser_text(choice: Choice, tokenizer: Any) -> str:
+    """The text a tool parser reads: the output less the text of a final EOS token, which
+    the decoder keeps when special tokens are kept (the Mistral parser needs them kept)."""
+    ids, text = choice.token_ids, choice.text
+    if choice.params.skip_special_tokens or not ids or ids[-1] not in tokenizer.eos_token_ids:
+        return text
+    eos_text = tokenizer.token_to_str(ids[-1])
+    return text[: -len(eos_text)] if eos_text and text.endswith(eos_text) else text
+
+
+def _tool_finish(finish_reason: str | None, has_calls: bool) -> str | None:
+    return "tool_calls" if has_calls and finish_reason == "stop" else finish_reason
+
+
+def _tool_delta(choice: Choice, piece: StreamPiece) -> dict[str, Any]:
+    """A chunk's delta: new content, new whole calls (index, id, type, name, arguments)."""
+    body: dict[str, Any] = {}
+    if piece.content:
+        body["content"] = piece.content
+    if piece.calls:
+        body["tool_calls"] = [
+            {"index": i, **call.to_openai(call_id(choice.request_id, i))} for i, call in piece.calls
+        ]
+    return body
 
 
 Flavor = CompletionFlavor | ChatFlavor

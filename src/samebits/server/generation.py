@@ -17,6 +17,8 @@ from samebits.sampling import SamplingParams
 from samebits.server.engine_loop import Accepted, Delta, EngineLoop, Event, Failed, Rejected
 from samebits.server.errors import APIError, bad_request
 from samebits.server.prompts import Prompt
+from samebits.server.tools import ToolPlan
+from samebits.tools.stream import ToolCallStream
 
 
 class ClientGone(Exception):
@@ -34,6 +36,8 @@ class Choice:
     what the audit log records); `shown_*` is what the response carries: nothing for a
     `scoring_only` choice (max_tokens 0 with echo, run as one engine token). `echo` puts the
     prompt (text, and `prompt_logprobs` when asked) before the output in the response.
+    `tools` (a chat call's `ToolPlan` whose parser is set) makes the response parse `text`
+    into content and tool calls.
     """
 
     index: int
@@ -51,6 +55,8 @@ class Choice:
     finish_reason: str | None = None
     accepted: bool = False
     recorded: bool = False
+    tools: ToolPlan | None = None  # chat with tools: parse the output into tool calls
+    tool_stream: ToolCallStream | None = None  # streaming: the calls and content sent so far
 
     @property
     def seed(self) -> int:

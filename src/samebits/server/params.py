@@ -20,6 +20,8 @@ from samebits.server.config import ServerConfig
 from samebits.server.errors import bad_request
 from samebits.server.protocol import ChatCompletionRequest, CompletionRequest
 from samebits.server.structured import structured_outputs
+from samebits.server.tools import ToolPlan
+from samebits.structured import StructuredOutputsParams
 
 AnyRequest = CompletionRequest | ChatCompletionRequest
 
@@ -142,16 +144,19 @@ def _bias_value(key: str, value: Any) -> float:
 
 
 def base_params(
-    req: AnyRequest, max_tokens: int, seed: int, vocab_size: int | None = None
-) -> SamplingParams:
+    req: AnyRequest, max_tokens: int, seed: int, vocab_size: int | None = None,
+    tools: ToolPlan | None = None,
+) -> SamplingParams:  # fmt: skip
     """The request's sampling parameters with its `n` and `seed` (`max_tokens` 0, scoring
     only, runs one token); `.expand_n()` gives each choice's. `vocab_size` bounds the
-    `logit_bias` ids (None: not checked here)."""
+    `logit_bias` ids (None: not checked here). `tools` (chat): a forced tool choice's
+    grammar is the constraint, and a parser whose marker is a special token keeps them."""
     vocab = vocab_size if vocab_size is not None else 2**63
     bias = logit_bias(req, vocab)
     check_token_ids("stop_token_ids", req.stop_token_ids or (), vocab, "'stop_token_ids' id")
     check_limit("min_tokens", req.min_tokens, max_tokens, source="max_tokens")
-    structured = structured_outputs(req)
+    structured = _constraint(req, tools)
+    keep_special = tools is not None and tools.keeps_special_tokens
     try:
         return SamplingParams(
             n=req.n,
@@ -171,12 +176,26 @@ def base_params(
             logit_bias=bias,
             prompt_logprobs=prompt_logprobs(req),
             seed=seed,
-            skip_special_tokens=req.skip_special_tokens,
+            skip_special_tokens=req.skip_special_tokens and not keep_special,
             include_stop_str_in_output=req.include_stop_str_in_output,
             structured_outputs=structured,
         )
     except ValueError as exc:
         raise bad_request(str(exc), _field_named_in(str(exc))) from exc
+
+
+def _constraint(req: AnyRequest, tools: ToolPlan | None) -> StructuredOutputsParams | None:
+    """The request's structured outputs, or its forced tool calls' grammar (not both)."""
+    structured = structured_outputs(req)
+    if tools is None or tools.grammar is None:
+        return structured
+    if structured is not None:
+        raise bad_request(
+            f"tool_choice {tools.choice.mode!r} forces tool calls; it cannot be combined with "
+            "response_format or the other structured-outputs fields",
+            "tool_choice",
+        )
+    return tools.grammar
 
 
 def _stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ a type error (HTTP 400), never coerced. Extensions beyond OpenAI (vLLM's names):
 `add_generation_prompt`, and the structured-outputs fields (`guided_json`, `guided_regex`,
 `guided_choice`, `guided_grammar`, `guided_whitespace_pattern`, `guided_decoding_backend`,
 `structured_outputs`), which `structured.py` checks and combines with `response_format`.
+Chat's `tools`, `tool_choice` and `parallel_tool_calls` are checked in `tools.py`.
 `logit_bias` keys are checked against the model in `params.py` (the
 vocabulary size is not known here).
 
@@ -101,10 +102,15 @@ class TextPart(BaseModel):
 
 
 class ChatMessage(BaseModel):
+    """One message. `tool_calls` (assistant: the calls it made, OpenAI's shape) and
+    `tool_call_id` (tool: the call this result answers) are checked in `prompts.py`."""
+
     model_config = ConfigDict(strict=True, extra="ignore")
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -125,6 +131,9 @@ class ChatCompletionRequest(_SamplingFields):
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     add_generation_prompt: bool = True  # vLLM: end the template with the assistant's turn
     add_special_tokens: bool = False  # vLLM: the template writes them; True adds BOS again
+    tools: list[Any] | None = None  # checked in server/tools.py (a 400 naming `tools`)
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
 
     def unsupported(self) -> list[tuple[str, str]]:
         found = super().unsupported()
@@ -156,15 +165,13 @@ class Refused:
         return not any(type(value) is type(h) and value == h for h in self.harmless)
 
 
-_NO_TOOLS = "tool and function calling are not supported"
+_NO_FUNCTIONS = "the legacy functions API is not supported; use tools and tool_choice"
 REFUSED = (
     # OpenAI
     Refused("best_of", "best_of other than 1 is not supported; use n", 2, (1,)),
     Refused("suffix", "suffix is not supported", "z", ("",), COMPLETIONS),
-    Refused("tools", f"tools: {_NO_TOOLS}", [{"type": "function"}], ([],), CHAT),
-    Refused("functions", f"functions: {_NO_TOOLS}", [{"name": "f"}], ([],), CHAT),
-    Refused("tool_choice", f"tool_choice: {_NO_TOOLS}", "required", ("none", "auto"), CHAT),
-    Refused("function_call", f"function_call: {_NO_TOOLS}", "auto", ("none",), CHAT),
+    Refused("functions", f"functions: {_NO_FUNCTIONS}", [{"name": "f"}], ([],), CHAT),
+    Refused("function_call", f"function_call: {_NO_FUNCTIONS}", "auto", ("none",), CHAT),
     Refused("audio", "audio output is not supported", {"voice": "alloy"}, (), CHAT),
     Refused("modalities", "only the 'text' modality is supported", ["audio"], (["text"],), CHAT),
     Refused("prediction", "predicted outputs are not supported", {"type": "content"}, (), CHAT),
@@ -218,7 +225,7 @@ REFUSED = (
 )
 # accepted whatever their value; they cannot change the output
 IGNORED = {
-    "metadata": BOTH, "store": BOTH, "service_tier": BOTH, "parallel_tool_calls": CHAT,
+    "metadata": BOTH, "store": BOTH, "service_tier": BOTH,
     "prompt_cache_key": BOTH, "safety_identifier": BOTH, "request_id": BOTH,
     "cache_salt": BOTH,
 }  # fmt: skip
