@@ -30,16 +30,24 @@ enum {
     MMA_ZERO_PLUS = 16,
 };
 
-/* A bf16 operand decoded: signed significand and nominal exponent (NONE when zero); one
- * byte per k16 block saying whether the block holds an inf/NaN. */
-struct operand {
+#define LANES 16 /* outputs of one row of x computed together: 16 rows of w */
+
+/* x decoded: signed significands and nominal exponents (NONE when zero), row-major [M, K]. */
+struct rows {
+    int32_t *sig, *exp;
+};
+
+/* w decoded in tiles of LANES rows, lane-minor: [N / LANES][K][LANES] (rows past N: zeros);
+ * special[tile * blocks + b]: the tile's block b holds an inf/NaN. */
+struct tiles {
     int32_t *sig, *exp;
     uint8_t *special;
-    const uint16_t *bits;
 };
 
 struct chain {
-    struct operand x, w;
+    const uint16_t *x, *w;
+    struct rows xd;
+    struct tiles wd;
     long n, k;
     const uint32_t *acc;
     uint32_t *out;
@@ -54,24 +62,37 @@ static void decode_value(uint16_t b, long flags, int32_t *sig, int32_t *exp) {
     *exp = s ? (field ? field : 1) - 127 : NONE;
 }
 
-static int decode(const uint16_t *bits, long rows, long k, long flags, struct operand *op) {
-    long count = rows * k;
-    op->bits = bits;
-    op->sig = malloc(sizeof(int32_t) * (size_t)count);
-    op->exp = malloc(sizeof(int32_t) * (size_t)count);
-    op->special = calloc((size_t)(count / STEP + 1), 1);
-    if (!op->sig || !op->exp || !op->special) return -1;
-    for (long i = 0; i < count; i++) {
-        decode_value(bits[i], flags, &op->sig[i], &op->exp[i]);
-        if ((bits[i] & 0x7F80) == 0x7F80) op->special[i / STEP] = 1;
-    }
+static int decode_rows(const uint16_t *bits, long m, long k, long flags, struct rows *d) {
+    d->sig = malloc(sizeof(int32_t) * (size_t)(m * k));
+    d->exp = malloc(sizeof(int32_t) * (size_t)(m * k));
+    if (!d->sig || !d->exp) return -1;
+    for (long i = 0; i < m * k; i++) decode_value(bits[i], flags, &d->sig[i], &d->exp[i]);
     return 0;
 }
 
-static void release(struct operand *op) {
-    free(op->sig);
-    free(op->exp);
-    free(op->special);
+static int decode_tiles(const uint16_t *bits, long n, long k, long flags, struct tiles *d) {
+    long tiles = (n + LANES - 1) / LANES, blocks = k / STEP, size = tiles * k * LANES;
+    d->sig = malloc(sizeof(int32_t) * (size_t)size);
+    d->exp = malloc(sizeof(int32_t) * (size_t)size);
+    d->special = calloc((size_t)(tiles * blocks + 1), 1);
+    if (!d->sig || !d->exp || !d->special) return -1;
+    for (long t = 0; t < tiles; t++)
+        for (long i = 0; i < k; i++)
+            for (long l = 0; l < LANES; l++) {
+                long j = t * LANES + l, at = (t * k + i) * LANES + l;
+                uint16_t b = j < n ? bits[j * k + i] : 0;
+                decode_value(b, flags, &d->sig[at], &d->exp[at]);
+                if ((b & 0x7F80) == 0x7F80) d->special[t * blocks + i / STEP] = 1;
+            }
+    return 0;
+}
+
+static void release(struct chain *c) {
+    free(c->xd.sig);
+    free(c->xd.exp);
+    free(c->wd.sig);
+    free(c->wd.exp);
+    free(c->wd.special);
 }
 
 /* fp32 bits of (-1)^neg * mag * 2^lsb rounded toward zero. */
@@ -123,58 +144,105 @@ static void decode_acc(uint32_t acc, long flags, int32_t *sig, int32_t *exp) {
     *exp = s ? (field ? field : 1) - 127 : NONE;
 }
 
-/* One finite k16 step: xs/xe, ws/we the 16 decoded operands, acc the accumulator bits; the
- * result in *res. Returns 0 (nothing written) when every term is zero. */
-static int finite_step(const int32_t *restrict xs, const int32_t *restrict xe,
-                       const int32_t *restrict ws, const int32_t *restrict we, uint32_t acc,
-                       long flags, uint32_t *res) {
-    int32_t e[STEP], p[STEP], csig, cexp, emax = NONE, sum = 0;
-    for (int i = 0; i < STEP; i++) {
-        e[i] = xe[i] + we[i];
-        p[i] = xs[i] * ws[i];
-    }
-    for (int i = 0; i < STEP; i++) emax = e[i] > emax ? e[i] : emax;
+/* One k16 step of one output from the raw bits (scalar; any inputs). */
+static uint32_t scalar_step(const uint16_t *xb, const uint16_t *wb, uint32_t acc, long flags) {
+    int special = (acc & 0x7F800000u) == 0x7F800000u;
+    for (int i = 0; i < STEP; i++) special |= (xb[i] & 0x7F80) == 0x7F80 || (wb[i] & 0x7F80) == 0x7F80;
+    if (special) return special_step(xb, wb, acc);
+    int32_t csig, cexp, emax, xs, xe, ws, we, sh, e[STEP], p[STEP];
+    int64_t total = 0;
     decode_acc(acc, flags, &csig, &cexp);
-    emax = cexp > emax ? cexp : emax;
-    if (emax < NONE / 2) return 0;
+    emax = cexp;
     for (int i = 0; i < STEP; i++) {
-        int32_t sh = e[i] - emax + (GRID - 14), a = p[i] < 0 ? -p[i] : p[i];
-        int32_t l = sh > 0 ? sh : 0, r = sh < 0 ? (-sh < 31 ? -sh : 31) : 0;
-        int32_t t = (a << l) >> r;
-        sum += p[i] < 0 ? -t : t;
+        decode_value(xb[i], flags, &xs, &xe);
+        decode_value(wb[i], flags, &ws, &we);
+        e[i] = xe + we;
+        p[i] = xs * ws;
+        emax = e[i] > emax ? e[i] : emax;
     }
-    int32_t csh = cexp - emax + (GRID - 23), ca = csig < 0 ? -csig : csig;
-    int32_t ct = csh >= 0 ? ca << csh : (-csh < 31 ? ca >> -csh : 0);
-    int64_t total = (int64_t)sum + (csig < 0 ? -ct : ct);
-    *res = to_fp32(total < 0, (uint64_t)(total < 0 ? -total : total), emax - GRID, flags);
-    return 1;
+    if (emax < NONE / 2) return zero_step(xb, wb, acc, flags);
+    for (int i = 0; i < STEP; i++) {
+        sh = e[i] - emax + (GRID - 14);
+        total += sh >= 0 ? (int64_t)p[i] * (1 << sh) : (p[i] < 0 ? -((-p[i]) >> (-sh < 31 ? -sh : 31)) : p[i] >> (-sh < 31 ? -sh : 31));
+    }
+    sh = cexp - emax + (GRID - 23);
+    total += sh >= 0 ? (int64_t)csig * (1 << sh) : (csig < 0 ? -((-csig) >> (-sh < 31 ? -sh : 31)) : csig >> (-sh < 31 ? -sh : 31));
+    return to_fp32(total < 0, (uint64_t)(total < 0 ? -total : total), emax - GRID, flags);
 }
 
-static uint32_t dot_chain(const struct chain *c, long m, long j) {
-    uint32_t acc = c->acc ? c->acc[m * c->n + j] : 0;
-    long blocks = c->k / STEP;
-    for (long b = 0; b < blocks; b++) {
-        long xo = m * c->k + b * STEP, wo = j * c->k + b * STEP;
-        const uint16_t *xb = c->x.bits + xo, *wb = c->w.bits + wo;
-        if (c->x.special[xo / STEP] | c->w.special[wo / STEP] |
-            ((acc & 0x7F800000u) == 0x7F800000u)) {
-            acc = special_step(xb, wb, acc);
-            continue;
-        }
-        uint32_t r;
-        if (finite_step(c->x.sig + xo, c->x.exp + xo, c->w.sig + wo, c->w.exp + wo, acc,
-                        c->flags, &r))
-            acc = r;
-        else
-            acc = zero_step(xb, wb, acc, c->flags);
+/* One finite k16 step of LANES outputs: xs/xe the 16 decoded x values, ws/we [16][LANES]
+ * the tile's, acc[LANES] the accumulators (bits, updated). Lanes whose terms are all zero
+ * are left to the caller: their bit in the returned mask is set. */
+static unsigned tile_step(const int32_t *restrict xs, const int32_t *restrict xe,
+                          const int32_t *restrict ws, const int32_t *restrict we,
+                          uint32_t *restrict acc, long flags) {
+    int32_t csig[LANES], cexp[LANES], emax[LANES], sum[LANES];
+    for (int l = 0; l < LANES; l++) {
+        int32_t field = (acc[l] >> 23) & 0xFF, mant = acc[l] & 0x7FFFFF;
+        int32_t s = field ? (mant | 0x800000) : ((flags & MMA_ACC_IN_FTZ) ? 0 : mant);
+        csig[l] = (acc[l] >> 31) ? -s : s;
+        cexp[l] = s ? (field ? field : 1) - 127 : NONE;
+        emax[l] = cexp[l];
+        sum[l] = 0;
     }
-    return acc;
+    for (int i = 0; i < STEP; i++)
+        for (int l = 0; l < LANES; l++) {
+            int32_t e = xe[i] + we[i * LANES + l];
+            emax[l] = e > emax[l] ? e : emax[l];
+        }
+    for (int i = 0; i < STEP; i++) {
+        if (xs[i] == 0) continue;
+        for (int l = 0; l < LANES; l++) {
+            int32_t p = xs[i] * ws[i * LANES + l], a = p < 0 ? -p : p;
+            int32_t sh = xe[i] + we[i * LANES + l] - emax[l] + (GRID - 14);
+            int32_t left = sh > 0 ? sh : 0, right = sh < 0 ? (sh > -31 ? -sh : 31) : 0;
+            int32_t t = (a << left) >> right;
+            sum[l] += p < 0 ? -t : t;
+        }
+    }
+    unsigned zero = 0;
+    for (int l = 0; l < LANES; l++) {
+        int32_t sh = cexp[l] - emax[l] + (GRID - 23), a = csig[l] < 0 ? -csig[l] : csig[l];
+        int32_t left = sh > 0 ? sh : 0, right = sh < 0 ? (sh > -31 ? -sh : 31) : 0;
+        int32_t t = (a << left) >> right;
+        int64_t total = (int64_t)sum[l] + (csig[l] < 0 ? -t : t);
+        uint64_t mag = (uint64_t)(total < 0 ? -total : total);
+        zero |= (unsigned)(emax[l] < NONE / 2) << l;
+        acc[l] = to_fp32(total < 0, mag, emax[l] - GRID, flags);
+    }
+    return zero;
+}
+
+/* Row m of x against tile t of w over the whole chain; writes the tile's outputs. */
+static void chain_tile(const struct chain *c, long m, long t) {
+    long blocks = c->k / STEP, lanes = c->n - t * LANES < LANES ? c->n - t * LANES : LANES;
+    uint32_t acc[LANES] = {0};
+    for (long l = 0; l < lanes; l++) acc[l] = c->acc ? c->acc[m * c->n + t * LANES + l] : 0;
+    for (long b = 0; b < blocks; b++) {
+        const uint16_t *xb = c->x + m * c->k + b * STEP;
+        int special = c->wd.special[t * blocks + b];
+        for (long i = 0; i < STEP; i++) special |= (xb[i] & 0x7F80) == 0x7F80;
+        for (long l = 0; l < lanes; l++) special |= (acc[l] & 0x7F800000u) == 0x7F800000u;
+        unsigned zero = ~0u;
+        if (!special) {
+            long xo = m * c->k + b * STEP, wo = (t * c->k + b * STEP) * LANES;
+            zero = tile_step(c->xd.sig + xo, c->xd.exp + xo, c->wd.sig + wo, c->wd.exp + wo,
+                             acc, c->flags);
+        }
+        for (long l = 0; l < lanes; l++)
+            if (zero >> l & 1) {
+                const uint16_t *wb = c->w + (t * LANES + l) * c->k + b * STEP;
+                acc[l] = scalar_step(xb, wb, acc[l], c->flags);
+            }
+    }
+    for (long l = 0; l < lanes; l++) c->out[m * c->n + t * LANES + l] = acc[l];
 }
 
 static void chain_rows(void *ctx, long begin, long end) {
     const struct chain *c = ctx;
+    long tiles = (c->n + LANES - 1) / LANES;
     for (long m = begin; m < end; m++)
-        for (long j = 0; j < c->n; j++) c->out[m * c->n + j] = dot_chain(c, m, j);
+        for (long t = 0; t < tiles; t++) chain_tile(c, m, t);
 }
 
 /* out[m, j] (fp32 bits) = the chain over k of row m of x [M, K] and row j of w [N, K] (bf16
@@ -182,10 +250,17 @@ static void chain_rows(void *ctx, long begin, long end) {
  * if memory ran out. */
 int sb_mma_chain(const uint16_t *x, long m, const uint16_t *w, long n, long k,
                  const uint32_t *acc, uint32_t *out, long flags, long threads) {
-    struct chain c = {.n = n, .k = k, .acc = acc, .out = out, .flags = flags};
-    int rc = decode(x, m, k, flags, &c.x) | decode(w, n, k, flags, &c.w);
+    struct chain c = {.x = x, .w = w, .n = n, .k = k, .acc = acc, .out = out, .flags = flags};
+    int rc = decode_rows(x, m, k, flags, &c.xd) | decode_tiles(w, n, k, flags, &c.wd);
     if (rc == 0) sb_parallel(chain_rows, &c, m, 1, threads);
-    release(&c.x);
-    release(&c.w);
+    release(&c);
     return rc ? -1 : 0;
+}
+
+/* One step from the raw bits, for tests: out[m, j] = mma_k16(x[m], w[j], acc[m, j]). */
+void sb_mma_step_scalar(const uint16_t *x, long m, const uint16_t *w, long n,
+                        const uint32_t *acc, uint32_t *out, long flags) {
+    for (long i = 0; i < m; i++)
+        for (long j = 0; j < n; j++)
+            out[i * n + j] = scalar_step(x + i * STEP, w + j * STEP, acc[i * n + j], flags);
 }
