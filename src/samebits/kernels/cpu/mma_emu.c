@@ -224,8 +224,9 @@ static unsigned tile_step(const int32_t *restrict xs, const int32_t *restrict xe
         int32_t left = sh > 0 ? sh : 0, right = sh < 0 ? (sh > -31 ? -sh : 31) : 0;
         int32_t t = (a << left) >> right;
         int64_t total = (int64_t)sum[l] + (csig[l] < 0 ? -t : t);
+        uint32_t r = lane_fp32(total, emax[l] - GRID, flags);
         zero |= (unsigned)(emax[l] < NONE / 2) << l;
-        acc[l] = lane_fp32(total, emax[l] - GRID, flags);
+        acc[l] = emax[l] < NONE / 2 ? acc[l] : r; /* zero lanes: the caller's, unchanged */
     }
     return zero;
 }
