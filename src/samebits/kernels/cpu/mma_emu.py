@@ -42,11 +42,20 @@ def build_key() -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
+def _cache_dir() -> Path:
+    """$SAMEBITS_CACHE_DIR, else the user cache directory (platformdirs), as native.py."""
+    if os.environ.get("SAMEBITS_CACHE_DIR"):
+        return Path(os.environ["SAMEBITS_CACHE_DIR"])
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("samebits"))
+
+
 def _build() -> Path:
     from samebits.kernels.cpu import native
 
     isa = hashlib.sha256(native.isa_flags().encode()).hexdigest()[:8]
-    target = native._cache_dir() / f"samebits-mma-{build_key()}-{isa}.so"
+    target = _cache_dir() / f"samebits-mma-{build_key()}-{isa}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
