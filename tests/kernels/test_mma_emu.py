@@ -6,6 +6,7 @@ zeros, inf/NaN, overflow)."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +16,7 @@ from samebits.kernels.cpu import mma_cases, mma_emu, mma_model
 from samebits.kernels.cpu.mma_model import MmaModel
 
 SLICE = Path(__file__).parent / "data" / "h200_mma_bits_slice.npz"
-SWITCHES = ("subnormal_in_ftz", "acc_in_ftz", "subnormal_out_ftz", "overflow_to_max", "zero_plus")
-MODELS = [MmaModel()] + [MmaModel(**{name: True}) for name in SWITCHES]
+MODELS = [MmaModel()] + [MmaModel(**{f.name: True}) for f in fields(MmaModel)]
 
 
 def _captured():
@@ -154,6 +154,16 @@ def test_bf16_subnormal_inputs_are_not_flushed():
     w = _bf16([2.0**100] + [0.0] * 15)
     assert _step(sub, w) == _f32_bits(2.0**-33)
     assert _step(sub, w, 0, MmaModel(subnormal_in_ftz=True)) == 0
+
+
+def test_subnormal_inputs_keep_exponent_minus_126():
+    # 2^-133 (subnormal) * 2^100: nominal exponent -26, grid 2^-51, so 8 terms of 2^-56 vanish;
+    # with the subnormal normalized (exponent -33, grid 2^-58) they add 2^-53
+    x = np.concatenate([[0x0001], _bf16([2.0**-28] * 8 + [0.0] * 7)]).astype(np.uint16)
+    w = _bf16([2.0**100] + [2.0**-28] * 8 + [0.0] * 7)
+    assert _step(x, w) == _f32_bits(2.0**-33)
+    normalized = MmaModel(subnormal_in_normalized=True)
+    assert _step(x, w, 0, normalized) == _f32_bits(2.0**-33 + 2.0**-53)
 
 
 def test_threads_and_tiles_do_not_change_bits():

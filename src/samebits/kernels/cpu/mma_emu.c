@@ -28,7 +28,14 @@ enum {
     MMA_SUBNORMAL_OUT_FTZ = 4,
     MMA_OVERFLOW_TO_MAX = 8,
     MMA_ZERO_PLUS = 16,
+    MMA_SUBNORMAL_IN_NORMALIZED = 32,
+    MMA_ACC_IN_NORMALIZED = 64,
 };
+
+/* A subnormal's significand shifted up to the hidden bit `top`: the shift (0 if s is 0). */
+static inline int32_t normalize_shift(int32_t s, int top) {
+    return s ? top - (31 - __builtin_clz((unsigned)s)) : 0;
+}
 
 #define LANES 16 /* outputs of one row of x computed together: 16 rows of w */
 
@@ -58,8 +65,10 @@ static void decode_value(uint16_t b, long flags, int32_t *sig, int32_t *exp) {
     int32_t field = (b >> 7) & 0xFF, mant = b & 0x7F;
     int32_t s = field == 0 ? ((flags & MMA_SUBNORMAL_IN_FTZ) ? 0 : mant) : (mant | 0x80);
     if (field == 0xFF) s = 0;
+    int32_t up = field == 0 && (flags & MMA_SUBNORMAL_IN_NORMALIZED) ? normalize_shift(s, 7) : 0;
+    s <<= up;
     *sig = (b & 0x8000) ? -s : s;
-    *exp = s ? (field ? field : 1) - 127 : NONE;
+    *exp = s ? (field ? field : 1) - 127 - up : NONE;
 }
 
 static int decode_rows(const uint16_t *bits, long m, long k, long flags, struct rows *d) {
@@ -158,8 +167,10 @@ static uint32_t special_step(const uint16_t *xb, const uint16_t *wb, uint32_t ac
 static void decode_acc(uint32_t acc, long flags, int32_t *sig, int32_t *exp) {
     int32_t field = (acc >> 23) & 0xFF, mant = acc & 0x7FFFFF;
     int32_t s = field ? (mant | 0x800000) : ((flags & MMA_ACC_IN_FTZ) ? 0 : mant);
+    int32_t up = field == 0 && (flags & MMA_ACC_IN_NORMALIZED) ? normalize_shift(s, 23) : 0;
+    s <<= up;
     *sig = (acc >> 31) ? -s : s;
-    *exp = s ? (field ? field : 1) - 127 : NONE;
+    *exp = s ? (field ? field : 1) - 127 - up : NONE;
 }
 
 /* One k16 step of one output from the raw bits (scalar; any inputs). */
@@ -196,10 +207,7 @@ static unsigned tile_step(const int32_t *restrict xs, const int32_t *restrict xe
                           uint32_t *restrict acc, long flags) {
     int32_t csig[LANES], cexp[LANES], emax[LANES], sum[LANES];
     for (int l = 0; l < LANES; l++) {
-        int32_t field = (acc[l] >> 23) & 0xFF, mant = acc[l] & 0x7FFFFF;
-        int32_t s = field ? (mant | 0x800000) : ((flags & MMA_ACC_IN_FTZ) ? 0 : mant);
-        csig[l] = (acc[l] >> 31) ? -s : s;
-        cexp[l] = s ? (field ? field : 1) - 127 : NONE;
+        decode_acc(acc[l], flags, &csig[l], &cexp[l]);
         emax[l] = cexp[l];
         sum[l] = 0;
     }

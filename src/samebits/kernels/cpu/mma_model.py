@@ -22,7 +22,7 @@ Bits in, bits out: bf16 as uint16, fp32 as uint32, so signed zeros and NaN paylo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -39,7 +39,9 @@ class MmaModel:
     subnormal_in_ftz: bf16 subnormal inputs read as zero; acc_in_ftz: an fp32 subnormal
     accumulator reads as zero; subnormal_out_ftz: subnormal results flush to zero (sign kept);
     overflow_to_max: an overflowing sum gives +-FLT_MAX (IEEE RZ) instead of +-inf;
-    zero_plus: a zero result is always +0.
+    zero_plus: a zero result is always +0; subnormal_in_normalized / acc_in_normalized: a
+    subnormal bf16 input / fp32 accumulator takes its true exponent (leading bit) as its
+    nominal one, instead of -126.
     """
 
     subnormal_in_ftz: bool = False
@@ -47,11 +49,12 @@ class MmaModel:
     subnormal_out_ftz: bool = False
     overflow_to_max: bool = False
     zero_plus: bool = False
+    subnormal_in_normalized: bool = False
+    acc_in_normalized: bool = False
 
     def flags(self) -> int:
-        """The bit mask the native emulator takes (mma_emu.c MMA_* flags)."""
-        names = ("subnormal_in_ftz", "acc_in_ftz", "subnormal_out_ftz", "overflow_to_max")
-        bits = [getattr(self, n) for n in names] + [self.zero_plus]
+        """The bit mask the native emulator takes (mma_emu.c MMA_* flags: field order)."""
+        bits = [getattr(self, f.name) for f in fields(self)]
         return sum(1 << i for i, on in enumerate(bits) if on)
 
 
@@ -64,12 +67,18 @@ def _fields(bits: np.ndarray, mant_bits: int):
     return (b >> (mant_bits + 8)) & 1, (b >> mant_bits) & 0xFF, b & ((1 << mant_bits) - 1)
 
 
-def _finite(field, mant, mant_bits: int, ftz: bool):
-    """(significand, exponent of its last bit): subnormals read as 2^-126 * 0.mant (or 0)."""
+def _finite(field, mant, mant_bits: int, ftz: bool, normalize: bool):
+    """(significand, exponent of its last bit): subnormals read as 2^-126 * 0.mant (or 0), or
+    normalized (significand shifted up to the hidden bit, exponent lowered to match)."""
     hidden = np.where(field == 0, 0, 1 << mant_bits)
     sig = np.where((field == 0) & ftz, 0, mant | hidden)
     sig = np.where(field == 0xFF, 0, sig)
-    return sig, np.maximum(field, 1) - 127 - mant_bits
+    lsb = np.maximum(field, 1) - 127 - mant_bits
+    if normalize:
+        lead = np.floor(np.log2(np.maximum(sig, 1))).astype(np.int64)  # exact: sig < 2^24
+        up = np.where((field == 0) & (sig != 0), mant_bits - lead, 0)
+        sig, lsb = sig << up, lsb - up
+    return sig, lsb
 
 
 def _special_bits(x, w, acc):
@@ -119,9 +128,10 @@ def mma_k16(x: np.ndarray, w: np.ndarray, acc: np.ndarray, model: MmaModel = DEF
     xs, xf, xm = _fields(x, 7)
     ws, wf, wm = _fields(w, 7)
     cs, cf, cm = _fields(acc, 23)
-    xsig, xe = _finite(xf, xm, 7, model.subnormal_in_ftz)
-    wsig, we = _finite(wf, wm, 7, model.subnormal_in_ftz)
-    csig, ce = _finite(cf, cm, 23, model.acc_in_ftz)
+    ftz, norm = model.subnormal_in_ftz, model.subnormal_in_normalized
+    xsig, xe = _finite(xf, xm, 7, ftz, norm)
+    wsig, we = _finite(wf, wm, 7, ftz, norm)
+    csig, ce = _finite(cf, cm, 23, model.acc_in_ftz, model.acc_in_normalized)
     psig = xsig[:, None, :] * wsig[None, :, :]
     pexp = xe[:, None, :] + we[None, :, :]
     sig = np.concatenate([csig[:, :, None], psig], axis=2)
