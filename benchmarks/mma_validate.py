@@ -13,7 +13,9 @@ Each cell (kind, K, M=N) is regenerated offline by
 `mma_cases.make_case(kind, M, N, K, np.random.default_rng([seed, round, cell]))`. Besides the
 default model's mismatches, the first round's cells also compare their first rows under every
 MmaModel switch (`variants`): where the default is off, they say which behaviour the GPU has. The
-JSON is rewritten after every cell. Exit status 0 when no output differs, 1 otherwise.
+JSON is rewritten after every cell; mismatching outputs (up to 1024 a cell: row, column, GPU
+and emulator bits) go to OUT_mismatches.npz beside it. Exit status 0 when no output differs
+and the qualification probe passes, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ K_PLAN = ((16, 4.0), (32, 4.0), (48, 2.0), (64, 4.0), (112, 1.0), (256, 2.0), (1
           (4096, 0.25))  # fmt: skip
 VARIANT_ROWS = 64
 EXAMPLES = 5
+SAVED = 1024  # mismatching outputs per cell kept in the _mismatches.npz beside --out
 SWITCHES = [f.name for f in fields(MmaModel)]
 
 
@@ -105,12 +108,27 @@ def run_cell(cell: tuple[int, str, int, int], index: int, seed: int, threads: in
         {"row": int(i), "col": int(j), "gpu": f"{int(gpu[i, j]):08x}", "emu": f"{int(emu[i, j]):08x}"}
         for i, j in bad[:EXAMPLES]
     ]  # fmt: skip
+    keep = bad[:SAVED]
+    saved = (keep, gpu[keep[:, 0], keep[:, 1]], emu[keep[:, 0], keep[:, 1]])
     return {
-        "round": rnd, "kind": kind, "K": k, "M": size, "N": size, "seed": [seed, rnd, index],
+        "index": index, "round": rnd, "kind": kind, "K": k, "M": size, "N": size,
+        "seed": [seed, rnd, index], "saved": saved,
         "dots": size * size, "mismatches": int(len(bad)), "classes": classes,
         "variant_rows": rows.stop, "default_on_variant_rows": int((emu[rows] != gpu[rows]).sum()),
         "variants": variants, "examples": examples, "gpu_s": t1 - t0, "emu_s": t2 - t1,
     }  # fmt: skip
+
+
+def save_mismatches(cell: dict, saved: dict, out: Path) -> None:
+    """Keep the cell's mismatching outputs (row, col, GPU bits, emulator bits) in
+    OUT_mismatches.npz, arrays named c<index>_*, for fitting offline with make_case."""
+    where, gpu, emu = cell.pop("saved")
+    if len(where):
+        i = cell["index"]
+        saved.update({f"c{i}_rows": where[:, 0], f"c{i}_cols": where[:, 1], f"c{i}_gpu": gpu,
+                      f"c{i}_emu": emu})  # fmt: skip
+        out.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(out.with_name(out.stem + "_mismatches.npz"), **saved)
 
 
 def summary(cells: list[dict], started: float, threads: int, emu_s: float) -> dict:
@@ -167,6 +185,7 @@ def main() -> int:
     result = {"environment": environment(), "probe": probe_result(), "model": asdict(MmaModel())}
     print("probe:", result["probe"], flush=True)
     cells: list[dict] = []
+    saved: dict[str, np.ndarray] = {}
     emu_s = 0.0
     schedule = plan(args.dots, args.rounds)
     for index, cell in enumerate(schedule):
@@ -175,6 +194,7 @@ def main() -> int:
             break
         cells.append(run_cell(cell, index, args.seed, args.threads))
         emu_s += cells[-1]["emu_s"]
+        save_mismatches(cells[-1], saved, args.out)
         c = cells[-1]
         print(f"{c['kind']:>13} K={c['K']:<5} {c['M']}x{c['N']} mismatches={c['mismatches']} "
               f"gpu {c['gpu_s']:.2f}s emu {c['emu_s']:.2f}s", flush=True)  # fmt: skip
