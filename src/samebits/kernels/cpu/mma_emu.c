@@ -49,6 +49,7 @@ static inline int32_t normalize_shift(int32_t s, int top) {
  * row-major [M, K]. */
 struct rows {
     int32_t *sig, *exp;
+    uint8_t *special; /* [M * K / 16]: the row's block holds an inf/NaN */
 };
 
 /* w decoded in tiles of LANES rows, lane-minor: [N / LANES][K][LANES] (rows past N: zeros);
@@ -81,10 +82,12 @@ static void decode_value(uint16_t b, long flags, int32_t *sig, int32_t *exp) {
 static int decode_rows(const uint16_t *bits, long m, long k, long flags, struct rows *d) {
     d->sig = malloc(sizeof(int32_t) * (size_t)(m * k));
     d->exp = malloc(sizeof(int32_t) * (size_t)(m * k));
-    if (!d->sig || !d->exp) return -1;
+    d->special = calloc((size_t)(m * k / STEP + 1), 1);
+    if (!d->sig || !d->exp || !d->special) return -1;
     for (long i = 0; i < m * k; i++) {
         decode_value(bits[i], flags, &d->sig[i], &d->exp[i]);
         d->sig[i] *= 1 << (GRID - 14); /* see tile_step */
+        if ((bits[i] & 0x7F80) == 0x7F80) d->special[i / STEP] = 1;
     }
     return 0;
 }
@@ -109,6 +112,7 @@ static int decode_tiles(const uint16_t *bits, long n, long k, long flags, struct
 static void release(struct chain *c) {
     free(c->xd.sig);
     free(c->xd.exp);
+    free(c->xd.special);
     free(c->wd.sig);
     free(c->wd.exp);
     free(c->wd.special);
@@ -256,16 +260,15 @@ static void chain_tile(const struct chain *c, long m, long t) {
     for (long l = 0; l < lanes; l++) acc[l] = c->acc ? c->acc[m * c->n + t * LANES + l] : 0;
     for (long b = 0; b < blocks; b++) {
         const uint16_t *xb = c->x + m * c->k + b * STEP;
-        int special = c->wd.special[t * blocks + b];
-        for (long i = 0; i < STEP; i++) special |= (xb[i] & 0x7F80) == 0x7F80;
-        for (long l = 0; l < lanes; l++) special |= (acc[l] & 0x7F800000u) == 0x7F800000u;
+        int special = c->wd.special[t * blocks + b] | c->xd.special[m * blocks + b];
+        for (int l = 0; l < LANES; l++) special |= (acc[l] & 0x7F800000u) == 0x7F800000u;
         unsigned zero = ~0u;
         if (!special) {
             long xo = m * c->k + b * STEP, wo = (t * c->k + b * STEP) * LANES;
             zero = tile_step(c->xd.sig + xo, c->xd.exp + xo, c->wd.sig + wo, c->wd.exp + wo,
                              acc, c->flags);
         }
-        for (long l = 0; l < lanes; l++)
+        for (long l = 0; zero && l < lanes; l++)
             if (zero >> l & 1) {
                 const uint16_t *wb = c->w + (t * LANES + l) * c->k + b * STEP;
                 acc[l] = scalar_step(xb, wb, acc[l], c->flags);
