@@ -202,3 +202,12 @@ def test_bad_input_raises():
         mma_emu.mma_chain(x, x, np.zeros((3, 2), np.float32))
     with pytest.raises(ValueError, match="unknown MMA case kind"):
         mma_cases.make_case("nope", 1, 1, 16, np.random.default_rng(0))
+
+
+def test_fallback_to_the_numpy_model_is_announced(monkeypatch):
+    monkeypatch.setattr(mma_emu, "available", lambda: False)
+    monkeypatch.setattr(mma_emu, "build_error", lambda: "no C compiler (test)")
+    x, w, acc = mma_cases.make_case("wide24", 3, 4, 32, np.random.default_rng(0))
+    with pytest.warns(UserWarning, match="no C compiler"):
+        got = mma_emu.chain_bits(x, w, acc)
+    assert np.array_equal(got, mma_model.mma_chain(x, w, acc))
