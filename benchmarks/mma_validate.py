@@ -40,6 +40,8 @@ from samebits.kernels.cpu.mma_model import MmaModel  # noqa: E402
 # (K, relative share of the dot products): many short chains, fewer long ones
 K_PLAN = ((16, 4.0), (32, 4.0), (48, 2.0), (64, 4.0), (112, 1.0), (256, 2.0), (1024, 1.0),
           (4096, 0.25))  # fmt: skip
+# (BLOCK_M, num_warps) of the GPU kernel, in turn by cell: wgmma (64, 128) and mma.sync (16)
+CONFIGS = ((64, 4), (128, 8), (16, 4))
 VARIANT_ROWS = 64
 EXAMPLES = 5
 SAVED = 1024  # mismatching outputs per cell kept in the _mismatches.npz beside --out
@@ -77,14 +79,14 @@ def plan(dots: float, rounds: int) -> list[tuple[int, str, int, int]]:
     return cells
 
 
-def gpu_chain(x, w, acc):
+def gpu_chain(x, w, acc, config: tuple[int, int] = (64, 4)):
     import torch
 
     from samebits.kernels.triton import mma_probe
 
     t = [torch.from_numpy(a.view(d)).cuda() for a, d in ((x, np.int16), (w, np.int16),
                                                          (acc, np.int32))]  # fmt: skip
-    y = mma_probe.chain_bits(*t)
+    y = mma_probe.chain_bits(*t, block_m=config[0], num_warps=config[1])
     torch.cuda.synchronize()
     return y.cpu().numpy().view(np.uint32)
 
@@ -92,8 +94,9 @@ def gpu_chain(x, w, acc):
 def run_cell(cell: tuple[int, str, int, int], index: int, seed: int, threads: int) -> dict:
     rnd, kind, k, size = cell
     x, w, acc = mma_cases.make_case(kind, size, size, k, np.random.default_rng([seed, rnd, index]))
+    config = CONFIGS[(index + index // len(mma_cases.KINDS)) % len(CONFIGS)]
     t0 = time.perf_counter()
-    gpu = gpu_chain(x, w, acc)
+    gpu = gpu_chain(x, w, acc, config)
     t1 = time.perf_counter()
     emu = mma_emu.chain_bits(x, w, acc, threads=threads)
     t2 = time.perf_counter()
@@ -112,7 +115,7 @@ def run_cell(cell: tuple[int, str, int, int], index: int, seed: int, threads: in
     saved = (keep, gpu[keep[:, 0], keep[:, 1]], emu[keep[:, 0], keep[:, 1]])
     return {
         "index": index, "round": rnd, "kind": kind, "K": k, "M": size, "N": size,
-        "seed": [seed, rnd, index], "saved": saved,
+        "seed": [seed, rnd, index], "block_m": config[0], "warps": config[1], "saved": saved,
         "dots": size * size, "mismatches": int(len(bad)), "classes": classes,
         "variant_rows": rows.stop, "default_on_variant_rows": int((emu[rows] != gpu[rows]).sum()),
         "variants": variants, "examples": examples, "gpu_s": t1 - t0, "emu_s": t2 - t1,

@@ -20,8 +20,9 @@ def test_probe_vectors_qualify(cuda, gpu_record):
     assert report.outputs > 0 and report.passed, report.mismatches
 
 
+@pytest.mark.parametrize("config", [(64, 4), (16, 4)])  # wgmma, mma.sync
 @pytest.mark.parametrize("k", [16, 256, 4096])
-def test_chain_equals_emulator_on_every_class(cuda, gpu_record, k):
+def test_chain_equals_emulator_on_every_class(cuda, gpu_record, k, config):
     import torch
 
     from samebits.kernels.triton import mma_probe
@@ -31,7 +32,8 @@ def test_chain_equals_emulator_on_every_class(cuda, gpu_record, k):
         x, w, acc = mma_cases.make_case(kind, 128, 192, k, np.random.default_rng([k, i]))
         t = [torch.from_numpy(a.view(d)).cuda() for a, d in ((x, np.int16), (w, np.int16),
                                                              (acc, np.int32))]  # fmt: skip
-        gpu = mma_probe.chain_bits(*t).cpu().numpy().view(np.uint32)
+        y = mma_probe.chain_bits(*t, block_m=config[0], num_warps=config[1])
+        gpu = y.cpu().numpy().view(np.uint32)
         bad[kind] = int((gpu != mma_emu.chain_bits(x, w, acc)).sum())
-    gpu_record(f"mma chain K={k} mismatches by class (128x192 each)", bad)
+    gpu_record(f"mma chain K={k} BLOCK_M={config[0]} mismatches by class (128x192 each)", bad)
     assert not any(bad.values()), bad

@@ -41,9 +41,11 @@ def mma_chain_kernel(x_ptr, w_ptr, acc_ptr, y_ptr, M, N, K, BLOCK_M: tl.constexp
     tl.store(y_ptr + rm[:, None] * N + rn[None, :], acc, mask=mask)
 
 
-def chain_bits(x, w, acc):
+def chain_bits(x, w, acc, block_m: int = BLOCK_M, num_warps: int = 4):
     """GPU chain on bit tensors: x [M,K], w [N,K] int16 (bf16 bits), acc [M,N] int32 (fp32
-    bits), all on one CUDA device -> int32 [M,N] fp32 bits. K a multiple of 16."""
+    bits), all on one CUDA device -> int32 [M,N] fp32 bits. K a multiple of 16. The tile
+    height and warp count pick the instruction (BLOCK_M 64 / 128: wgmma; 16: mma.sync), not
+    the bits (measured on the H200, DESIGN 2b)."""
     import torch
 
     m, k = x.shape
@@ -52,11 +54,11 @@ def chain_bits(x, w, acc):
         raise ValueError(f"mma chain: x [M,K], w [N,K], acc [M,N], K % 16 == 0; got "
                          f"{tuple(x.shape)}, {tuple(w.shape)}, {tuple(acc.shape)}")  # fmt: skip
     y = torch.empty((m, n), dtype=torch.float32, device=x.device)
-    grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(n, BLOCK_N))
+    grid = (triton.cdiv(m, block_m), triton.cdiv(n, BLOCK_N))
     mma_chain_kernel[grid](
         x.contiguous().view(torch.bfloat16), w.contiguous().view(torch.bfloat16),
-        acc.contiguous().view(torch.float32), y, m, n, k, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-        BLOCK_K=64 if k % 64 == 0 else 16, num_warps=4,
+        acc.contiguous().view(torch.float32), y, m, n, k, BLOCK_M=block_m, BLOCK_N=BLOCK_N,
+        BLOCK_K=64 if k % 64 == 0 else 16, num_warps=num_warps,
     )  # fmt: skip
     return y.view(torch.int32)
 
