@@ -178,7 +178,7 @@ def main() -> int:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--dots", type=float, default=1e9)
     ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--max-seconds", type=float, default=240.0)
     ap.add_argument("--seed", type=int, default=27)
     args = ap.parse_args()

@@ -125,11 +125,19 @@ def chain_bits(
         acc_ptr = None if acc is None else acc.ctypes.data
         rc = library().sb_mma_chain(
             x.ctypes.data, m, w.ctypes.data, n, x.shape[1], acc_ptr, out.ctypes.data,
-            model.flags(), threads or os.cpu_count() or 1,
+            model.flags(), threads or _cores(),
         )  # fmt: skip
         if rc != 0:
             raise MemoryError("mma_chain: out of memory decoding the operands")
     return out
+
+
+def _cores() -> int:
+    """CPUs this process may run on (the default thread count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def mma_chain(
