@@ -115,15 +115,20 @@ def test_result_is_truncated_toward_zero():
     assert _step(_bf16([-1.0, -(2.0**-12), -(2.0**-12)] + [0.0] * 13), w) == _f32_bits(-1.0)
 
 
-def test_signed_zeros():
-    neg_zero = 0x80000000
+def test_zero_results_are_plus_zero():
+    neg_zero, signed = 0x80000000, MmaModel(signed_zeros=True)
     ones, zeros, neg_zeros = _bf16([1.0] * 16), _bf16([0.0] * 16), _bf16([-0.0] * 16)
-    assert _step(neg_zeros, ones, neg_zero) == neg_zero  # every term -0: -0
-    assert _step(neg_zeros, ones, 0) == 0  # acc +0
-    assert _step(zeros, ones, neg_zero) == 0  # products +0
-    assert _step(neg_zeros, ones, neg_zero, MmaModel(zero_plus=True)) == 0
+    assert _step(neg_zeros, ones, neg_zero) == 0  # every term -0: +0 (IEEE: -0)
+    assert _step(neg_zeros, ones, neg_zero, signed) == neg_zero
+    assert _step(neg_zeros, ones, 0, signed) == 0  # acc +0
+    assert _step(zeros, ones, neg_zero, signed) == 0  # products +0
     x = _bf16([3.0, -3.0] + [0.0] * 14)
-    assert _step(x, ones, neg_zero) == 0  # exact cancellation: +0
+    assert _step(x, ones, neg_zero, signed) == 0  # exact cancellation: +0 either way
+    tiny = _bf16([-(2.0**-80)] + [0.0] * 15)  # -2^-160: truncated to zero
+    assert _step(tiny, _bf16([2.0**-80] + [0.0] * 15)) == 0
+    assert _step(tiny, _bf16([2.0**-80] + [0.0] * 15), 0, signed) == neg_zero
+    ones_acc = _f32_bits(1.0)
+    assert _step(neg_zeros, ones, ones_acc) == ones_acc  # zero products leave acc exact
 
 
 def test_inf_and_nan():

@@ -6,7 +6,8 @@
  *   Emax = max nominal exponent over the nonzero products and the accumulator;
  *   every term on the grid 2^(Emax - 25), truncated toward zero; exact integer sum;
  *   the sum to fp32 rounding toward zero; subnormals kept (flags may say otherwise).
- * Specials: a NaN input, inf * 0 or +inf with -inf gives 0x7FFFFFFF; an inf gives that inf.
+ * Specials: a NaN input, inf * 0 or +inf with -inf gives 0x7FFFFFFF; an inf gives that inf;
+ * a zero result is +0.
  *
  * Each output is computed by one thread from its row of x, its row of w and its accumulator:
  * threading (sbpool.c) never changes a bit. Integer arithmetic only: no rounding anywhere but
@@ -33,7 +34,7 @@ enum {
     MMA_ACC_IN_FTZ = 2,
     MMA_SUBNORMAL_OUT_FTZ = 4,
     MMA_OVERFLOW_TO_MAX = 8,
-    MMA_ZERO_PLUS = 16,
+    MMA_SIGNED_ZEROS = 16,
     MMA_SUBNORMAL_IN_NORMALIZED = 32,
     MMA_ACC_IN_NORMALIZED = 64,
 };
@@ -118,20 +119,22 @@ static void release(struct chain *c) {
     free(c->wd.special);
 }
 
-/* fp32 bits of (-1)^neg * mag * 2^lsb rounded toward zero. */
+/* fp32 bits of (-1)^neg * mag * 2^lsb rounded toward zero (a zero result: +0 unless
+ * MMA_SIGNED_ZEROS). */
 static uint32_t to_fp32(int neg, uint64_t mag, int32_t lsb, long flags) {
-    uint32_t sign = neg ? 0x80000000u : 0;
-    if (mag == 0) return sign;
-    int32_t msb = 63 - __builtin_clzll(mag), e = lsb + msb;
-    if (e > 127) return sign | ((flags & MMA_OVERFLOW_TO_MAX) ? 0x7F7FFFFFu : 0x7F800000u);
-    if (e >= -126) {
-        uint64_t sig = msb >= 23 ? mag >> (msb - 23) : mag << (23 - msb);
-        return sign | ((uint32_t)(e + 127) << 23) | ((uint32_t)sig & 0x7FFFFFu);
+    uint32_t body = 0;
+    if (mag) {
+        int32_t msb = 63 - __builtin_clzll(mag), e = lsb + msb, sh = -149 - lsb;
+        if (e > 127) {
+            body = (flags & MMA_OVERFLOW_TO_MAX) ? 0x7F7FFFFFu : 0x7F800000u;
+        } else if (e >= -126) {
+            uint64_t sig = msb >= 23 ? mag >> (msb - 23) : mag << (23 - msb);
+            body = ((uint32_t)(e + 127) << 23) | ((uint32_t)sig & 0x7FFFFFu);
+        } else if (!(flags & MMA_SUBNORMAL_OUT_FTZ)) { /* onto the subnormal grid 2^-149 */
+            body = (uint32_t)(sh >= 0 ? (sh > 63 ? 0 : mag >> sh) : mag << -sh);
+        }
     }
-    if (flags & MMA_SUBNORMAL_OUT_FTZ) return sign;
-    int32_t sh = -149 - lsb; /* onto the subnormal grid 2^-149 */
-    uint64_t sig = sh >= 0 ? (sh > 63 ? 0 : mag >> sh) : mag << -sh;
-    return sign | (uint32_t)sig;
+    return (neg && (body || (flags & MMA_SIGNED_ZEROS))) ? 0x80000000u | body : body;
 }
 
 /* to_fp32 of a signed total < 2^33 in magnitude, written branch-free so that a loop over
@@ -149,12 +152,13 @@ static inline uint32_t lane_fp32(int64_t total, int32_t lsb, long flags) {
     uint64_t big = (flags & MMA_OVERFLOW_TO_MAX) ? 0x7F7FFFFFu : 0x7F800000u;
     uint64_t body = e > 127 ? big : (e < -126 ? sub : normal);
     body = mag == 0 ? 0 : body;
-    return (uint32_t)body | (total < 0 ? 0x80000000u : 0);
+    int minus = total < 0 && (body || (flags & MMA_SIGNED_ZEROS));
+    return (uint32_t)body | (minus ? 0x80000000u : 0);
 }
 
 /* A step whose products and accumulator are all zeros: -0 only if every term is -0. */
 static uint32_t zero_step(const uint16_t *xb, const uint16_t *wb, uint32_t acc, long flags) {
-    if (flags & MMA_ZERO_PLUS) return 0;
+    if (!(flags & MMA_SIGNED_ZEROS)) return 0;
     uint32_t neg = acc >> 31;
     for (int i = 0; i < STEP; i++) neg &= (uint32_t)((xb[i] ^ wb[i]) >> 15);
     return neg << 31;

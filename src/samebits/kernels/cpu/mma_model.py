@@ -39,7 +39,9 @@ class MmaModel:
     subnormal_in_ftz: bf16 subnormal inputs read as zero; acc_in_ftz: an fp32 subnormal
     accumulator reads as zero; subnormal_out_ftz: subnormal results flush to zero (sign kept);
     overflow_to_max: an overflowing sum gives +-FLT_MAX (IEEE RZ) instead of +-inf;
-    zero_plus: a zero result is always +0; subnormal_in_normalized / acc_in_normalized: a
+    signed_zeros: IEEE-like zero signs (a zero sum of terms that are all -0 is -0; a negative
+    result truncated to zero is -0) instead of +0 for every zero result (the default, as
+    MMA-Sim's Hopper model); subnormal_in_normalized / acc_in_normalized: a
     subnormal bf16 input / fp32 accumulator takes its true exponent (leading bit) as its
     nominal one, instead of -126.
     """
@@ -48,7 +50,7 @@ class MmaModel:
     acc_in_ftz: bool = False
     subnormal_out_ftz: bool = False
     overflow_to_max: bool = False
-    zero_plus: bool = False
+    signed_zeros: bool = False
     subnormal_in_normalized: bool = False
     acc_in_normalized: bool = False
 
@@ -117,7 +119,8 @@ def _to_fp32(neg, mag, lsb_exp, model: MmaModel):
     big = 0x7F7FFFFF if model.overflow_to_max else 0x7F800000
     body = np.where(e > 127, big, np.where(e < -126, sub, normal))
     body = np.where(mag == 0, 0, body)
-    return body | (neg.astype(np.int64) << 31)
+    signed = (body != 0) | model.signed_zeros
+    return body | ((neg.astype(np.int64) & signed) << 31)
 
 
 def mma_k16(x: np.ndarray, w: np.ndarray, acc: np.ndarray, model: MmaModel = DEFAULT):
@@ -143,7 +146,7 @@ def mma_k16(x: np.ndarray, w: np.ndarray, acc: np.ndarray, model: MmaModel = DEF
     grid = np.where(shift >= 0, sig << np.clip(shift, 0, 40), sig >> np.clip(-shift, 0, 63))
     grid = np.where(shift < -62, 0, grid)
     total = np.where(neg == 1, -grid, grid).sum(axis=2)
-    all_neg_zero = ((sig == 0) & (neg == 1)).all(axis=2) & (not model.zero_plus)
+    all_neg_zero = ((sig == 0) & (neg == 1)).all(axis=2) & model.signed_zeros
     out_neg = np.where(total == 0, all_neg_zero, total < 0)
     out = _to_fp32(out_neg, np.abs(total), np.maximum(emax, -1000) - GRID, model)
     special = _special_bits(x, w, acc)
