@@ -4,6 +4,7 @@ every K from 16 to 4096 with >= 1e8 dot products, and its mismatch classes are r
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -49,3 +50,37 @@ def test_mismatch_classes():
     for gpu, emu, name in pairs:
         got = mv.classify(np.array([gpu], np.uint32), np.array([emu], np.uint32))
         assert got == {name: 1}, (hex(gpu), hex(emu), got)
+
+
+def test_a_run_names_the_switch_a_different_gpu_would_need(tmp_path, monkeypatch):
+    """mma_validate.py with a stand-in 'GPU' that signs its zeros, then
+    mma_mismatch_replay.py on its output: the zeros class fails, signed_zeros explains it."""
+    from samebits.kernels.cpu import mma_emu
+    from samebits.kernels.cpu.mma_model import MmaModel
+
+    mv = _module()
+    spec = importlib.util.spec_from_file_location(
+        "replay", SCRIPT.with_name("mma_mismatch_replay.py")
+    )
+    replay = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(replay)
+    alt = MmaModel(signed_zeros=True)
+    monkeypatch.setattr(
+        mv, "gpu_chain", lambda x, w, acc, config: mma_emu.chain_bits(x, w, acc, alt)
+    )
+    monkeypatch.setattr(mv, "environment", lambda: {"gpu": "stand-in"})
+    monkeypatch.setattr(mv, "probe_result", lambda: {"passed": True})
+    monkeypatch.setattr(mv, "K_PLAN", ((16, 1.0), (48, 1.0)))
+    out = tmp_path / "run.json"
+    monkeypatch.setattr(sys, "argv", ["mma_validate", "--out", str(out), "--dots", "1e5",
+                                      "--rounds", "1", "--threads", "2"])  # fmt: skip
+    assert mv.main() == 1
+    run = json.loads(out.read_text())
+    failing = {c["kind"] for c in run["cells"] if c["mismatches"]}
+    assert failing == {"zeros"} and set(run["summary"]["by_class"]) == {"zero_sign"}
+    saved = np.load(out.with_name("run_mismatches.npz"))
+    for cell in (c for c in run["cells"] if c["mismatches"]):
+        assert cell["variants"]["signed_zeros"] == 0
+        result = replay.replay(cell, saved)
+        assert result["emulator_reproduced"] and result["explained"]["default"] == 0
+        assert result["explained"]["signed_zeros"] == result["saved"] > 0
