@@ -23,16 +23,18 @@ def bf16_bits(f: np.ndarray) -> np.ndarray:
     return np.where(nan, (u >> 16) | 0x40, r).astype(np.uint16)
 
 
-def _normal(rng: np.random.Generator, shape) -> np.ndarray:
+def _normal(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
     return rng.standard_normal(shape, dtype=np.float32)
 
 
-def _spread(rng: np.random.Generator, shape, span: int) -> np.ndarray:
+def _spread(rng: np.random.Generator, shape: tuple[int, int], span: int) -> np.ndarray:
     e = rng.integers(-span, span + 1, size=shape).astype(np.float32)
     return _normal(rng, shape) * np.exp2(e)
 
 
-def _random_fields(rng: np.random.Generator, shape, lo: int, hi: int) -> np.ndarray:
+def _random_fields(
+    rng: np.random.Generator, shape: tuple[int, int], lo: int, hi: int
+) -> np.ndarray:
     """bf16 bits with exponent fields uniform in [lo, hi], random sign and mantissa."""
     field = rng.integers(lo, hi + 1, size=shape, dtype=np.uint32)
     low = rng.integers(0, 1 << 8, size=shape, dtype=np.uint32)  # sign + 7 mantissa bits
@@ -45,7 +47,9 @@ def _signed_zeros(rng: np.random.Generator, bits: np.ndarray, share: float) -> n
     return np.where(zero, sign, bits).astype(np.uint16)
 
 
-def _plain(gen: Callable[[np.random.Generator, tuple], np.ndarray]):
+def _plain(
+    gen: Callable[[np.random.Generator, tuple[int, int]], np.ndarray],
+) -> Callable[[int, int, int, np.random.Generator], Case]:
     def case(m: int, n: int, k: int, rng: np.random.Generator) -> Case:
         x, w = bf16_bits(gen(rng, (m, k))), bf16_bits(gen(rng, (n, k)))
         return x, w, np.zeros((m, n), np.uint32)

@@ -63,13 +63,15 @@ class MmaModel:
 DEFAULT = MmaModel()
 
 
-def _fields(bits: np.ndarray, mant_bits: int):
+def _fields(bits: np.ndarray, mant_bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(sign, exponent field, mantissa field) of IEEE bits with an 8-bit exponent."""
     b = bits.astype(np.int64)
     return (b >> (mant_bits + 8)) & 1, (b >> mant_bits) & 0xFF, b & ((1 << mant_bits) - 1)
 
 
-def _finite(field, mant, mant_bits: int, ftz: bool, normalize: bool):
+def _finite(
+    field: np.ndarray, mant: np.ndarray, mant_bits: int, ftz: bool, normalize: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """(significand, exponent of its last bit): subnormals read as 2^-126 * 0.mant (or 0), or
     normalized (significand shifted up to the hidden bit, exponent lowered to match)."""
     hidden = np.where(field == 0, 0, 1 << mant_bits)
@@ -83,7 +85,7 @@ def _finite(field, mant, mant_bits: int, ftz: bool, normalize: bool):
     return sig, lsb
 
 
-def _special_bits(x, w, acc):
+def _special_bits(x: np.ndarray, w: np.ndarray, acc: np.ndarray) -> np.ndarray:
     """Result bits of the steps some of whose inputs are inf/NaN; -1 where none is.
     x [M,16], w [N,16] uint16, acc [M,N] uint32."""
     xs, xf, xm = _fields(x, 7)
@@ -102,7 +104,7 @@ def _special_bits(x, w, acc):
     return np.where(nan, CANONICAL_NAN, out).astype(np.int64)
 
 
-def _to_fp32(neg, mag, lsb_exp, model: MmaModel):
+def _to_fp32(neg: np.ndarray, mag: np.ndarray, lsb_exp: np.ndarray, model: MmaModel) -> np.ndarray:
     """fp32 bits of (-1)^neg * mag * 2^lsb_exp rounded toward zero (mag int64 >= 0)."""
     msb = np.where(mag > 0, np.floor(np.log2(np.maximum(mag, 1))).astype(np.int64), 0)
     msb -= (np.left_shift(1, msb) > mag).astype(np.int64)  # guard log2 rounding up
@@ -123,7 +125,7 @@ def _to_fp32(neg, mag, lsb_exp, model: MmaModel):
     return body | ((neg.astype(np.int64) & signed) << 31)
 
 
-def mma_k16(x: np.ndarray, w: np.ndarray, acc: np.ndarray, model: MmaModel = DEFAULT):
+def mma_k16(x: np.ndarray, w: np.ndarray, acc: np.ndarray, model: MmaModel = DEFAULT) -> np.ndarray:
     """One MMA step: acc[m,n] + sum_i x[m,i]*w[n,i], bits in and out.
 
     x [M,16] and w [N,16] bf16 bits (uint16), acc [M,N] fp32 bits (uint32) -> uint32 [M,N].

@@ -14,10 +14,14 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import triton
 import triton.language as tl
+
+if TYPE_CHECKING:
+    import torch
 
 VECTORS = Path(__file__).parent / "mma_probe_vectors.npz"
 PROBE_SHAPE = (16, 16, 64)  # M, N, K of each class's probe matrices
@@ -41,7 +45,10 @@ def mma_chain_kernel(x_ptr, w_ptr, acc_ptr, y_ptr, M, N, K, BLOCK_M: tl.constexp
     tl.store(y_ptr + rm[:, None] * N + rn[None, :], acc, mask=mask)
 
 
-def chain_bits(x, w, acc, block_m: int = BLOCK_M, num_warps: int = 4):
+def chain_bits(
+    x: torch.Tensor, w: torch.Tensor, acc: torch.Tensor, block_m: int = BLOCK_M,
+    num_warps: int = 4,
+) -> torch.Tensor:  # fmt: skip
     """GPU chain on bit tensors: x [M,K], w [N,K] int16 (bf16 bits), acc [M,N] int32 (fp32
     bits), all on one CUDA device -> int32 [M,N] fp32 bits. K a multiple of 16. The tile
     height and warp count pick the instruction (BLOCK_M 64 / 128: wgmma; 16: mma.sync), not
