@@ -152,8 +152,8 @@ static inline uint32_t lane_fp32(int64_t total, int32_t lsb, long flags) {
     uint64_t big = (flags & MMA_OVERFLOW_TO_MAX) ? 0x7F7FFFFFu : 0x7F800000u;
     uint64_t body = e > 127 ? big : (e < -126 ? sub : normal);
     body = mag == 0 ? 0 : body;
-    int minus = total < 0 && (body || (flags & MMA_SIGNED_ZEROS));
-    return (uint32_t)body | (minus ? 0x80000000u : 0);
+    uint32_t minus = (uint32_t)(total < 0) & ((body != 0) | ((flags & MMA_SIGNED_ZEROS) != 0));
+    return (uint32_t)body | (minus << 31); /* bitwise, not &&: the lane loop stays vectorized */
 }
 
 /* A step whose products and accumulator are all zeros: -0 only if every term is -0. */
