@@ -64,7 +64,7 @@ struct chain {
     const uint16_t *x, *w;
     struct rows xd;
     struct tiles wd;
-    long n, k;
+    long m, n, k;
     const uint32_t *acc;
     uint32_t *out;
     long flags;
@@ -93,21 +93,24 @@ static int decode_rows(const uint16_t *bits, long m, long k, long flags, struct 
     return 0;
 }
 
-static int decode_tiles(const uint16_t *bits, long n, long k, long flags, struct tiles *d) {
-    long tiles = (n + LANES - 1) / LANES, blocks = k / STEP, size = tiles * k * LANES;
+static int alloc_tiles(long n, long k, struct tiles *d) {
+    long tiles = (n + LANES - 1) / LANES, size = tiles * k * LANES;
     d->sig = malloc(sizeof(int32_t) * (size_t)size);
     d->exp = malloc(sizeof(int32_t) * (size_t)size);
-    d->special = calloc((size_t)(tiles * blocks + 1), 1);
-    if (!d->sig || !d->exp || !d->special) return -1;
-    for (long t = 0; t < tiles; t++)
-        for (long i = 0; i < k; i++)
-            for (long l = 0; l < LANES; l++) {
-                long j = t * LANES + l, at = (t * k + i) * LANES + l;
-                uint16_t b = j < n ? bits[j * k + i] : 0;
-                decode_value(b, flags, &d->sig[at], &d->exp[at]);
-                if ((b & 0x7F80) == 0x7F80) d->special[t * blocks + i / STEP] = 1;
-            }
-    return 0;
+    d->special = calloc((size_t)(tiles * (k / STEP) + 1), 1);
+    return d->sig && d->exp && d->special ? 0 : -1;
+}
+
+/* Decode tile t of w (rows t * LANES ...; rows past N read as zeros). */
+static void decode_tile(const uint16_t *bits, long n, long k, long flags, struct tiles *d,
+                        long t) {
+    for (long i = 0; i < k; i++)
+        for (long l = 0; l < LANES; l++) {
+            long j = t * LANES + l, at = (t * k + i) * LANES + l;
+            uint16_t b = j < n ? bits[j * k + i] : 0;
+            decode_value(b, flags, &d->sig[at], &d->exp[at]);
+            if ((b & 0x7F80) == 0x7F80) d->special[t * (k / STEP) + i / STEP] = 1;
+        }
 }
 
 static void release(struct chain *c) {
@@ -281,21 +284,38 @@ static void chain_tile(const struct chain *c, long m, long t) {
     for (long l = 0; l < lanes; l++) c->out[m * c->n + t * LANES + l] = acc[l];
 }
 
-static void chain_rows(void *ctx, long begin, long end) {
+#define ROWS_PER_UNIT 64 /* rows of x per work unit: a unit is (tile of w, block of rows) */
+
+static void decode_tiles_task(void *ctx, long begin, long end) {
+    struct chain *c = ctx;
+    for (long t = begin; t < end; t++) decode_tile(c->w, c->n, c->k, c->flags, &c->wd, t);
+}
+
+/* Units tile-major: a thread's consecutive units reuse one tile of w (in cache). */
+static void chain_units_task(void *ctx, long begin, long end) {
     const struct chain *c = ctx;
-    long tiles = (c->n + LANES - 1) / LANES;
-    for (long m = begin; m < end; m++)
-        for (long t = 0; t < tiles; t++) chain_tile(c, m, t);
+    long blocks = (c->m + ROWS_PER_UNIT - 1) / ROWS_PER_UNIT;
+    for (long u = begin; u < end; u++) {
+        long t = u / blocks, first = u % blocks * ROWS_PER_UNIT;
+        long last = first + ROWS_PER_UNIT < c->m ? first + ROWS_PER_UNIT : c->m;
+        for (long m = first; m < last; m++) chain_tile(c, m, t);
+    }
 }
 
 /* out[m, j] (fp32 bits) = the chain over k of row m of x [M, K] and row j of w [N, K] (bf16
  * bits), starting from acc[m, j] (fp32 bits; NULL: +0). K a multiple of 16. Returns 0, or -1
- * if memory ran out. */
+ * if memory ran out. Work units: (tile of 16 rows of w, block of 64 rows of x), so a single
+ * row of x still spreads over the threads; w is decoded tile by tile on the threads too. */
 int sb_mma_chain(const uint16_t *x, long m, const uint16_t *w, long n, long k,
                  const uint32_t *acc, uint32_t *out, long flags, long threads) {
-    struct chain c = {.x = x, .w = w, .n = n, .k = k, .acc = acc, .out = out, .flags = flags};
-    int rc = decode_rows(x, m, k, flags, &c.xd) | decode_tiles(w, n, k, flags, &c.wd);
-    if (rc == 0) sb_parallel(chain_rows, &c, m, 1, threads);
+    struct chain c = {.x = x, .w = w, .m = m, .n = n, .k = k, .acc = acc, .out = out,
+                      .flags = flags};
+    long tiles = (n + LANES - 1) / LANES, blocks = (m + ROWS_PER_UNIT - 1) / ROWS_PER_UNIT;
+    int rc = decode_rows(x, m, k, flags, &c.xd) | alloc_tiles(n, k, &c.wd);
+    if (rc == 0) {
+        sb_parallel(decode_tiles_task, &c, tiles, 1, threads);
+        sb_parallel(chain_units_task, &c, tiles * blocks, 1, threads);
+    }
     release(&c);
     return rc ? -1 : 0;
 }
