@@ -173,12 +173,16 @@ def test_subnormal_inputs_keep_exponent_minus_126():
 
 def test_threads_and_tiles_do_not_change_bits():
     rng = np.random.default_rng(3)
-    x, w, acc = mma_cases.make_case("wide60", 23, 70, 160, rng)
+    x, w, acc = mma_cases.make_case("wide60", 150, 70, 160, rng)  # 3 row blocks, 5 tiles
     one = mma_emu.chain_bits(x, w, acc, threads=1)
     for threads in (2, 5):
         assert np.array_equal(mma_emu.chain_bits(x, w, acc, threads=threads), one)
     for lo, hi in ((0, 1), (1, 17), (17, 70)):  # w rows alone or in other tiles
         assert np.array_equal(mma_emu.chain_bits(x, w[lo:hi], acc[:, lo:hi]), one[:, lo:hi])
+    for lo, hi in ((0, 1), (63, 65), (100, 150)):  # x rows alone or in other row blocks
+        assert np.array_equal(mma_emu.chain_bits(x[lo:hi], w, acc[lo:hi]), one[lo:hi])
+    sample = mma_model.mma_chain(x[60:68], w, acc[60:68])  # the reference across a block edge
+    assert np.array_equal(one[60:68], sample)
 
 
 def test_torch_interface_returns_the_same_bits():
