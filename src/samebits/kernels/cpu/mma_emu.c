@@ -284,37 +284,50 @@ static void chain_tile(const struct chain *c, long m, long t) {
     for (long l = 0; l < lanes; l++) c->out[m * c->n + t * LANES + l] = acc[l];
 }
 
-#define ROWS_PER_UNIT 64 /* rows of x per work unit: a unit is (tile of w, block of rows) */
+#define ROWS_PER_UNIT 64      /* rows of x in a work unit */
+#define TILE_BYTES_PER_UNIT (1 << 18) /* decoded w in a work unit (about half an L2) */
 
 static void decode_tiles_task(void *ctx, long begin, long end) {
     struct chain *c = ctx;
     for (long t = begin; t < end; t++) decode_tile(c->w, c->n, c->k, c->flags, &c->wd, t);
 }
 
-/* Units tile-major: a thread's consecutive units reuse one tile of w (in cache). */
+/* Tiles of w in one work unit: as many as fit TILE_BYTES_PER_UNIT (at least one). */
+static long tiles_per_unit(long k) {
+    long per_tile = k * LANES * 2 * (long)sizeof(int32_t);
+    return per_tile >= TILE_BYTES_PER_UNIT ? 1 : TILE_BYTES_PER_UNIT / per_tile;
+}
+
+/* A unit is (block of tiles of w, block of rows of x), numbered block-of-tiles-major, so a
+ * thread's consecutive units reuse the same decoded w (in cache); inside a unit each row
+ * runs over the unit's tiles (consecutive outputs). */
 static void chain_units_task(void *ctx, long begin, long end) {
     const struct chain *c = ctx;
-    long blocks = (c->m + ROWS_PER_UNIT - 1) / ROWS_PER_UNIT;
+    long rblocks = (c->m + ROWS_PER_UNIT - 1) / ROWS_PER_UNIT, tb = tiles_per_unit(c->k);
+    long tiles = (c->n + LANES - 1) / LANES;
     for (long u = begin; u < end; u++) {
-        long t = u / blocks, first = u % blocks * ROWS_PER_UNIT;
-        long last = first + ROWS_PER_UNIT < c->m ? first + ROWS_PER_UNIT : c->m;
-        for (long m = first; m < last; m++) chain_tile(c, m, t);
+        long t0 = u / rblocks * tb, m0 = u % rblocks * ROWS_PER_UNIT;
+        long t1 = t0 + tb < tiles ? t0 + tb : tiles;
+        long m1 = m0 + ROWS_PER_UNIT < c->m ? m0 + ROWS_PER_UNIT : c->m;
+        for (long m = m0; m < m1; m++)
+            for (long t = t0; t < t1; t++) chain_tile(c, m, t);
     }
 }
 
 /* out[m, j] (fp32 bits) = the chain over k of row m of x [M, K] and row j of w [N, K] (bf16
  * bits), starting from acc[m, j] (fp32 bits; NULL: +0). K a multiple of 16. Returns 0, or -1
- * if memory ran out. Work units: (tile of 16 rows of w, block of 64 rows of x), so a single
- * row of x still spreads over the threads; w is decoded tile by tile on the threads too. */
+ * if memory ran out. Work units: (tiles of w that fit half an L2, block of 64 rows of x), so a
+ * single row of x still spreads over the threads at large K; w is decoded on the threads. */
 int sb_mma_chain(const uint16_t *x, long m, const uint16_t *w, long n, long k,
                  const uint32_t *acc, uint32_t *out, long flags, long threads) {
     struct chain c = {.x = x, .w = w, .m = m, .n = n, .k = k, .acc = acc, .out = out,
                       .flags = flags};
-    long tiles = (n + LANES - 1) / LANES, blocks = (m + ROWS_PER_UNIT - 1) / ROWS_PER_UNIT;
+    long tiles = (n + LANES - 1) / LANES, tb = tiles_per_unit(k);
+    long units = (tiles + tb - 1) / tb * ((m + ROWS_PER_UNIT - 1) / ROWS_PER_UNIT);
     int rc = decode_rows(x, m, k, flags, &c.xd) | alloc_tiles(n, k, &c.wd);
     if (rc == 0) {
         sb_parallel(decode_tiles_task, &c, tiles, 1, threads);
-        sb_parallel(chain_units_task, &c, tiles * blocks, 1, threads);
+        sb_parallel(chain_units_task, &c, units, 1, threads);
     }
     release(&c);
     return rc ? -1 : 0;
