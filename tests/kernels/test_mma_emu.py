@@ -220,3 +220,11 @@ def test_fallback_to_the_numpy_model_is_announced(monkeypatch):
     with pytest.warns(UserWarning, match="no C compiler"):
         got = mma_emu.chain_bits(x, w, acc)
     assert np.array_equal(got, mma_model.mma_chain(x, w, acc))
+
+
+def test_long_chains_over_several_work_units_equal_the_reference():
+    rng = np.random.default_rng(11)
+    x, w, acc = mma_cases.make_case("wide24", 3, 40, 4096, rng)  # one tile of w per unit
+    ref = mma_model.mma_chain(x, w, acc)
+    for threads in (1, 2, 3):
+        assert np.array_equal(mma_emu.chain_bits(x, w, acc, threads=threads), ref)
