@@ -159,7 +159,8 @@ static inline uint32_t lane_fp32(int64_t total, int32_t lsb, long flags) {
     return (uint32_t)body | (minus << 31); /* bitwise, not &&: the lane loop stays vectorized */
 }
 
-/* A step whose products and accumulator are all zeros: -0 only if every term is -0. */
+/* A step whose products and accumulator are all zeros: +0 (with MMA_SIGNED_ZEROS: -0 if
+ * every term is -0). */
 static uint32_t zero_step(const uint16_t *xb, const uint16_t *wb, uint32_t acc, long flags) {
     if (!(flags & MMA_SIGNED_ZEROS)) return 0;
     uint32_t neg = acc >> 31;
@@ -194,12 +195,20 @@ static void decode_acc(uint32_t acc, long flags, int32_t *sig, int32_t *exp) {
     *exp = s ? (field ? field : 1) - 127 - up : NONE;
 }
 
+/* s * 2^sh truncated toward zero (sh <= 11: no overflow). */
+static inline int64_t on_grid(int32_t s, int32_t sh) {
+    int64_t a = s < 0 ? -(int64_t)s : s;
+    a = sh >= 0 ? a << sh : a >> (-sh < 62 ? -sh : 62);
+    return s < 0 ? -a : a;
+}
+
 /* One k16 step of one output from the raw bits (scalar; any inputs). */
 static uint32_t scalar_step(const uint16_t *xb, const uint16_t *wb, uint32_t acc, long flags) {
     int special = (acc & 0x7F800000u) == 0x7F800000u;
-    for (int i = 0; i < STEP; i++) special |= (xb[i] & 0x7F80) == 0x7F80 || (wb[i] & 0x7F80) == 0x7F80;
+    for (int i = 0; i < STEP; i++)
+        special |= (xb[i] & 0x7F80) == 0x7F80 || (wb[i] & 0x7F80) == 0x7F80;
     if (special) return special_step(xb, wb, acc);
-    int32_t csig, cexp, emax, xs, xe, ws, we, sh, e[STEP], p[STEP];
+    int32_t csig, cexp, emax, xs, xe, ws, we, e[STEP], p[STEP];
     int64_t total = 0;
     decode_acc(acc, flags, &csig, &cexp);
     emax = cexp;
@@ -211,12 +220,8 @@ static uint32_t scalar_step(const uint16_t *xb, const uint16_t *wb, uint32_t acc
         emax = e[i] > emax ? e[i] : emax;
     }
     if (emax < NONE / 2) return zero_step(xb, wb, acc, flags);
-    for (int i = 0; i < STEP; i++) {
-        sh = e[i] - emax + (GRID - 14);
-        total += sh >= 0 ? (int64_t)p[i] * (1 << sh) : (p[i] < 0 ? -((-p[i]) >> (-sh < 31 ? -sh : 31)) : p[i] >> (-sh < 31 ? -sh : 31));
-    }
-    sh = cexp - emax + (GRID - 23);
-    total += sh >= 0 ? (int64_t)csig * (1 << sh) : (csig < 0 ? -((-csig) >> (-sh < 31 ? -sh : 31)) : csig >> (-sh < 31 ? -sh : 31));
+    for (int i = 0; i < STEP; i++) total += on_grid(p[i], e[i] - emax + (GRID - 14));
+    total += on_grid(csig, cexp - emax + (GRID - 23));
     return to_fp32(total < 0, (uint64_t)(total < 0 ? -total : total), emax - GRID, flags);
 }
 
