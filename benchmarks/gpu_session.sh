@@ -30,6 +30,8 @@
 #   sha256     benchmarks/sha256_check.py (the device SHA-256: compile time, ms per batch, == hashlib)
 #   longctx    benchmarks/long_context.py (issue 25: span attention vs SDPA, engine at 128..128k)
 #   ncu        Nsight Compute per kernel of one batch-64 decode step (benchmarks/ncu_step.py)
+#   mma        benchmarks/mma_validate.py (issue 27: GPU bf16 MMA chains vs the CPU emulator, ~1e9
+#              dot products, every input class) then tests/gpu/test_gpu_mma.py
 set -uo pipefail
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -79,6 +81,10 @@ for job in "$@"; do
            python3 benchmarks/ncu_step.py --step > "$OUT/ncu_step.csv" 2> "$OUT/ncu_step.err"
          tail -4 "$OUT/ncu_step.err"
          python3 benchmarks/ncu_step.py --summarize "$OUT/ncu_step.csv" --out "$OUT/ncu_step.json" ;;
+    mma) SAMEBITS_CACHE_DIR=/tmp/samebits-cache timeout 420 python3 benchmarks/mma_validate.py \
+           --out "$OUT/mma_validate.json" 2>&1 | tail -25
+         SAMEBITS_CACHE_DIR=/tmp/samebits-cache SAMEBITS_GPU_RESULTS="$OUT" timeout 150 \
+           python3 -m pytest -q -m gpu tests/gpu/test_gpu_mma.py -p no:cacheprovider 2>&1 | tail -8 ;;
     *) echo "unknown job $job" ;;
   esac
 done
