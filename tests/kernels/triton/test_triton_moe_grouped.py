@@ -4,7 +4,7 @@ to the per-expert split-plan linear launch (`TritonLinear`, the launch its exper
 picks) for skewed routings (every token on one expert, empty experts, one token), with a
 split plan (down, S = 4) and without (gate_up, S = 1), at every grouped tile config; the
 tile table's bounds; the whole expert path (gate_up, silu_mul, down) against
-`kernels.moe.expert_outputs`."""
+`kernels.moe.expert_outputs`; the combine kernel against `kernels.moe.combine`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 import torch
 from triton_bits import differing_rows, same_bits
 
+from samebits.kernels import moe as torch_moe
 from samebits.kernels.moe import expert_outputs
 from samebits.kernels.triton import rows as triton_rows
 from samebits.kernels.triton.linear import TritonLinear
@@ -20,6 +21,7 @@ from samebits.kernels.triton.moe_grouped import (
     GroupedExperts,
     GroupedLaunch,
     choose_grouped,
+    combine,
     grouped_linear,
     grouped_outputs,
     max_tiles,
@@ -137,3 +139,20 @@ def test_grouped_experts_reject_mixed_shapes():
     odd = TritonLinear(torch.randn(2 * INTER, 2 * H), None, "gate_up", torch.float32)
     with pytest.raises(ValueError, match="differ in shape"):
         GroupedExperts([(g, g) for g in gate_ups[:-1]] + [(odd, odd)])
+
+
+@pytest.mark.parametrize("n, k, hidden", [(5, 8, 100), (3, 2, 1500), (1, 1, 64), (0, 8, 64)])
+def test_combine_kernel_has_the_bits_of_the_rank_order_combine(n, k, hidden):
+    gen = torch.Generator().manual_seed(hidden)
+    outputs = torch.randn(n, k, hidden, generator=gen) * 100
+    weights = torch.rand(n, k, generator=gen)
+    got = combine(outputs, weights, torch.float32)
+    assert same_bits(got, torch_moe.combine(outputs, weights, torch.float32))
+    if n and k > 2:  # the order matters here: reversed ranks give other bits (k = 2: same)
+        rev = torch_moe.combine(outputs.flip(1), weights.flip(1), torch.float32)
+        assert not same_bits(got, rev)
+
+
+def test_combine_rejects_bad_weights():
+    with pytest.raises(ValueError, match="float32"):
+        combine(torch.zeros(2, 3, 8), torch.zeros(2, 3, dtype=torch.float64), torch.float32)

@@ -66,3 +66,21 @@ def moe_grouped_kernel(x_ptr, w_ptr, y_ptr, x_rows_ptr, y_rows_ptr, tile_expert_
     yr = tl.load(y_rows_ptr + i, mask=live, other=0)
     offs = yr.to(tl.int64)[:, None] * N + rn[None, :]
     tl.store(y_ptr + offs, total.to(y_ptr.dtype.element_ty), mask=live[:, None] & (rn[None, :] < N))
+
+
+@triton.jit
+def moe_combine_kernel(o_ptr, w_ptr, y_ptr, H, TOP_K: tl.constexpr, BLOCK: tl.constexpr):
+    """Program (token t, column block): ``y[t] = ((o[t, 0] * w[t, 0] + o[t, 1] * w[t, 1]) +
+    ...) + o[t, k-1] * w[t, k-1]`` in fp32, in top-k rank order, each product and sum rounded
+    on its own (launched without fp fusion: no FMA), then the cast: the bits of
+    `kernels.moe.combine`. o [n, k, H] (activation dtype), w [n, k] fp32, y [n, H]."""
+    t = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    live = c < H
+    acc = tl.load(o_ptr + t * TOP_K * H + c, mask=live, other=0.0).to(tl.float32) * tl.load(
+        w_ptr + t * TOP_K
+    )
+    for r in tl.static_range(1, TOP_K):
+        o = tl.load(o_ptr + (t * TOP_K + r) * H + c, mask=live, other=0.0).to(tl.float32)
+        acc = acc + o * tl.load(w_ptr + t * TOP_K + r)
+    tl.store(y_ptr + t * H + c, acc.to(y_ptr.dtype.element_ty), mask=live)

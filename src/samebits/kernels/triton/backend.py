@@ -16,13 +16,13 @@ import torch
 
 from samebits.kernels.interface import FLOAT32_ROLES
 from samebits.kernels.metadata import FlatBatch
-from samebits.kernels.moe import InvariantMoe, combine
+from samebits.kernels.moe import InvariantMoe
 from samebits.kernels.placement import TorchPlacement
 from samebits.kernels.plan import KernelPlan
 from samebits.kernels.triton import attention as triton_attention
 from samebits.kernels.triton import rows
 from samebits.kernels.triton.linear import TritonLinear, choose_launch
-from samebits.kernels.triton.moe_grouped import GroupedExperts, grouped_outputs
+from samebits.kernels.triton.moe_grouped import GroupedExperts, combine, grouped_outputs
 
 QUALIFY_ROWS = (1, 3, 16, 64, 200, 1100)  # one M per launch-table row
 
@@ -68,7 +68,7 @@ class TritonOps(InvariantMoe, TorchPlacement):
     def moe_experts(self, x, ids, weights, experts):
         """Grouped experts: two grouped launches (gate_up, down) over all experts, no host
         sync, on and off CUDA-graph capture (the per-expert path's bits: `moe_grouped`);
-        combined in rank order in float32 as `InvariantMoe` does."""
+        combined by one kernel in rank order in float32 (`InvariantMoe`'s bits)."""
         if not isinstance(experts, GroupedExperts):
             return super().moe_experts(x, ids, weights, experts)
         outputs = grouped_outputs(x, ids, experts, self.silu_mul)

@@ -20,7 +20,7 @@ import torch
 import triton
 
 from samebits.kernels.interface import Expert
-from samebits.kernels.triton._moe_kernels import moe_grouped_kernel
+from samebits.kernels.triton._moe_kernels import moe_combine_kernel, moe_grouped_kernel
 from samebits.kernels.triton.linear import TritonLinear
 from samebits.kernels.triton.splitplan import SplitPlan
 
@@ -59,6 +59,11 @@ def choose_grouped(rows: int) -> GroupedLaunch:
         raise ValueError(f"a grouped launch needs at least one row, got {rows}")
     _, bm, bn, warps, stages = next(row for row in GROUPED_TABLE if rows <= row[0])
     return GroupedLaunch(bm, bn, warps, stages)
+
+
+def grouped_launches() -> list[GroupedLaunch]:
+    """Every launch `choose_grouped` may give (one per `GROUPED_TABLE` row)."""
+    return [GroupedLaunch(bm, bn, warps, stages) for _, bm, bn, warps, stages in GROUPED_TABLE]
 
 
 def max_tiles(rows: int, num_experts: int, block_m: int) -> int:
@@ -188,3 +193,30 @@ def grouped_outputs(x: torch.Tensor, ids: torch.Tensor, experts: GroupedExperts,
     out = grouped_linear(act, experts.down, experts.down_plan, table, sorted_rows, order,
                          experts.out_dtype, launch)  # fmt: skip
     return out.view(n, k, -1)
+
+
+COMBINE_BLOCK_MAX = 1024
+COMBINE_WARPS = 4
+
+
+def combine_block(hidden: int) -> int:
+    """The column block of `moe_combine_kernel`: a function of the hidden size only."""
+    return min(COMBINE_BLOCK_MAX, triton.next_power_of_2(hidden))
+
+
+def combine(outputs: torch.Tensor, weights: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    """``sum_r weights[:, r] * outputs[:, r]`` [n, H] in one launch: float32, rank order, no
+    FMA contraction, then the cast: the bits of `samebits.kernels.moe.combine`."""
+    n, k, hidden = outputs.shape
+    if tuple(weights.shape) != (n, k) or weights.dtype != torch.float32:
+        raise ValueError(f"weights must be float32 [{n}, {k}], got {weights.dtype} "
+                         f"{tuple(weights.shape)}")  # fmt: skip
+    y = torch.empty((n, hidden), device=outputs.device, dtype=out_dtype)
+    if n == 0:
+        return y
+    block = combine_block(hidden)
+    moe_combine_kernel[(n, triton.cdiv(hidden, block))](
+        outputs.contiguous(), weights.contiguous(), y, hidden, TOP_K=k, BLOCK=block,
+        num_warps=COMBINE_WARPS, enable_fp_fusion=False,
+    )  # fmt: skip
+    return y
