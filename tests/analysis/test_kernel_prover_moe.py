@@ -170,3 +170,46 @@ def test_grouped_unit_certificate_gates_and_goes_stale(tmp_path):
         path.write_text(json.dumps(rec))
         problem = gate.check_unit(unit, tmp_path)[0]
         assert problem is not None and needle in problem, problem
+
+
+# --- the combine kernel -----------------------------------------------------------------
+def combine(goal: str, top_k: int = 4, hidden: int = 64):
+    from samebits.analysis.kernel_prover.moe import combine_specs
+
+    return {s.name.split(".")[-1]: s for s in combine_specs("t", top_k, hidden)}[goal]
+
+
+@pytest.mark.parametrize("top_k, hidden", [(4, 64), (8, 2048), (1, 48)])
+def test_combine_is_proved_batch_invariant_and_equal_to_the_torch_ops(top_k, hidden):
+    for goal in ("batch", "equiv~torch-ops"):
+        res = prove_spec(combine(goal, top_k, hidden))[0]
+        assert res.status == "proved", (goal, res.unsupported, res.counterexample)
+
+
+COMBINE_MUTANTS = {
+    # ascending routing-score order: the weights come largest first, so from the last rank
+    "score_ascending": (
+        "    acc = tl.load(o_ptr + t * TOP_K * H + c,",
+        "    acc = tl.load(o_ptr + (t * TOP_K + TOP_K - 1) * H + c,",
+    ),
+    "fma": ("        acc = acc + o * tl.load(w_ptr + t * TOP_K + r)\n",
+            "        acc = tl.fma(o, tl.load(w_ptr + t * TOP_K + r), acc)\n"),
+    "added_on_the_left": ("        acc = acc + o * tl.load(w_ptr + t * TOP_K + r)\n",
+                          "        acc = o * tl.load(w_ptr + t * TOP_K + r) + acc\n"),
+    # (dropping the `.to(tl.float32)` of o is no mutant: bf16 * fp32 promotes to fp32)
+    "product_rounded_to_bf16": ("        acc = acc + o * tl.load(w_ptr + t * TOP_K + r)\n",
+        "        acc = acc + (o * tl.load(w_ptr + t * TOP_K + r)).to(y_ptr.dtype.element_ty)\n"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(COMBINE_MUTANTS))
+def test_combine_mutants_are_refuted_against_the_torch_ops(name, tmp_path):
+    old, new = COMBINE_MUTANTS[name]
+    res = run_mutant(combine("equiv~torch-ops"), tmp_path, old, new)
+    assert res.status == "refuted", (res.status, res.unsupported)
+
+
+def test_combine_with_another_tokens_weight_is_refuted(tmp_path):
+    old = "        acc = acc + o * tl.load(w_ptr + t * TOP_K + r)\n"
+    new = "        acc = acc + o * tl.load(w_ptr + r)\n"
+    assert_refuted(run_mutant(combine("batch"), tmp_path, old, new), "w")

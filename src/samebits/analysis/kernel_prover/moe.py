@@ -273,3 +273,67 @@ def grouped_specs(tag: str, role: str, n: int, k: int) -> list[GroupedSpec]:
             linear_calls(plan, ref, 1, False, ACT), n, k, desc,
         ))  # fmt: skip
     return specs
+
+
+# --- the combine: rank order in fp32 (`moe_combine_kernel` vs the torch ops) -------------
+
+
+def combine_calls(top_k: int, hidden: int, m) -> list:
+    """`moe_grouped.combine`'s call: one program per (token, column block)."""
+    from samebits.analysis.kernel_prover.specs import ACT
+    from samebits.analysis.kernel_prover.symbolic.values import ArrayArg, KernelCall
+    from samebits.kernels.triton.moe_grouped import COMBINE_WARPS, combine_block
+
+    block = combine_block(hidden)
+    args = dict(o_ptr=ArrayArg("o", ACT), w_ptr=ArrayArg("w", "fp32"), y_ptr=ArrayArg("y", ACT),
+                H=hidden, TOP_K=top_k, BLOCK=block)  # fmt: skip
+    return [KernelCall("moe_combine_kernel", (m, -(-hidden // block)), args, COMBINE_WARPS)]
+
+
+def torch_combine_calls(top_k: int, hidden: int, m) -> list:
+    """`kernels.moe.combine` op by op (`certified/moe_reference.py`): the rank-0 product,
+    then per rank a product and an add into a fresh tensor, then the cast."""
+    from samebits.analysis.kernel_prover.specs import ACT
+    from samebits.analysis.kernel_prover.symbolic.values import ArrayArg, KernelCall
+    from samebits.kernels.triton.moe_grouped import combine_block
+
+    block = combine_block(hidden)
+    grid = (m, -(-hidden // block))
+    o, w = ArrayArg("o", ACT), ArrayArg("w", "fp32")
+
+    def mul(r: int, out: str) -> KernelCall:
+        args = dict(o_ptr=o, w_ptr=w, p_ptr=ArrayArg(out, "fp32"), H=hidden, TOP_K=top_k, R=r,
+                    BLOCK=block)  # fmt: skip
+        return KernelCall("torch_rank_mul_kernel", grid, args)
+
+    calls = [mul(0, "acc0")]
+    for r in range(1, top_k):
+        args = dict(a_ptr=ArrayArg(f"acc{r - 1}", "fp32"), b_ptr=ArrayArg(f"p{r}", "fp32"),
+                    s_ptr=ArrayArg(f"acc{r}", "fp32"), H=hidden, BLOCK=block)  # fmt: skip
+        calls += [mul(r, f"p{r}"), KernelCall("torch_add_kernel", grid, args)]
+    args = dict(a_ptr=ArrayArg(f"acc{top_k - 1}", "fp32"), y_ptr=ArrayArg("y", ACT), H=hidden,
+                BLOCK=block)  # fmt: skip
+    return calls + [KernelCall("torch_cast_kernel", grid, args)]
+
+
+COMBINE_REFERENCE = "certified/moe_reference.py"
+
+
+def combine_specs(tag: str, top_k: int, hidden: int) -> list:
+    """Goal 1 of the combine kernel (rows: o [k * H], w [k]) and its equivalence with the torch
+    ops of `kernels.moe.combine` (same inputs, same symbolic M)."""
+    from samebits.analysis.kernel_prover.prover import BATCH, LAUNCH
+    from samebits.analysis.kernel_prover.specs import Spec, _m_symbol
+
+    desc = dict(op="combine", top_k=top_k, hidden=hidden)
+    m, m2 = _m_symbol(), _m_symbol()
+    return [
+        Spec(f"{tag}.combine.batch", "_moe_kernels.py",
+             Goal(BATCH, {"y": hidden}, {"o": top_k * hidden, "w": top_k}),
+             combine_calls(top_k, hidden, m), combine_calls(top_k, hidden, 1), m,
+             {**desc, "M": "symbolic (left) vs 1 (right)"}, (COMBINE_REFERENCE,)),
+        Spec(f"{tag}.combine.equiv~torch-ops", "_moe_kernels.py", Goal(LAUNCH, {"y": hidden}),
+             combine_calls(top_k, hidden, m2), torch_combine_calls(top_k, hidden, m2), m2,
+             {**desc, "M": "symbolic", "right": "kernels.moe.combine op by op "
+              "(certified/moe_reference.py)"}, (COMBINE_REFERENCE,)),
+    ]  # fmt: skip

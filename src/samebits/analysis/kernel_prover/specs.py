@@ -431,6 +431,12 @@ def unit_specs(unit: dict) -> list:
         prefix = "u"
         specs = grouped_specs("u", unit["role"], unit["n"], unit["k"])
         key = f"moe.{unit['role']}.{unit['n']}x{unit['k']}"
+    elif unit["kind"] == "moe_combine":
+        from samebits.analysis.kernel_prover.moe import combine_specs
+
+        prefix = "u"
+        specs = combine_specs("u", unit["top_k"], unit["hidden"])
+        key = f"moe.k{unit['top_k']}.h{unit['hidden']}"
     elif unit["kind"] == "rows" and unit["op"] == "qkv_rope_store":
         prefix = "u.qkv_rope_store"
         specs = qkv_rope_store_specs("u", unit["heads"], unit["kv_heads"], unit["head_dim"])

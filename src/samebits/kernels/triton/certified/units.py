@@ -23,12 +23,15 @@ KERNEL_FILES = {
     "attention": "_attention_kernel.py",
     "fused": "_fused_kernels.py",
     "moe": "_moe_kernels.py",
+    "moe_combine": "_moe_kernels.py",
 }
 # the other kernel files a kind's proofs read, joined to its KERNEL_FILES file: the fused
 # kernel imports _rms_apply from the row kernels, and the op-by-op path it is proved equal to
 # is the linear's split-K grid (linear_partials_kernel, ordered_sum_kernel) and rms_norm_kernel
 # the grouped MoE expert kernel is proved equal to the linear's M = 1 launch
-ALSO_FILES = {"fused": ("_linear_kernels.py", "_row_kernels.py"), "moe": ("_linear_kernels.py",)}
+# and the combine kernel to the torch ops of `kernels.moe.combine` stated as Triton text
+ALSO_FILES = {"fused": ("_linear_kernels.py", "_row_kernels.py"), "moe": ("_linear_kernels.py",),
+              "moe_combine": ("certified/moe_reference.py",)}  # fmt: skip
 ALSO_RECORD = "also_proved_against"  # record field {file: SHA-256} of those files (else absent)
 ATTENTION_PAGES = (16, 32)  # block sizes the attention certificates cover
 
@@ -46,7 +49,7 @@ def dims_of(cfg) -> dict:
     moe = get("moe")
     if moe is not None and not isinstance(cfg, dict):
         d["moe"] = dict(experts=moe.num_experts, inter=moe.moe_intermediate_size,
-                        dense=cfg.has_dense_layers)  # fmt: skip
+                        dense=cfg.has_dense_layers, top_k=moe.num_experts_per_tok)  # fmt: skip
     elif moe is not None:
         d["moe"] = dict(moe)
     return d
@@ -156,13 +159,18 @@ def fused_units(d: dict, shapes: list[tuple[str, int, int]]) -> list[dict]:
 
 def grouped_units(d: dict) -> list[dict]:
     """The grouped expert launch (`moe_grouped_kernel`) at a MoE model's expert gate_up and
-    down shapes (`TritonOps.moe_experts`: every expert linear of the GPU plan runs there)."""
+    down shapes (`TritonOps.moe_experts`: every expert linear of the GPU plan runs there), and
+    the combine of its top-k outputs (`moe_combine_kernel`) at (top_k, hidden)."""
     moe = d.get("moe")
     if moe is None:
         return []
     h, i = d["hidden"], moe["inter"]
-    return [dict(key=f"moe.grouped.{role}.{n}x{k}", kind="moe", op="grouped", role=role, n=n,
-                 k=k) for role, n, k in (("gate_up", 2 * i, h), ("down", h, i))]  # fmt: skip
+    out = [dict(key=f"moe.grouped.{role}.{n}x{k}", kind="moe", op="grouped", role=role, n=n,
+                k=k) for role, n, k in (("gate_up", 2 * i, h), ("down", h, i))]  # fmt: skip
+    if moe.get("top_k"):  # the combine of the k expert outputs (`moe_combine_kernel`)
+        out.append(dict(key=f"moe.combine.k{moe['top_k']}.h{h}", kind="moe_combine",
+                        op="combine", top_k=moe["top_k"], hidden=h))  # fmt: skip
+    return out
 
 
 def grouped_launch_name(la) -> str:
@@ -253,6 +261,12 @@ def specialization(unit: dict) -> dict:
         return _fused_specialization(unit)
     if kind == "moe":
         return _grouped_specialization(unit)
+    if kind == "moe_combine":
+        from samebits.kernels.triton import moe_grouped as mg
+
+        return {"op": "combine", "top_k": unit["top_k"], "hidden": unit["hidden"],
+                "block": mg.combine_block(unit["hidden"]), "warps": mg.COMBINE_WARPS,
+                "fp_fusion": False}  # fmt: skip
     if kind == "rows":
         from samebits.kernels.triton import rows
 
