@@ -156,3 +156,13 @@ def test_combine_kernel_has_the_bits_of_the_rank_order_combine(n, k, hidden):
 def test_combine_rejects_bad_weights():
     with pytest.raises(ValueError, match="float32"):
         combine(torch.zeros(2, 3, 8), torch.zeros(2, 3, dtype=torch.float64), torch.float32)
+
+
+def test_gpu_plan_fingerprint_names_the_grouped_launch():
+    from samebits.kernels.plan import build_plan
+    from samebits.kernels.triton.moe_grouped import GROUPED_DESCRIPTION
+
+    gpu = build_plan("invariant", device="cuda", moe=True).ops
+    assert gpu["moe_experts"] == GROUPED_DESCRIPTION and "moe_router" in gpu
+    assert "grouped" not in build_plan("invariant", moe=True).ops["moe_experts"]
+    assert "index_add_" in build_plan("fast", device="cuda", moe=True).ops["moe_experts"]
