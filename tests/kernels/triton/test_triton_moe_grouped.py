@@ -82,6 +82,8 @@ def test_tile_table_covers_each_row_once_within_its_expert():
         for bm in (16, 64):
             table = tile_table(ids, E, bm)
             assert table.lo.shape[0] == max_tiles(ids.numel(), E, bm)
+            # the sort-free order is the stable sort by expert (integers: exact equality)
+            assert torch.equal(table.order, torch.argsort(ids.reshape(-1), stable=True))
             flat = ids.reshape(-1)[table.order]
             seen = torch.zeros(ids.numel(), dtype=torch.int64)
             for e, lo, hi in zip(

@@ -50,8 +50,8 @@ ASSUMPTIONS = {
     "tile-table": "the host's tile table (`moe_grouped.tile_table`, device torch ops) gives "
     "every sorted row i < P exactly one tile t with tile_lo[t] <= i < tile_hi[t] <= "
     "tile_lo[t] + BLOCK_M, tile_expert[t] the expert of every row of the tile, other tiles "
-    "lo >= hi; the stores' rows y_rows (the argsort permutation) are distinct for distinct "
-    "sorted rows. Tested (tests/kernels/triton/test_triton_moe_grouped.py), not proved: the "
+    "lo >= hi; the stores' rows y_rows (the stable expert order, a permutation) are "
+    "distinct for distinct sorted rows. Tested (tests/kernels/triton/test_triton_moe_grouped.py), not proved: the "
     "prover uses the instances 'distinct sorted rows have distinct y_rows' and 'rows of two "
     "tiles differ' for the stores it compares",
 }

@@ -76,7 +76,7 @@ def max_tiles(rows: int, num_experts: int, block_m: int) -> int:
 @dataclass(frozen=True)
 class TileTable:
     """The device tables of one routing: ``order`` [P] (pair indices sorted by expert,
-    stable), and per tile its expert and rows ``[lo, hi)`` of the sorted order (int32;
+    stable: a permutation), and per tile its expert and rows ``[lo, hi)`` of the sorted order (int32;
     ``lo >= hi``: a tile no program needs)."""
 
     order: torch.Tensor
@@ -86,16 +86,22 @@ class TileTable:
 
 
 def tile_table(ids: torch.Tensor, num_experts: int, block_m: int) -> TileTable:
-    """The tile table of routing ``ids`` [n, k] (int64), by device ops only (a stable sort,
-    binary searches, an integer prefix sum: exact, no host sync)."""
+    """The tile table of routing ``ids`` [n, k] (int64), by device ops only, no host sync, no
+    sort: a pair's sorted position is its expert's first row plus the number of earlier pairs
+    of that expert (a prefix sum of the [P, E] one-hot indicator: exact integer sums), so
+    the order is stable by construction."""
     flat = ids.reshape(-1)
-    dev = flat.device
-    order = torch.argsort(flat, stable=True)
-    bounds = torch.searchsorted(flat.index_select(0, order),
-                                torch.arange(num_experts + 1, device=dev))  # fmt: skip
-    tiles = torch.div(bounds[1:] - bounds[:-1] + (block_m - 1), block_m, rounding_mode="floor")
+    dev, rows = flat.device, flat.numel()
+    experts = torch.arange(num_experts, device=dev)
+    onehot = (flat[:, None] == experts[None, :]).to(torch.int32)
+    counts = onehot.sum(dim=0, dtype=torch.int64)
+    bounds = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])  # [E + 1]
+    earlier = (torch.cumsum(onehot, 0, dtype=torch.int64) - onehot).gather(1, flat[:, None])
+    pos = bounds.index_select(0, flat) + earlier[:, 0]
+    order = torch.empty_like(flat).index_copy_(0, pos, torch.arange(rows, device=dev))
+    tiles = torch.div(counts + (block_m - 1), block_m, rounding_mode="floor")
     tile_end = torch.cumsum(tiles, 0)
-    t = torch.arange(max_tiles(flat.numel(), num_experts, block_m), device=dev)
+    t = torch.arange(max_tiles(rows, num_experts, block_m), device=dev)
     e = torch.searchsorted(tile_end, t, right=True).clamp_(max=num_experts - 1)
     lo = bounds[e] + (t - (tile_end[e] - tiles[e])) * block_m
     hi = torch.minimum(lo + block_m, bounds[e + 1])
