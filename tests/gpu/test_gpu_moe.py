@@ -196,7 +196,9 @@ CASES_30B = [("one_expert", 1), ("one_expert", 64), ("one_expert", 300), ("skewe
 def test_gpu_grouped_experts_equal_the_per_expert_path(experts_30b, kind, n, gpu_record):
     import torch
 
+    from samebits.kernels.moe import combine as torch_combine
     from samebits.kernels.moe import expert_outputs
+    from samebits.kernels.triton.moe_grouped import combine as grouped_combine
     from samebits.kernels.triton.moe_grouped import grouped_outputs
 
     ops, grouped = experts_30b
@@ -206,7 +208,11 @@ def test_gpu_grouped_experts_equal_the_per_expert_path(experts_30b, kind, n, gpu
     got = grouped_outputs(x, ids, grouped, ops.silu_mul)
     bad = (_bits(got) != _bits(ref)).reshape(n * TOP_K30, -1).any(dim=1)
     assert int(bad.sum()) == 0, f"{int(bad.sum())} of {n * TOP_K30} rows differ"
-    gpu_record(f"grouped experts {kind} n={n}", f"{n * TOP_K30} rows bitwise equal")
+    # the combine kernel (no FMA contraction) against the torch ops of kernels.moe.combine
+    weights = torch.rand((n, TOP_K30), device="cuda")
+    fused = grouped_combine(got, weights, torch.bfloat16)
+    assert bool((_bits(fused) == _bits(torch_combine(got, weights, torch.bfloat16))).all())
+    gpu_record(f"grouped experts {kind} n={n}", f"{n * TOP_K30} rows bitwise equal, combine too")
 
 
 def test_gpu_grouped_experts_replay_from_a_cuda_graph(experts_30b, gpu_record):

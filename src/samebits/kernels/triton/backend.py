@@ -11,6 +11,7 @@ iterates key tiles aligned to absolute positions (see the kernel modules).
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import torch
 
@@ -25,6 +26,7 @@ from samebits.kernels.triton.linear import TritonLinear, choose_launch
 from samebits.kernels.triton.moe_grouped import GroupedExperts, combine, grouped_outputs
 
 QUALIFY_ROWS = (1, 3, 16, 64, 200, 1100)  # one M per launch-table row
+log = logging.getLogger(__name__)
 
 
 class QualifiedLinear(TritonLinear):
@@ -70,6 +72,10 @@ class TritonOps(InvariantMoe, TorchPlacement):
         sync, on and off CUDA-graph capture (the per-expert path's bits: `moe_grouped`);
         combined by one kernel in rank order in float32 (`InvariantMoe`'s bits)."""
         if not isinstance(experts, GroupedExperts):
+            if not getattr(self, "_warned_ungrouped", False):
+                self._warned_ungrouped = True
+                log.warning("MoE experts not grouped (`moe_group` was not called): the "
+                            "per-expert path runs (the same bits, one launch per expert)")  # fmt: skip
             return super().moe_experts(x, ids, weights, experts)
         outputs = grouped_outputs(x, ids, experts, self.silu_mul)
         return combine(outputs, weights, self.act_dtype)

@@ -96,7 +96,7 @@ def tile_table(ids: torch.Tensor, num_experts: int, block_m: int) -> TileTable:
     onehot = (flat[:, None] == experts[None, :]).to(torch.int32)
     counts = onehot.sum(dim=0, dtype=torch.int64)
     bounds = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])  # [E + 1]
-    earlier = (torch.cumsum(onehot, 0, dtype=torch.int64) - onehot).gather(1, flat[:, None])
+    earlier = (torch.cumsum(onehot, 0, dtype=torch.int32) - onehot).gather(1, flat[:, None])
     pos = bounds.index_select(0, flat) + earlier[:, 0]
     order = torch.empty_like(flat).index_copy_(0, pos, torch.arange(rows, device=dev))
     tiles = torch.div(counts + (block_m - 1), block_m, rounding_mode="floor")
