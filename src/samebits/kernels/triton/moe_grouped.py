@@ -203,6 +203,9 @@ def grouped_outputs(x: torch.Tensor, ids: torch.Tensor, experts: GroupedExperts,
 
 COMBINE_BLOCK_MAX = 1024
 COMBINE_WARPS = 4
+# no FMA contraction in the combine: `acc + o * w` rounds the product, as the torch ops do
+# (and as the prover's float model states it)
+COMBINE_FP_FUSION = False
 
 
 def combine_block(hidden: int) -> int:
@@ -223,6 +226,6 @@ def combine(outputs: torch.Tensor, weights: torch.Tensor, out_dtype: torch.dtype
     block = combine_block(hidden)
     moe_combine_kernel[(n, triton.cdiv(hidden, block))](
         outputs.contiguous(), weights.contiguous(), y, hidden, TOP_K=k, BLOCK=block,
-        num_warps=COMBINE_WARPS, enable_fp_fusion=False,
+        num_warps=COMBINE_WARPS, enable_fp_fusion=COMBINE_FP_FUSION,
     )  # fmt: skip
     return y

@@ -266,7 +266,7 @@ def specialization(unit: dict) -> dict:
 
         return {"op": "combine", "top_k": unit["top_k"], "hidden": unit["hidden"],
                 "block": mg.combine_block(unit["hidden"]), "warps": mg.COMBINE_WARPS,
-                "fp_fusion": False}  # fmt: skip
+                "fp_fusion": mg.COMBINE_FP_FUSION}  # fmt: skip
     if kind == "rows":
         from samebits.kernels.triton import rows
 
