@@ -14,7 +14,10 @@ the same in all). Before timing, the grouped output is checked bitwise against t
 path. Per cell also the HBM roofline of the expert weights the step reads (distinct experts
 routed x 9.4 MB at 4.8 TB/s) and the fraction of it reached; `x48` is one layer's time times
 the 48 sparse layers of the model (an estimate of the experts' share of a decode step, not
-a measured step). Timing: CUDA events over 50 replays / calls after 5 warm-ups, median of 5.
+a measured step). Each timed call runs 4 layers of their own random weights and routing one
+after the other (4.8 GB of expert weights: no layer's weights are still in the 60 MB L2 when
+it runs again) and the time is divided by 4. Timing: CUDA events over 20 replays / calls
+after 5 warm-ups, median of 5.
 
     python benchmarks/moe_grouped.py [--batches 1,16,64] [--out DIR]
 Writes $OUT/moe_grouped.json (or DIR/moe_grouped.json).
@@ -35,22 +38,28 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 E, TOP_K, H, INTER, LAYERS = 128, 8, 2048, 768, 48
+TIMED_LAYERS = 4
 HBM_BYTES_PER_S = 4.8e12  # H200 HBM3e peak
 EXPERT_BYTES = (2 * INTER * H + H * INTER) * 2
 
 
-def _experts():
+def _layers():
+    """The op set and TIMED_LAYERS layers of 128 random experts each (grouped)."""
     from samebits.kernels.plan import build_plan
     from samebits.kernels.triton.backend import TritonOps
 
     ops = TritonOps(build_plan("invariant", device="cuda", moe=True))
     gen = torch.Generator(device="cuda").manual_seed(0)
-    experts = []
-    for _ in range(E):
-        gu = torch.randn((2 * INTER, H), generator=gen, device="cuda") / H**0.5
-        dn = torch.randn((H, INTER), generator=gen, device="cuda") / INTER**0.5
-        experts.append((ops.linear(gu, None, role="gate_up"), ops.linear(dn, None, role="down")))
-    return ops, ops.moe_group(experts)
+    layers = []
+    for _ in range(TIMED_LAYERS):
+        experts = []
+        for _ in range(E):
+            gu = torch.randn((2 * INTER, H), generator=gen, device="cuda") / H**0.5
+            dn = torch.randn((H, INTER), generator=gen, device="cuda") / INTER**0.5
+            experts.append((ops.linear(gu, None, role="gate_up"),
+                            ops.linear(dn, None, role="down")))  # fmt: skip
+        layers.append(ops.moe_group(experts))
+    return ops, layers
 
 
 class _TorchMoe:
@@ -69,17 +78,17 @@ class _TorchMoe:
         return self.impl.moe_experts(x, ids, weights, self.experts)
 
 
-def _inputs(n: int):
-    gen = torch.Generator(device="cuda").manual_seed(n)
-    x = torch.randn((n, H), generator=gen, device="cuda").to(torch.bfloat16)
-    logits = torch.randn((n, E), generator=gen, device="cuda")
+def _inputs(n: int, layer: int):
     from samebits.kernels.moe import route
 
+    gen = torch.Generator(device="cuda").manual_seed(1000 * layer + n)
+    x = torch.randn((n, H), generator=gen, device="cuda").to(torch.bfloat16)
+    logits = torch.randn((n, E), generator=gen, device="cuda")
     ids, weights = route(logits, TOP_K, True)
     return x, ids, weights
 
 
-def _time(fn, graph: bool, calls: int = 50, reps: int = 5) -> float:
+def _time(fn, graph: bool, calls: int = 20, reps: int = 5) -> float:
     """Median microseconds per call (CUDA events), from graph replays or eager calls."""
     for _ in range(3):
         fn()
@@ -105,36 +114,45 @@ def _time(fn, graph: bool, calls: int = 50, reps: int = 5) -> float:
     return statistics.median(times)
 
 
-def _cell(ops, grouped, ref, n: int) -> dict:
+def _cell(ops, layers, refs, n: int) -> dict:
     from samebits.kernels.moe import combine, expert_outputs
     from samebits.kernels.triton.moe_grouped import grouped_outputs
 
-    x, ids, weights = _inputs(n)
-    ours = grouped_outputs(x, ids, grouped, ops.silu_mul)
-    theirs = expert_outputs(x, ids, list(grouped), ops.silu_mul)
-    equal = bool((ours.view(torch.int16) == theirs.view(torch.int16)).all())
-    distinct = int(torch.unique(ids).numel())
+    inputs = [_inputs(n, i) for i in range(TIMED_LAYERS)]
+    equal = all(
+        bool((grouped_outputs(x, ids, g, ops.silu_mul).view(torch.int16)
+              == expert_outputs(x, ids, list(g), ops.silu_mul).view(torch.int16)).all())
+        for g, (x, ids, _) in zip(layers, inputs, strict=True)
+    )  # fmt: skip
+    distinct = statistics.mean(int(torch.unique(ids).numel()) for _, ids, _ in inputs)
     roofline_us = distinct * EXPERT_BYTES / HBM_BYTES_PER_S * 1e6
 
-    def invariant(experts, dense=False):
+    def each(step):
         def fn():
-            out = expert_outputs(x, ids, experts, ops.silu_mul, dense=dense)
-            return combine(out, weights, torch.bfloat16)
+            for layer, (x, ids, w) in enumerate(inputs):
+                step(layer, x, ids, w)
 
         return fn
 
-    cell = {"batch": n, "rows": n * TOP_K, "distinct_experts": distinct,
+    def per_expert(dense: bool):
+        return each(lambda i, x, ids, w: combine(
+            expert_outputs(x, ids, list(layers[i]), ops.silu_mul, dense=dense), w,
+            torch.bfloat16))  # fmt: skip
+
+    grouped = each(lambda i, x, ids, w: ops.moe_experts(x, ids, w, layers[i]))
+    torch_ref = each(lambda i, x, ids, w: refs[i](x, ids, w))
+    cell = {"batch": n, "rows": n * TOP_K, "distinct_experts_mean": distinct,
             "grouped_equals_per_expert_bits": equal, "roofline_us": round(roofline_us, 1)}  # fmt: skip
     timed = {
-        "grouped_graph": (lambda: ops.moe_experts(x, ids, weights, grouped), True),
-        "grouped_eager": (lambda: ops.moe_experts(x, ids, weights, grouped), False),
-        "per_expert_eager": (invariant(list(grouped)), False),
-        "per_expert_dense_graph": (invariant(list(grouped), dense=True), True),
-        "torch_eager": (lambda: ref(x, ids, weights), False),
-        "torch_dense_graph": (lambda: ref(x, ids, weights), True),
+        "grouped_graph": (grouped, True),
+        "grouped_eager": (grouped, False),
+        "per_expert_eager": (per_expert(False), False),
+        "per_expert_dense_graph": (per_expert(True), True),
+        "torch_eager": (torch_ref, False),
+        "torch_dense_graph": (torch_ref, True),
     }
     for name, (fn, graph) in timed.items():
-        us = _time(fn, graph)
+        us = _time(fn, graph) / TIMED_LAYERS
         cell[name] = {"us": round(us, 1), "x48_ms": round(us * LAYERS / 1000, 2),
                       "roofline_fraction": round(roofline_us / us, 3)}  # fmt: skip
         print(f"batch {n:3d} {name:24s} {us:9.1f} us  x48 {us * LAYERS / 1000:7.2f} ms  "
@@ -147,11 +165,12 @@ def main() -> None:
     ap.add_argument("--batches", default="1,16,64")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
-    ops, grouped = _experts()
-    ref = _TorchMoe(grouped)
-    cells = [_cell(ops, grouped, ref, int(b)) for b in args.batches.split(",")]
+    ops, layers = _layers()
+    refs = [_TorchMoe(g) for g in layers]
+    cells = [_cell(ops, layers, refs, int(b)) for b in args.batches.split(",")]
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
               "shape": dict(experts=E, top_k=TOP_K, hidden=H, inter=INTER, layers=LAYERS),
+              "timed_layers": TIMED_LAYERS,
               "cells": cells}  # fmt: skip
     out = Path(args.out) / "moe_grouped.json"
     out.write_text(json.dumps(result, indent=1))
