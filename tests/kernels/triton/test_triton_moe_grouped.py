@@ -168,3 +168,11 @@ def test_gpu_plan_fingerprint_names_the_grouped_launch():
     assert gpu["moe_experts"] == GROUPED_DESCRIPTION and "moe_router" in gpu
     assert "grouped" not in build_plan("invariant", moe=True).ops["moe_experts"]
     assert "index_add_" in build_plan("fast", device="cuda", moe=True).ops["moe_experts"]
+
+
+def test_grouped_outputs_of_an_empty_batch():
+    gate_ups, downs = _linears("gate_up", 2 * INTER, H, 8), _linears("down", H, INTER, 9)
+    grouped = GroupedExperts(list(zip(gate_ups, downs, strict=True)))
+    ids = torch.zeros((0, TOP_K), dtype=torch.int64)
+    out = grouped_outputs(torch.zeros((0, H)), ids, grouped, triton_rows.silu_mul)
+    assert out.shape == (0, TOP_K, H)
