@@ -5,7 +5,8 @@
   bitwise equal to the per-expert path (`kernels.moe.expert_outputs`: each expert's own
   split-plan linears at the launch its row count picks, TMA included) for skewed routings
   (every token on one expert, empty experts, one token), eagerly and replayed from a CUDA
-  graph captured once and fed other routings.
+  graph captured once and fed other routings; the one-launch tile table equal to the torch
+  ops' table; the combine kernel bitwise equal to `kernels.moe.combine`.
 - The determinism matrix on the tiny qwen3_moe / qwen3_moe_mixed / mixtral checkpoints
   (certified, like the 30B-A3B shape: their units are in the shipped set), with decode steps
   replayed from CUDA graphs (the grouped expert launch, which needs no host sync) against Ref
@@ -199,7 +200,7 @@ def test_gpu_grouped_experts_equal_the_per_expert_path(experts_30b, kind, n, gpu
     from samebits.kernels.moe import combine as torch_combine
     from samebits.kernels.moe import expert_outputs
     from samebits.kernels.triton.moe_grouped import combine as grouped_combine
-    from samebits.kernels.triton.moe_grouped import grouped_outputs
+    from samebits.kernels.triton.moe_grouped import grouped_outputs, tile_table, tile_table_torch
 
     ops, grouped = experts_30b
     x = torch.randn((n, H30), device="cuda").to(torch.bfloat16)
@@ -208,6 +209,11 @@ def test_gpu_grouped_experts_equal_the_per_expert_path(experts_30b, kind, n, gpu
     got = grouped_outputs(x, ids, grouped, ops.silu_mul)
     bad = (_bits(got) != _bits(ref)).reshape(n * TOP_K30, -1).any(dim=1)
     assert int(bad.sum()) == 0, f"{int(bad.sum())} of {n * TOP_K30} rows differ"
+    # the one-launch tile table (decode-sized routings) against the torch ops' table
+    for bm in (16, 64):
+        a, b = tile_table(ids, E30, bm), tile_table_torch(ids, E30, bm)
+        assert all(torch.equal(getattr(a, f), getattr(b, f))
+                   for f in ("order", "tokens", "expert", "lo", "hi"))  # fmt: skip
     # the combine kernel (no FMA contraction) against the torch ops of kernels.moe.combine
     weights = torch.rand((n, TOP_K30), device="cuda")
     fused = grouped_combine(got, weights, torch.bfloat16)

@@ -47,7 +47,9 @@ from samebits.analysis.kernel_prover.terms import Lin
 
 GROUPED = "grouped_row_equivalence"
 ASSUMPTIONS = {
-    "tile-table": "the host's tile table (`moe_grouped.tile_table`, device torch ops) gives "
+    "tile-table": "the host's tile table (`moe_grouped.tile_table`: one program of "
+    "`_moe_table_kernel.py`, or for large P the torch ops of `tile_table_torch`, the same "
+    "integers) gives "
     "every sorted row i < P exactly one tile t with tile_lo[t] <= i < tile_hi[t] <= "
     "tile_lo[t] + BLOCK_M, tile_expert[t] the expert of every row of the tile, other tiles "
     "lo >= hi; the stores' rows y_rows (the stable expert order, a permutation) are "

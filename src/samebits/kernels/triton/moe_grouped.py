@@ -21,6 +21,7 @@ import triton
 
 from samebits.kernels.interface import Expert
 from samebits.kernels.triton._moe_kernels import moe_combine_kernel, moe_grouped_kernel
+from samebits.kernels.triton._moe_table_kernel import moe_tile_table_kernel
 from samebits.kernels.triton.linear import TritonLinear
 from samebits.kernels.triton.splitplan import SplitPlan
 
@@ -75,21 +76,56 @@ def max_tiles(rows: int, num_experts: int, block_m: int) -> int:
 
 @dataclass(frozen=True)
 class TileTable:
-    """The device tables of one routing: ``order`` [P] (pair indices sorted by expert,
-    stable: a permutation), and per tile its expert and rows ``[lo, hi)`` of the sorted order (int32;
-    ``lo >= hi``: a tile no program needs)."""
+    """The device tables of one routing (int32): ``order`` [P] (the pair at each sorted
+    position: pairs sorted by expert, stable; a permutation), ``tokens`` [P] (its token,
+    ``order // top_k``), and per tile its expert and rows ``[lo, hi)`` of the sorted order
+    (``lo = hi = 0``: a tile the routing does not need)."""
 
     order: torch.Tensor
+    tokens: torch.Tensor
     expert: torch.Tensor
     lo: torch.Tensor
     hi: torch.Tensor
 
 
+# Up to this many pairs (every decode step of up to 512 sequences at top 8) the table is one
+# launch of `moe_tile_table_kernel` (one program, 64 pairs per step); above, the torch ops of
+# `tile_table_torch` (about thirty launches; prefill-sized P). Both give the same integers.
+TABLE_KERNEL_MAX_ROWS = 4096
+TABLE_BLOCK_P = 64
+TABLE_BLOCK_T = 64
+TABLE_WARPS = 4
+
+
 def tile_table(ids: torch.Tensor, num_experts: int, block_m: int) -> TileTable:
-    """The tile table of routing ``ids`` [n, k] (int64), by device ops only, no host sync, no
-    sort: a pair's sorted position is its expert's first row plus the number of earlier pairs
-    of that expert (a prefix sum of the [P, E] one-hot indicator: exact integer sums), so
-    the order is stable by construction."""
+    """The tile table of routing ``ids`` [n, k] (int64), on the device, no host sync: one
+    kernel launch for decode-sized routings, else `tile_table_torch`."""
+    n, k = ids.shape
+    rows = n * k
+    if rows > TABLE_KERNEL_MAX_ROWS:
+        return tile_table_torch(ids, num_experts, block_m)
+    dev, i32 = ids.device, torch.int32
+    tiles = max_tiles(rows, num_experts, block_m)
+    order, tokens = (
+        torch.empty(rows, device=dev, dtype=i32),
+        torch.empty(rows, device=dev, dtype=i32),
+    )
+    expert, lo, hi = (torch.empty(tiles, device=dev, dtype=i32) for _ in range(3))
+    moe_tile_table_kernel[(1,)](
+        ids.contiguous(), order, tokens, expert, lo, hi, rows, num_experts, tiles, TOP_K=k,
+        BLOCK_M=block_m, BLOCK_P=TABLE_BLOCK_P,
+        BLOCK_E=max(16, triton.next_power_of_2(num_experts)), BLOCK_T=TABLE_BLOCK_T,
+        num_warps=TABLE_WARPS,
+    )  # fmt: skip
+    return TileTable(order, tokens, expert, lo, hi)
+
+
+def tile_table_torch(ids: torch.Tensor, num_experts: int, block_m: int) -> TileTable:
+    """The tile table by torch device ops, no host sync, no sort: a pair's sorted position is
+    its expert's first row plus the number of earlier pairs of that expert (a prefix sum of
+    the [P, E] one-hot indicator: exact integer sums), so the order is stable by
+    construction."""
+    n, k = ids.shape
     flat = ids.reshape(-1)
     dev, rows = flat.device, flat.numel()
     experts = torch.arange(num_experts, device=dev)
@@ -105,8 +141,11 @@ def tile_table(ids: torch.Tensor, num_experts: int, block_m: int) -> TileTable:
     e = torch.searchsorted(tile_end, t, right=True).clamp_(max=num_experts - 1)
     lo = bounds[e] + (t - (tile_end[e] - tiles[e])) * block_m
     hi = torch.minimum(lo + block_m, bounds[e + 1])
+    needed = t < tile_end[-1]
+    lo, hi = torch.where(needed, lo, 0), torch.where(needed, hi, 0)
+    tokens = torch.div(order, k, rounding_mode="floor")
     i32 = torch.int32
-    return TileTable(order, e.to(i32), lo.to(i32), hi.to(i32))
+    return TileTable(order.to(i32), tokens.to(i32), e.to(i32), lo.to(i32), hi.to(i32))
 
 
 def grouped_linear(x: torch.Tensor, w: torch.Tensor, plan: SplitPlan, table: TileTable,
@@ -190,13 +229,11 @@ def grouped_outputs(x: torch.Tensor, ids: torch.Tensor, experts: GroupedExperts,
         return x.new_empty((0, k, experts.down_plan.n))
     launch = choose_grouped(rows)
     table = tile_table(ids, len(experts), launch.block_m)
-    order = table.order.to(torch.int32)
     sorted_rows = torch.arange(rows, device=x.device, dtype=torch.int32)
-    tokens = torch.div(order, k, rounding_mode="floor")
-    h = grouped_linear(x.contiguous(), experts.gate_up, experts.gate_up_plan, table, tokens,
-                       sorted_rows, experts.out_dtype, launch)  # fmt: skip
+    h = grouped_linear(x.contiguous(), experts.gate_up, experts.gate_up_plan, table,
+                       table.tokens, sorted_rows, experts.out_dtype, launch)  # fmt: skip
     act = silu_mul(h)
-    out = grouped_linear(act, experts.down, experts.down_plan, table, sorted_rows, order,
+    out = grouped_linear(act, experts.down, experts.down_plan, table, sorted_rows, table.order,
                          experts.out_dtype, launch)  # fmt: skip
     return out.view(n, k, -1)
 
