@@ -24,6 +24,8 @@
 #   breakdown  benchmarks/gpu_step_breakdown.py (torch.profiler of batch-64 decode steps by kernel category)
 #   rate       benchmarks/server_rate_sweep.py (issue 13 (c): 4, 16, 64 req/s through the server)
 #   ops        benchmarks/gpu_ops.py
+#   moegrouped the grouped MoE expert kernel's GPU tests (30B-A3B expert shapes, eager and CUDA
+#              graph) and benchmarks/moe_grouped.py (grouped vs per-expert vs torch, batch 1/16/64)
 #   agree      benchmarks/gpu_agreement.py
 #   agree8k    gpu_agreement.py at 8k context: llama-3-8b (llama3 RoPE), qwen3-8b with yarn 4:32768
 #   digest     benchmarks/digest_throughput.py (SHA-256 of 512 KB rows on this host's cores)
@@ -72,6 +74,8 @@ for job in "$@"; do
             timeout 280 python3 benchmarks/server_rate_sweep.py --plans $plan \
               --out "$OUT/server_rate_sweep_$plan.json" 2>&1 | tail -12; done ;;
     ops) timeout 300 python3 benchmarks/gpu_ops.py --out "$OUT/gpu_ops.json" 2>&1 | tail -70 ;;
+    moegrouped) SAMEBITS_GPU_RESULTS="$OUT" timeout 300 python3 -m pytest -q -m gpu tests/gpu/test_gpu_moe.py -k grouped -p no:cacheprovider --durations=5 2>&1 | tail -20
+                timeout 240 python3 benchmarks/moe_grouped.py --out "$OUT" 2>&1 | tail -25 ;;
     agree) timeout 300 python3 benchmarks/gpu_agreement.py --presets tiny-llama tiny-qwen2 tiny-qwen3 llama-3-8b qwen3-8b --out "$OUT/gpu_agreement.json" 2>&1 | tail -30 ;;
     digest) python3 benchmarks/digest_throughput.py | tee "$OUT/digest_throughput.json" ;;
     sha256) timeout -s KILL 240 python3 benchmarks/sha256_check.py | tee "$OUT/sha256_check.json" ;;

@@ -1,9 +1,16 @@
 """Mixtures of experts on the GPU invariant plan (Triton, bfloat16), marker `gpu`.
 
+- The grouped expert kernel (`kernels/triton/moe_grouped.py`) at the Qwen3-30B-A3B expert
+  shapes (128 experts, top 8, hidden 2048, expert width 768), bf16: every (token, rank) row
+  bitwise equal to the per-expert path (`kernels.moe.expert_outputs`: each expert's own
+  split-plan linears at the launch its row count picks, TMA included) for skewed routings
+  (every token on one expert, empty experts, one token), eagerly and replayed from a CUDA
+  graph captured once and fed other routings; the one-launch tile table equal to the torch
+  ops' table; the combine kernel bitwise equal to `kernels.moe.combine`.
 - The determinism matrix on the tiny qwen3_moe / qwen3_moe_mixed / mixtral checkpoints
-  (certified, like the 30B-A3B shape: their units are in the shipped set), with decode steps replayed from CUDA
-  graphs (the MoE layer's dense path: every expert on every row) against Ref (eager: rows
-  gathered per expert), and on the biased router that sends every token to one expert.
+  (certified, like the 30B-A3B shape: their units are in the shipped set), with decode steps
+  replayed from CUDA graphs (the grouped expert launch, which needs no host sync) against Ref
+  (eager), and on the biased router that sends every token to one expert.
 - The Qwen3-30B-A3B shape: the full 48-layer random-weight model loads on one H200 and
   generates, batched == alone == eager (tokens and logits digests); a 4-layer prefix of it
   (the same layer shapes, 128 experts, top 8) runs the matrix at >= 784 rows, and the stock
@@ -136,3 +143,106 @@ def test_gpu_negative_control_fast_plan_moe(prefix_model, gpu_record):
     gpu_record(f"negative control (cuda fast plan, {PRESET} 4 layers, batch category)",
                report.summary())  # fmt: skip
     assert report.mismatches, "the stock-torch CUDA plan was expected to break batch invariance"
+
+
+# ------------------------------------------------- the grouped expert kernel, 30B-A3B shapes
+E30, TOP_K30, H30, I30 = 128, 8, 2048, 768
+
+
+@pytest.fixture(scope="module")
+def experts_30b(cuda):
+    """128 random experts of the Qwen3-30B-A3B shape on the GPU plan's linears, grouped (the
+    per-expert linears then read views of the stacked weights: the same weights)."""
+    import torch
+
+    from samebits.kernels.plan import build_plan
+    from samebits.kernels.triton.backend import TritonOps
+
+    ops = TritonOps(build_plan("invariant", device="cuda", moe=True))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+
+    def w(n, k):
+        return torch.randn((n, k), generator=gen, device="cuda") / k**0.5
+
+    experts = [(ops.linear(w(2 * I30, H30), None, role="gate_up"),
+                ops.linear(w(H30, I30), None, role="down")) for _ in range(E30)]  # fmt: skip
+    return ops, ops.moe_group(experts)
+
+
+def _routing_30b(kind: str, n: int):
+    import torch
+
+    gen = torch.Generator(device="cuda").manual_seed(n)
+    if kind == "one_expert":  # every token on experts 7..14, expert 7 at rank 0
+        return torch.arange(7, 7 + TOP_K30, device="cuda").expand(n, TOP_K30).contiguous()
+    if kind == "skewed":  # experts >= 16 get nothing; expert 3 takes every token
+        rest = torch.stack([torch.randperm(15, generator=gen, device="cuda")[: TOP_K30 - 1]
+                            for _ in range(n)])  # fmt: skip
+        return torch.cat([torch.full((n, 1), 3, device="cuda"), rest + (rest >= 3)], 1)
+    logits = torch.randn((n, E30), generator=gen, device="cuda")
+    return torch.topk(logits, TOP_K30, dim=1).indices
+
+
+def _bits(t):
+    import torch
+
+    return t.contiguous().view(torch.int16 if t.dtype == torch.bfloat16 else torch.int32)
+
+
+CASES_30B = [("one_expert", 1), ("one_expert", 64), ("one_expert", 300), ("skewed", 16),
+             ("skewed", 129), ("random", 1), ("random", 16), ("random", 64), ("random", 600)]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind, n", CASES_30B)
+def test_gpu_grouped_experts_equal_the_per_expert_path(experts_30b, kind, n, gpu_record):
+    import torch
+
+    from samebits.kernels.moe import combine as torch_combine
+    from samebits.kernels.moe import expert_outputs
+    from samebits.kernels.triton.moe_grouped import combine as grouped_combine
+    from samebits.kernels.triton.moe_grouped import grouped_outputs, tile_table, tile_table_torch
+
+    ops, grouped = experts_30b
+    x = torch.randn((n, H30), device="cuda").to(torch.bfloat16)
+    ids = _routing_30b(kind, n)
+    ref = expert_outputs(x, ids, list(grouped), ops.silu_mul)
+    got = grouped_outputs(x, ids, grouped, ops.silu_mul)
+    bad = (_bits(got) != _bits(ref)).reshape(n * TOP_K30, -1).any(dim=1)
+    assert int(bad.sum()) == 0, f"{int(bad.sum())} of {n * TOP_K30} rows differ"
+    # the one-launch tile table (decode-sized routings) against the torch ops' table
+    for bm in (16, 64):
+        a, b = tile_table(ids, E30, bm), tile_table_torch(ids, E30, bm)
+        assert all(torch.equal(getattr(a, f), getattr(b, f))
+                   for f in ("order", "tokens", "expert", "lo", "hi"))  # fmt: skip
+    # the combine kernel (no FMA contraction) against the torch ops of kernels.moe.combine
+    weights = torch.rand((n, TOP_K30), device="cuda")
+    fused = grouped_combine(got, weights, torch.bfloat16)
+    assert bool((_bits(fused) == _bits(torch_combine(got, weights, torch.bfloat16))).all())
+    gpu_record(f"grouped experts {kind} n={n}", f"{n * TOP_K30} rows bitwise equal, combine too")
+
+
+def test_gpu_grouped_experts_replay_from_a_cuda_graph(experts_30b, gpu_record):
+    """One capture at 64 tokens, replayed with routings the capture never saw (every token on
+    one expert, empty experts, random): each replay bitwise equal to the eager per-expert
+    path; the capture itself needs no host sync (it would raise)."""
+    import torch
+
+    from samebits.kernels.moe import expert_outputs
+    from samebits.kernels.triton.moe_grouped import grouped_outputs
+
+    ops, grouped = experts_30b
+    n = 64
+    x = torch.randn((n, H30), device="cuda").to(torch.bfloat16)
+    ids = _routing_30b("random", n).clone()
+    grouped_outputs(x, ids, grouped, ops.silu_mul)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        out = grouped_outputs(x, ids, grouped, ops.silu_mul)
+    for kind in ("one_expert", "skewed", "random"):
+        ids.copy_(_routing_30b(kind, n))
+        x.copy_(torch.randn((n, H30), device="cuda").to(torch.bfloat16))
+        graph.replay()
+        ref = expert_outputs(x, ids, list(grouped), ops.silu_mul)
+        assert bool((_bits(out) == _bits(ref)).all()), kind
+    gpu_record("grouped experts in a CUDA graph", "3 routings replayed, bitwise equal to eager")

@@ -112,6 +112,10 @@ class Ops(Protocol):
         to 1. Row-local in an invariant op set (ties to the lower expert id:
         `samebits.kernels.moe`)."""
 
+    def moe_group(self, experts: Sequence[Expert]) -> Sequence[Expert]:
+        """A MoE layer's experts in the form this op set's `moe_experts` takes (the GPU
+        invariant plan stacks their weights for its grouped launch; the bits are the same)."""
+
     def moe_experts(
         self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
         experts: Sequence[Expert],

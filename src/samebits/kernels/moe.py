@@ -217,6 +217,10 @@ class InvariantMoe:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return route(logits, top_k, normalize)
 
+    def moe_group(self, experts: Sequence[Expert]) -> Sequence[Expert]:
+        """The experts as `moe_experts` takes them (here: as they are)."""
+        return list(experts)
+
     def moe_experts(
         self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
         experts: Sequence[Expert],
@@ -240,6 +244,9 @@ class FastMoe:
         if normalize:
             weights = weights / weights.sum(dim=-1, keepdim=True)
         return ids, weights
+
+    def moe_group(self, experts: Sequence[Expert]) -> Sequence[Expert]:
+        return list(experts)
 
     def moe_experts(self, x, ids, weights, experts: Sequence[Expert]) -> torch.Tensor:
         """Experts with tokens in id order, each on its tokens, accumulated by `index_add_`;

@@ -103,4 +103,8 @@ def _with_moe_ops(fields: dict, name: str, moe: bool) -> dict:
     from samebits.kernels.moe import FAST_MOE_OPS, INVARIANT_MOE_OPS
 
     extra = FAST_MOE_OPS if name == "fast" else INVARIANT_MOE_OPS
+    if name != "fast" and fields.get("device") == "cuda":  # the GPU's grouped expert launch
+        from samebits.kernels.triton.moe_grouped import GROUPED_DESCRIPTION
+
+        extra = dict(extra, moe_experts=GROUPED_DESCRIPTION)
     return dict(fields, ops={**fields["ops"], **extra})

@@ -11,6 +11,8 @@ step). So the layer's bits do not depend on the batch, nor on how tokens spread 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from samebits.kernels.interface import Expert, Linear, Ops
@@ -31,13 +33,14 @@ class MoeBlock:
         self.normalize = moe.norm_topk_prob
         router, names = moe_weight_names(cfg, prefix + ".")
         self.router: Linear = ops.linear(w[router], None, blocks.get(router), role="router")
-        self.experts: list[Expert] = []
+        experts: list[Expert] = []
         for gate, up, down in names:
-            self.experts.append(_expert(ops, w, blocks, gate, up, down))
+            experts.append(_expert(ops, w, blocks, gate, up, down))
             if release:
                 for name in (gate, up, down):
                     w.pop(name, None)
                     blocks.pop(name, None)
+        self.experts: Sequence[Expert] = ops.moe_group(experts)
         if release:
             w.pop(router, None)
             blocks.pop(router, None)

@@ -1,5 +1,5 @@
 """A mixture of experts on the GPU invariant plan's op set (`TritonOps`: the router as a
-float32-output split-plan linear, expert linears, SiLU-and-mul, RMSNorm kernels), on CPU
+float32-output split-plan linear, the grouped expert launch, SiLU-and-mul, RMSNorm kernels), on CPU
 through Triton's interpreter in float32, driven by the real engine: batch and chunk scenarios
 of the determinism matrix against Ref, with the router biased so one expert takes every token
 (CI has no GPU; tests/gpu/test_gpu_moe.py runs the full matrices on one). Kept small: the
@@ -13,6 +13,7 @@ from test_triton_engine import InterpreterTritonOps, _interpreter_plan, register
 import samebits.deployment as deployment_module
 from moe_routing import bias_router, check_biased_routing, record_expert_counts
 from samebits.kernels.triton.linear import TritonLinear
+from samebits.kernels.triton.moe_grouped import GroupedExperts
 from samebits.model import load_model
 from samebits.testing.determinism_matrix import MatrixSize, build_scenarios, check_matrix
 
@@ -31,6 +32,7 @@ def test_moe_engine_on_triton_ops_matches_ref(triton_moe_deployment):
     assert isinstance(dep.model.ops, InterpreterTritonOps)
     block = dep.model.layers[0].moe
     assert isinstance(block.router, TritonLinear) and block.router.role == "router"
+    assert isinstance(block.experts, GroupedExperts)  # the grouped expert launch runs
     assert all(dep.qualification.values())
     counts = record_expert_counts(dep)
     size = MatrixSize(vocab=dep.config.vocab_size, n_out=3, batch_sizes=(4,), budgets=(5,),

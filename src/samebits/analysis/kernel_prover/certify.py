@@ -23,6 +23,8 @@ from samebits.analysis.kernel_prover.attention import (
     prove_attention,
 )
 from samebits.analysis.kernel_prover.attention import calls as attention_calls
+from samebits.analysis.kernel_prover.moe import ASSUMPTIONS as GROUPED_ASSUMPTIONS
+from samebits.analysis.kernel_prover.moe import GroupedSpec, prove_grouped
 from samebits.analysis.kernel_prover.prover import Result, prove
 from samebits.analysis.kernel_prover.specs import Spec, all_specs, unit_specs
 from samebits.analysis.kernel_prover.symbolic.source import KernelSource
@@ -118,6 +120,8 @@ def prove_spec(spec, source_path: Path | str | None = None) -> tuple[Result, str
         return Result(False, spec.goal, 0.0, {}, unsupported=str(u)), str(path), src.sha256
     if isinstance(spec, AttentionSpec):
         return prove_attention(src, spec), str(path), src.sha256
+    if isinstance(spec, GroupedSpec):
+        return prove_grouped(src, spec), str(path), src.sha256
     return prove(src, spec.goal, spec.left, spec.right, spec.m_left), str(path), src.sha256
 
 
@@ -135,6 +139,8 @@ def certificate(spec, result: Result, path: str, sha: str) -> dict:
         assumptions.update(ATTENTION_ASSUMPTIONS)
         if SPLIT in (spec.left.launch, spec.right.launch):
             assumptions.update(SPLIT_ASSUMPTIONS)
+    elif isinstance(spec, GroupedSpec):
+        assumptions.update(GROUPED_ASSUMPTIONS)
     else:
         if spec.goal.scatter:
             assumptions.update(SCATTER_ASSUMPTIONS)

@@ -425,6 +425,18 @@ def unit_specs(unit: dict) -> list:
     elif unit["kind"] == "fused":
         prefix = f"u.linear_add_rms_norm.{unit['role']}" + (".bias" if unit["bias"] else "")
         specs = linear_add_rms_specs("u", unit["role"], unit["n"], unit["k"], unit["bias"])
+    elif unit["kind"] == "moe":
+        from samebits.analysis.kernel_prover.moe import grouped_specs
+
+        prefix = "u"
+        specs = grouped_specs("u", unit["role"], unit["n"], unit["k"])
+        key = f"moe.{unit['role']}.{unit['n']}x{unit['k']}"
+    elif unit["kind"] == "moe_combine":
+        from samebits.analysis.kernel_prover.moe import combine_specs
+
+        prefix = "u"
+        specs = combine_specs("u", unit["top_k"], unit["hidden"])
+        key = f"moe.k{unit['top_k']}.h{unit['hidden']}"
     elif unit["kind"] == "rows" and unit["op"] == "qkv_rope_store":
         prefix = "u.qkv_rope_store"
         specs = qkv_rope_store_specs("u", unit["heads"], unit["kv_heads"], unit["head_dim"])

@@ -11,6 +11,7 @@ iterates key tiles aligned to absolute positions (see the kernel modules).
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import torch
 
@@ -22,8 +23,10 @@ from samebits.kernels.plan import KernelPlan
 from samebits.kernels.triton import attention as triton_attention
 from samebits.kernels.triton import rows
 from samebits.kernels.triton.linear import TritonLinear, choose_launch
+from samebits.kernels.triton.moe_grouped import GroupedExperts, combine, grouped_outputs
 
 QUALIFY_ROWS = (1, 3, 16, 64, 200, 1100)  # one M per launch-table row
+log = logging.getLogger(__name__)
 
 
 class QualifiedLinear(TritonLinear):
@@ -59,6 +62,23 @@ class TritonOps(InvariantMoe, TorchPlacement):
         b = None if bias is None else bias.to(device=self.device, dtype=torch.float32)
         out = torch.float32 if role in FLOAT32_ROLES else self.act_dtype
         return QualifiedLinear(w, b, role, out)
+
+    def moe_group(self, experts):
+        """The experts with stacked weights for the grouped launch (`moe_grouped`)."""
+        return GroupedExperts(experts)
+
+    def moe_experts(self, x, ids, weights, experts):
+        """Grouped experts: two grouped launches (gate_up, down) over all experts, no host
+        sync, on and off CUDA-graph capture (the per-expert path's bits: `moe_grouped`);
+        combined by one kernel in rank order in float32 (`InvariantMoe`'s bits)."""
+        if not isinstance(experts, GroupedExperts):
+            if not getattr(self, "_warned_ungrouped", False):
+                self._warned_ungrouped = True
+                log.warning("MoE experts not grouped (`moe_group` was not called): the "
+                            "per-expert path runs (the same bits, one launch per expert)")  # fmt: skip
+            return super().moe_experts(x, ids, weights, experts)
+        outputs = grouped_outputs(x, ids, experts, self.silu_mul)
+        return combine(outputs, weights, self.act_dtype)
 
     def rms_norm(self, x, w, eps):
         return rows.rms_norm(x, w, eps, self.act_dtype)

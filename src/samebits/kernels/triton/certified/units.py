@@ -22,11 +22,16 @@ KERNEL_FILES = {
     "rows": "_row_kernels.py",
     "attention": "_attention_kernel.py",
     "fused": "_fused_kernels.py",
+    "moe": "_moe_kernels.py",
+    "moe_combine": "_moe_kernels.py",
 }
 # the other kernel files a kind's proofs read, joined to its KERNEL_FILES file: the fused
 # kernel imports _rms_apply from the row kernels, and the op-by-op path it is proved equal to
 # is the linear's split-K grid (linear_partials_kernel, ordered_sum_kernel) and rms_norm_kernel
-ALSO_FILES = {"fused": ("_linear_kernels.py", "_row_kernels.py")}
+# the grouped MoE expert kernel is proved equal to the linear's M = 1 launch
+# and the combine kernel to the torch ops of `kernels.moe.combine` stated as Triton text
+ALSO_FILES = {"fused": ("_linear_kernels.py", "_row_kernels.py"), "moe": ("_linear_kernels.py",),
+              "moe_combine": ("certified/moe_reference.py",)}  # fmt: skip
 ALSO_RECORD = "also_proved_against"  # record field {file: SHA-256} of those files (else absent)
 ATTENTION_PAGES = (16, 32)  # block sizes the attention certificates cover
 
@@ -44,7 +49,7 @@ def dims_of(cfg) -> dict:
     moe = get("moe")
     if moe is not None and not isinstance(cfg, dict):
         d["moe"] = dict(experts=moe.num_experts, inter=moe.moe_intermediate_size,
-                        dense=cfg.has_dense_layers)  # fmt: skip
+                        dense=cfg.has_dense_layers, top_k=moe.num_experts_per_tok)  # fmt: skip
     elif moe is not None:
         d["moe"] = dict(moe)
     return d
@@ -116,6 +121,7 @@ def units_for(d: dict, shapes: list[tuple[str, int, int]] | None = None) -> list
                     kind="attention", launch="split", heads=d["heads"], kv_heads=d["kv_heads"],
                     head_dim=hd))  # fmt: skip
     out += fused_units(d, shapes or _attention_shapes(d) + _mlp_shapes(d))
+    out += grouped_units(d)
     seen, uniq = set(), []
     for u in out:
         if u["key"] not in seen:
@@ -149,6 +155,39 @@ def fused_units(d: dict, shapes: list[tuple[str, int, int]]) -> list[dict]:
             out.append(dict(key=key, kind="fused", op="linear_add_rms_norm", role=role, n=n,
                             k=k, bias=bias))  # fmt: skip
     return out
+
+
+def grouped_units(d: dict) -> list[dict]:
+    """The grouped expert launch (`moe_grouped_kernel`) at a MoE model's expert gate_up and
+    down shapes (`TritonOps.moe_experts`: every expert linear of the GPU plan runs there), and
+    the combine of its top-k outputs (`moe_combine_kernel`) at (top_k, hidden)."""
+    moe = d.get("moe")
+    if moe is None:
+        return []
+    h, i = d["hidden"], moe["inter"]
+    out = [dict(key=f"moe.grouped.{role}.{n}x{k}", kind="moe", op="grouped", role=role, n=n,
+                k=k) for role, n, k in (("gate_up", 2 * i, h), ("down", h, i))]  # fmt: skip
+    if moe.get("top_k"):  # the combine of the k expert outputs (`moe_combine_kernel`)
+        out.append(dict(key=f"moe.combine.k{moe['top_k']}.h{h}", kind="moe_combine",
+                        op="combine", top_k=moe["top_k"], hidden=h))  # fmt: skip
+    return out
+
+
+def grouped_launch_name(la) -> str:
+    return f"bm{la.block_m}-bn{la.block_n}-w{la.num_warps}-s{la.num_stages}"
+
+
+def _grouped_specialization(unit: dict) -> dict:
+    """The grouped unit as the engine launches it: the plan, every grouped launch
+    (`moe_grouped.GROUPED_TABLE`) and the linear launch its rows are proved equal to."""
+    from samebits.kernels.triton.launches import choose_launch
+    from samebits.kernels.triton.moe_grouped import grouped_launches
+    from samebits.kernels.triton.splitplan import split_plan
+
+    plan = split_plan(unit["n"], unit["k"], unit["role"])
+    return {"op": "grouped", "plan": repr(plan),
+            "launches": [grouped_launch_name(la) for la in grouped_launches()],
+            "reference_launch": launch_name(choose_launch(plan, 1, tma=False))}  # fmt: skip
 
 
 # --- launches (shared with the prover's specs.py) --------------------------------------
@@ -220,6 +259,14 @@ def specialization(unit: dict) -> dict:
                 "ordered_sum": [ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS]}  # fmt: skip
     if kind == "fused":
         return _fused_specialization(unit)
+    if kind == "moe":
+        return _grouped_specialization(unit)
+    if kind == "moe_combine":
+        from samebits.kernels.triton import moe_grouped as mg
+
+        return {"op": "combine", "top_k": unit["top_k"], "hidden": unit["hidden"],
+                "block": mg.combine_block(unit["hidden"]), "warps": mg.COMBINE_WARPS,
+                "fp_fusion": mg.COMBINE_FP_FUSION}  # fmt: skip
     if kind == "rows":
         from samebits.kernels.triton import rows
 
