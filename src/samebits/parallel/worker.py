@@ -89,10 +89,9 @@ def spawned_rank(rank: int, world: int, port: int, config, error_file: str) -> N
 def serve(group: Group, config, loaded=None) -> None:
     """Build this rank's shard (`deploy.prepare_rank`, the same steps as rank 0), then run
     rank 0's commands until "stop": allocate / free KV caches, run forwards."""
-    from samebits.engine import assembly
     from samebits.parallel.deploy import prepare_rank
 
-    loaded = loaded if loaded is not None else assembly.load(config, progress=False)
+    loaded = loaded if loaded is not None else _load(config)
     model = prepare_rank(loaded, config, group)[0]
     caches: dict[int, object] = {}
     while True:
@@ -108,6 +107,14 @@ def serve(group: Group, config, loaded=None) -> None:
         else:
             raise TensorParallelError(f"unknown command from rank 0: {message[0]!r}")
     group.destroy()
+
+
+def _load(config):
+    """The config's model, as rank 0 loaded it (`engine/assembly.load`'s steps)."""
+    from samebits.model import load_model, weights_target
+
+    mc = config.model_config
+    return load_model(mc.model, weights_to=weights_target(mc.device, mc.dtype))
 
 
 def main(argv: list[str]) -> None:

@@ -1,0 +1,129 @@
+"""`LLM(tiny, tensor_parallel_size=2)` on the CPU (two processes over gloo) against TP = 1:
+the same token ids and logits digests for greedy and seeded requests, in batches and with
+chunked prefill; Ref's rows bitwise equal; the determinism matrix at TP = 2; the same
+fingerprint, the degree recorded as topology; bad degrees refused before any rank starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from samebits import LLM
+from samebits.engine.engine import LLMEngine
+from samebits.engine.runner import cold_logits
+from samebits.kernels.cpu import native
+from samebits.sampling import SamplingParams
+from samebits.testing.determinism_matrix import MatrixSize, full_check, full_check_problems
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="needs the native C kernels")
+
+PROMPTS = [
+    "hello world", "The quick brown fox jumps", "def add(a, b):", "a", "lazy dog " * 7,
+    "return a + b", "0123456789 abcdefghij",
+]  # fmt: skip
+
+
+def _params() -> list[SamplingParams]:
+    out = []
+    for i, _ in enumerate(PROMPTS):
+        if i % 2:
+            out.append(SamplingParams(max_tokens=6, temperature=0.9, top_p=0.95, seed=i))
+        else:
+            out.append(SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True))
+    return out
+
+
+@pytest.fixture(scope="module")
+def engines(tiny_llama_dir):
+    """(TP = 1 LLM, TP = 2 LLM) on the tiny Llama; the TP = 2 ranks stop at the end."""
+    tp1 = LLM(str(tiny_llama_dir), num_threads=1)
+    tp2 = LLM(str(tiny_llama_dir), num_threads=1, tensor_parallel_size=2)
+    yield tp1, tp2
+    tp2.close()
+
+
+def _views(outputs) -> list[tuple]:
+    return [(tuple(o.outputs[0].token_ids), tuple(o.outputs[0].logits_digests)) for o in outputs]
+
+
+def test_same_fingerprint_degree_as_topology(engines):
+    tp1, tp2 = engines
+    assert tp1.fingerprint == tp2.fingerprint
+    components = tp2.engine.deployment.components
+    assert components["topology"] == {
+        "tensor_parallel_size": 2, "backend": "gloo", "launcher": "spawn",
+    }  # fmt: skip
+    assert "topology" not in tp1.engine.deployment.components
+    assert tp2.engine.config.runtime_config.tensor_parallel_size == 2
+
+
+def test_batched_greedy_and_seeded_equal_tp1(engines):
+    tp1, tp2 = engines
+    expected = _views(tp1.generate(PROMPTS, _params()))
+    assert _views(tp2.generate(PROMPTS, _params())) == expected
+    alone = [_views(tp2.generate([p], [q]))[0] for p, q in zip(PROMPTS, _params(), strict=True)]
+    assert alone == expected
+
+
+@pytest.mark.parametrize("budget", [3, 7])
+def test_chunked_prefill_equal_tp1(engines, budget):
+    tp1, tp2 = engines
+    expected = _views(tp1.generate(PROMPTS, _params()))
+    chunked = LLMEngine.from_deployment(
+        tp2.engine.deployment, max_num_batched_tokens=budget, max_num_seqs=3
+    )
+    assert _views(LLM(engine=chunked).generate(PROMPTS, _params())) == expected
+
+
+def test_reference_rows_bitwise_equal_tp1(engines):
+    """Every position's logits row of the spec's Ref (cold, batch of one), byte for byte."""
+    tp1, tp2 = engines
+    for prompt in PROMPTS[:3]:
+        ids = tp1.tokenizer.encode(prompt)
+        a = cold_logits(tp1.engine.deployment, ids, all_rows=True)
+        b = cold_logits(tp2.engine.deployment, ids, all_rows=True)
+        assert a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def test_determinism_matrix_tp2(engines, record_property):
+    dep = engines[1].engine.deployment
+    report, hits = full_check(dep, MatrixSize(vocab=dep.config.vocab_size, repeats=1))
+    record_property("matrix", f"tiny-llama at TP = 2 (gloo, 2 ranks): {report.summary()}")
+    print(report.summary())
+    assert full_check_problems(report, hits) == []
+    assert report.total_rows >= 300
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, "2", 2.0])
+def test_degree_not_a_positive_int(tiny_llama_dir, bad):
+    with pytest.raises(ValueError, match="tensor_parallel_size must be a positive integer"):
+        LLM(str(tiny_llama_dir), tensor_parallel_size=bad)
+
+
+def test_degree_not_supported(tiny_llama_dir):
+    with pytest.raises(ValueError, match=r"one of \(1, 2, 4, 8\)"):
+        LLM(str(tiny_llama_dir), num_threads=1, tensor_parallel_size=3)
+
+
+def test_degree_not_dividing_heads(tiny_llama_dir, engines):
+    """The tiny Llama has 4 heads and 2 KV heads: 4 ranks would need KV heads replicated."""
+    with pytest.raises(ValueError, match=r"does not divide num_key_value_heads \(2\)"):
+        LLM(str(tiny_llama_dir), num_threads=1, tensor_parallel_size=4)
+    with pytest.raises(ValueError, match=r"does not divide num_attention_heads \(4\)"):
+        LLM(str(tiny_llama_dir), num_threads=1, tensor_parallel_size=8)
+
+
+def test_moe_refused(tiny_qwen3_moe_dir):
+    with pytest.raises(ValueError, match="mixture-of-experts"):
+        LLM(str(tiny_qwen3_moe_dir), num_threads=1, tensor_parallel_size=2)
+
+
+@pytest.mark.parametrize("command", ["generate", "serve", "verify", "info"])
+def test_cli_flag(command):
+    from samebits.cli import build_parser
+    from samebits.engine_args import config_from_args
+
+    extra = {"generate": ["hi"], "verify": ["log.jsonl"]}.get(command, [])
+    args = build_parser().parse_args([command, *extra, "--tensor-parallel-size", "2"])
+    assert args.tensor_parallel_size == 2
+    if command != "verify":
+        assert config_from_args(args).runtime_config.tensor_parallel_size == 2
