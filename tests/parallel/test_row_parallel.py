@@ -46,10 +46,11 @@ def test_o_and_down_take_the_split_plan():
     assert linear_splits(4096, "o") == 8 and linear_splits(14336, "down") == 8
     assert linear_splits(4096, "qkv") == 1 and linear_splits(4096, "lm_head") == 1
     assert linear_splits(4100, "down") == 1  # 8 does not divide K: one chain
+    assert linear_splits(576, "o") == 1  # 8 ranges of 72: not whole 32-k blocks
 
 
 @pytest.mark.parametrize("t", [2, 4, 8])
-@pytest.mark.parametrize("n,k", [(64, 64), (96, 512), (256, 1024)])
+@pytest.mark.parametrize("n,k", [(64, 256), (96, 512), (256, 1024)])
 def test_row_parallel_equals_tp1(t, n, k):
     gen = torch.Generator().manual_seed(n + k + t)
     weight = torch.randn((n, k), generator=gen)

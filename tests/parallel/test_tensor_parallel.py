@@ -33,10 +33,10 @@ def _params() -> list[SamplingParams]:
 
 
 @pytest.fixture(scope="module")
-def engines(tiny_llama_dir):
+def engines(tiny_tp_llama_dir):
     """(TP = 1 LLM, TP = 2 LLM) on the tiny Llama; the TP = 2 ranks stop at the end."""
-    tp1 = LLM(str(tiny_llama_dir), num_threads=1)
-    tp2 = LLM(str(tiny_llama_dir), num_threads=1, tensor_parallel_size=2)
+    tp1 = LLM(str(tiny_tp_llama_dir), num_threads=1)
+    tp2 = LLM(str(tiny_tp_llama_dir), num_threads=1, tensor_parallel_size=2)
     yield tp1, tp2
     tp2.close()
 
@@ -94,22 +94,41 @@ def test_determinism_matrix_tp2(engines, record_property):
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, "2", 2.0])
-def test_degree_not_a_positive_int(tiny_llama_dir, bad):
+def test_degree_not_a_positive_int(tiny_tp_llama_dir, bad):
     with pytest.raises(ValueError, match="tensor_parallel_size must be a positive integer"):
-        LLM(str(tiny_llama_dir), tensor_parallel_size=bad)
+        LLM(str(tiny_tp_llama_dir), tensor_parallel_size=bad)
 
 
-def test_degree_not_supported(tiny_llama_dir):
+def test_degree_not_supported(tiny_tp_llama_dir):
     with pytest.raises(ValueError, match=r"one of \(1, 2, 4, 8\)"):
-        LLM(str(tiny_llama_dir), num_threads=1, tensor_parallel_size=3)
+        LLM(str(tiny_tp_llama_dir), num_threads=1, tensor_parallel_size=3)
 
 
-def test_degree_not_dividing_heads(tiny_llama_dir, engines):
+def test_degree_not_dividing_heads(tiny_tp_llama_dir):
     """The tiny Llama has 4 heads and 2 KV heads: 4 ranks would need KV heads replicated."""
     with pytest.raises(ValueError, match=r"does not divide num_key_value_heads \(2\)"):
-        LLM(str(tiny_llama_dir), num_threads=1, tensor_parallel_size=4)
+        LLM(str(tiny_tp_llama_dir), num_threads=1, tensor_parallel_size=4)
     with pytest.raises(ValueError, match=r"does not divide num_attention_heads \(4\)"):
-        LLM(str(tiny_llama_dir), num_threads=1, tensor_parallel_size=8)
+        LLM(str(tiny_tp_llama_dir), num_threads=1, tensor_parallel_size=8)
+
+
+def test_model_without_the_split_refused(tiny_llama_dir):
+    """The default tiny Llama's o has K = 64: one chain (no 8 ranges of 32) cannot be cut."""
+    with pytest.raises(ValueError, match=r"has 1 K ranges; tensor_parallel_size 2 does not"):
+        LLM(str(tiny_llama_dir), num_threads=1, tensor_parallel_size=2)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_qkv_bias_and_qk_norm_equal_tp1(make_tiny_tp, engines, arch):
+    """Qwen2 (qkv bias, sharded with its rows) and Qwen3 (q / k norms, replicated)."""
+    engines[1].close()  # one tensor-parallel engine per process at a time
+    path = str(make_tiny_tp(arch))
+    expected = _views(LLM(path, num_threads=1).generate(PROMPTS, _params()))
+    tp2 = LLM(path, num_threads=1, tensor_parallel_size=2)
+    try:
+        assert _views(tp2.generate(PROMPTS, _params())) == expected
+    finally:
+        tp2.close()
 
 
 def test_moe_refused(tiny_qwen3_moe_dir):

@@ -20,8 +20,8 @@ def _workers(llm: LLM):
     return llm.engine.deployment.model.workers.procs
 
 
-def test_close_stops_the_ranks(tiny_llama_dir):
-    llm = LLM(str(tiny_llama_dir), num_threads=1, tensor_parallel_size=2)
+def test_close_stops_the_ranks(tiny_tp_llama_dir):
+    llm = LLM(str(tiny_tp_llama_dir), num_threads=1, tensor_parallel_size=2)
     procs = _workers(llm)
     assert llm.generate(["hello"], SamplingParams(max_tokens=2))[0].outputs[0].token_ids
     llm.close()
@@ -31,8 +31,8 @@ def test_close_stops_the_ranks(tiny_llama_dir):
         llm.generate(["hello"], SamplingParams(max_tokens=2))
 
 
-def test_dead_rank_is_a_clear_error(tiny_llama_dir):
-    llm = LLM(str(tiny_llama_dir), num_threads=1, tensor_parallel_size=2)
+def test_dead_rank_is_a_clear_error(tiny_tp_llama_dir):
+    llm = LLM(str(tiny_tp_llama_dir), num_threads=1, tensor_parallel_size=2)
     try:
         (proc,) = _workers(llm)
         proc.kill()
@@ -47,14 +47,14 @@ def test_dead_rank_is_a_clear_error(tiny_llama_dir):
         llm.close()
 
 
-def test_rank_failing_mid_forward_is_a_clear_error(tiny_llama_dir, monkeypatch):
+def test_rank_failing_mid_forward_is_a_clear_error(tiny_tp_llama_dir, monkeypatch):
     """Rank 1 fails inside a forward (it is sent a KV cache id it never allocated) while rank
     0 waits in the forward's all-gather: the collective fails, rank 0 raises naming rank 1
     with its traceback, within the wait (no hang until the collective timeout)."""
     from samebits.engine.runner import cold_logits
     from samebits.parallel.model import TensorParallelModel
 
-    llm = LLM(str(tiny_llama_dir), num_threads=1, tensor_parallel_size=2)
+    llm = LLM(str(tiny_tp_llama_dir), num_threads=1, tensor_parallel_size=2)
     try:
         real = TensorParallelModel.new_kv_cache
 

@@ -20,7 +20,11 @@ from samebits.parallel.linear import row_splits
 from samebits.parallel.model import TensorParallelModel, build_rank_model
 from samebits.parallel.shard import check_shardable, local_config
 from samebits.parallel.topology import (
-    TensorParallelError, Topology, backend_for, check_degree, torchrun_env,
+    TensorParallelError,
+    Topology,
+    backend_for,
+    check_degree,
+    torchrun_env,
 )  # fmt: skip
 from samebits.parallel.worker import Workers, serve
 

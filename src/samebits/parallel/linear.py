@@ -80,7 +80,10 @@ class RangePartials:
 
     def qualify(self) -> bool:
         probes = [getattr(lin, "qualify", None) for lin in self.linears]
-        return all(p() if p is not None else qualify_rows(lin) for p, lin in zip(probes, self.linears, strict=True))
+        return all(
+            p() if p is not None else qualify_rows(lin)
+            for p, lin in zip(probes, self.linears, strict=True)
+        )
 
 
 class RowParallelLinear(_Sharded):

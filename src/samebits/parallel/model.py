@@ -7,6 +7,7 @@ rank's forward is the same decoder code over its shard.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import weakref
 
@@ -125,10 +126,8 @@ def _shutdown(group: Group, workers, state: _State) -> None:
         return
     state.closed = True
     if state.failure is None:
-        try:
+        with contextlib.suppress(RuntimeError):
             group.broadcast((("stop",), []))
-        except RuntimeError:
-            pass
     if workers is not None:
         workers.join()
     group.destroy()

@@ -34,10 +34,18 @@ class Workers:
         spec = Path(workdir.name) / "config.pickle"
         spec.write_bytes(pickle.dumps(config))
         procs = [
-            subprocess.Popen([
-                sys.executable, "-m", "samebits.parallel.worker", str(rank), str(degree),
-                str(port), str(spec), str(Path(workdir.name) / f"rank{rank}.err"),
-            ])  # fmt: skip
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "samebits.parallel.worker",
+                    str(rank),
+                    str(degree),
+                    str(port),
+                    str(spec),
+                    str(Path(workdir.name) / f"rank{rank}.err"),
+                ]
+            )  # fmt: skip
             for rank in range(1, degree)
         ]
         return cls(procs, workdir)
