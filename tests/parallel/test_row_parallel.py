@@ -94,3 +94,21 @@ def test_vocab_parallel_equals_full_head(t):
     got = VocabParallelLinear(blocks[0], group, (vocab, k))(x)
     assert got.shape == (5, vocab)
     assert _bits(got) == _bits(SbLinear(head, None, 1)(x))
+
+
+@pytest.mark.parametrize("kind", ["q4_1", "q8_0", "bf16"])
+def test_split_keeps_the_stored_form(kind):
+    """With 8 ranges of whole 32-k blocks sbgemm still reads the GGUF / 16-bit stored form
+    (no float32 fallback: the decode speed), with the bits of the float32 weight's split, at
+    every code path's row count."""
+    import quantized_weights as qw
+
+    gen = torch.Generator().manual_seed(7)
+    source, weight = getattr(qw, f"random_{kind}")(64, 512, gen)
+    stored = SbLinear(weight, None, 2, source, ROW_PARALLEL_SPLITS)
+    assert stored.format == source.qtype
+    plain = SbLinear(weight, None, 1, None, ROW_PARALLEL_SPLITS)
+    x = torch.randn((max(ROWS), 512), generator=gen)
+    for m in ROWS:
+        assert _bits(stored(x[:m])) == _bits(plain(x[:m])), f"M={m}"
+        assert _bits(stored.partials(x[:m])) == _bits(plain.partials(x[:m])), f"M={m}"

@@ -50,7 +50,7 @@ class SbLinear:
         self.n, self.k, self.np, self.splits = n, k, -(-n // STRIP) * STRIP, splits
         self.format = "F32"
         self.packed = pack_float32(weight, self.np)
-        if source is not None and packable(source, k // splits):
+        if source is not None and packable(source, k, splits):
             quantized = pack_quantized(source, self.np)
             check_expansion(quantized, source.qtype, k, self.np, self.packed)
             self.packed, self.format = quantized, source.qtype
@@ -88,12 +88,13 @@ class SbLinear:
         return y
 
 
-def packable(source: QuantizedTensor, k: int) -> bool:
+def packable(source: QuantizedTensor, k: int, splits: int = 1) -> bool:
     """Whether sbgemm reads this tensor's stored form directly: BF16 / F16 of any width,
-    Q4_1 / Q8_0 with K a multiple of 32."""
+    Q4_1 / Q8_0 with each of the `splits` K ranges a multiple of 32."""
     if source.shape[1] != k:
         return False
-    return source.qtype in HALF_TYPES or (source.qtype in ("Q4_1", "Q8_0") and k % BLOCK == 0)
+    blocks = k % (BLOCK * splits) == 0
+    return source.qtype in HALF_TYPES or (source.qtype in ("Q4_1", "Q8_0") and blocks)
 
 
 def pack_float32(weight: torch.Tensor, np_: int) -> torch.Tensor:
