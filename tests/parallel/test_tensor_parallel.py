@@ -131,6 +131,28 @@ def test_qkv_bias_and_qk_norm_equal_tp1(make_tiny_tp, engines, arch):
         tp2.close()
 
 
+def test_random_preset_tied_head_equal_tp1(engines):
+    """A random-weight preset (the other rank rebuilds the same weights from its recipe) with
+    a tied LM head (the vocab blocks cut from the embedding), 4096 ids over two ranks."""
+    from samebits.model.random_init import random_model
+
+    engines[1].close()
+    tp1 = LLM(engine=LLMEngine.from_loaded(random_model("tiny-qwen2", seed=3), num_threads=1))
+    tp2 = LLM(
+        engine=LLMEngine.from_loaded(
+            random_model("tiny-qwen2", seed=3), num_threads=1, tensor_parallel_size=2
+        )
+    )
+    try:
+        prompts = [[5, 17, 300 + i, 4000 - i] * (i + 1) for i in range(4)]
+        params = [SamplingParams(max_tokens=5, temperature=0.7 * (i % 2), seed=i)
+                  for i in range(4)]  # fmt: skip
+        assert _views(tp2.generate(prompts, params)) == _views(tp1.generate(prompts, params))
+        assert tp1.fingerprint == tp2.fingerprint
+    finally:
+        tp2.close()
+
+
 def test_moe_refused(tiny_qwen3_moe_dir):
     with pytest.raises(ValueError, match="mixture-of-experts"):
         LLM(str(tiny_qwen3_moe_dir), num_threads=1, tensor_parallel_size=2)

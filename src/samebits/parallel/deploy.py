@@ -26,7 +26,7 @@ from samebits.parallel.topology import (
     check_degree,
     torchrun_env,
 )  # fmt: skip
-from samebits.parallel.worker import Workers, serve
+from samebits.parallel.worker import Workers, model_source, serve
 
 
 @dataclass
@@ -59,7 +59,7 @@ def build_parallel_deployment(loaded, config, release_sources: bool = False) -> 
     workers = None
     if env is None:
         port = free_port()
-        workers = Workers.spawn(config, degree, port)
+        workers = Workers.spawn(config, degree, port, model_source(loaded))
         init, launcher = f"tcp://127.0.0.1:{port}", "spawn"
     else:
         init, launcher = "env://", "torchrun"

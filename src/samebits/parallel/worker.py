@@ -29,10 +29,11 @@ class Workers:
         self.procs, self.workdir = procs, workdir
 
     @classmethod
-    def spawn(cls, config, degree: int, port: int) -> Workers:
+    def spawn(cls, config, degree: int, port: int, source: tuple | None = None) -> Workers:
+        """`source`: how a rank loads the model (`model_source`; None: the config's)."""
         workdir = tempfile.TemporaryDirectory(prefix="samebits-tp-")
         spec = Path(workdir.name) / "config.pickle"
-        spec.write_bytes(pickle.dumps(config))
+        spec.write_bytes(pickle.dumps((config, source)))
         procs = [
             subprocess.Popen(
                 [
@@ -81,25 +82,27 @@ class Workers:
         self.workdir.cleanup()
 
 
-def spawned_rank(rank: int, world: int, port: int, config, error_file: str) -> None:
+def spawned_rank(
+    rank: int, world: int, port: int, config, error_file: str, source: tuple | None = None
+) -> None:
     """A started rank: join the group, serve; on failure write the traceback for rank 0."""
     try:
         device = config.model_config.device
         if device == "cuda":
             torch.cuda.set_device(rank)
         topology = Topology(rank, world, backend_for(device), "spawn")
-        serve(Group(topology, f"tcp://127.0.0.1:{port}"), config)
+        group = Group(topology, f"tcp://127.0.0.1:{port}")
+        serve(group, config, load_source(source, config))
     except BaseException:
         Path(error_file).write_text(traceback.format_exc()[-4000:])
         raise SystemExit(1) from None
 
 
-def serve(group: Group, config, loaded=None) -> None:
+def serve(group: Group, config, loaded) -> None:
     """Build this rank's shard (`deploy.prepare_rank`, the same steps as rank 0), then run
     rank 0's commands until "stop": allocate / free KV caches, run forwards."""
     from samebits.parallel.deploy import prepare_rank
 
-    loaded = loaded if loaded is not None else _load(config)
     model = prepare_rank(loaded, config, group)[0]
     caches: dict[int, object] = {}
     while True:
@@ -117,19 +120,38 @@ def serve(group: Group, config, loaded=None) -> None:
     group.destroy()
 
 
-def _load(config):
-    """The config's model, as rank 0 loaded it (`engine/assembly.load`'s steps)."""
+def model_source(loaded) -> tuple | None:
+    """How another rank gets rank 0's model: ("random", preset, seed, layers, dtype) for a
+    preset's random weights (`model.random_init`), else None (the config's model path)."""
+    parts = str(getattr(loaded, "name", "")).split(":")
+    if len(parts) == 3 and parts[0] == "random" and parts[1] != "custom":
+        dtype = str(next(iter(loaded.weights.values())).dtype).removeprefix("torch.")
+        seed = int(parts[2].removeprefix("seed"))
+        return ("random", parts[1], seed, loaded.config.num_hidden_layers, dtype)
+    return None
+
+
+def load_source(source: tuple | None, config):
+    """The model `model_source` describes, on this rank's device; None: the config's model,
+    as rank 0 loaded it (`engine/assembly.load`'s steps). Rank 0 checks every rank's
+    weights digest against its own."""
+    mc = config.model_config
+    if source is not None:
+        from samebits.model.random_init import random_model
+
+        _, preset, seed, layers, dtype = source
+        device = "cuda" if mc.device == "cuda" else "cpu"
+        return random_model(preset, seed, device, getattr(torch, dtype), num_layers=layers)
     from samebits.model import load_model, weights_target
 
-    mc = config.model_config
     return load_model(mc.model, weights_to=weights_target(mc.device, mc.dtype))
 
 
 def main(argv: list[str]) -> None:
     rank, world, port, spec, error_file = argv
-    config = pickle.loads(Path(spec).read_bytes())
+    config, source = pickle.loads(Path(spec).read_bytes())
     os.environ.setdefault("SAMEBITS_TP_RANK", rank)
-    spawned_rank(int(rank), int(world), int(port), config, error_file)
+    spawned_rank(int(rank), int(world), int(port), config, error_file, source)
 
 
 if __name__ == "__main__":
