@@ -8,6 +8,7 @@ qualification keys (the sharded linears report full shapes); the degree is recor
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch.distributed as dist
@@ -52,6 +53,10 @@ def build_parallel_deployment(loaded, config, release_sources: bool = False) -> 
         )
     device = config.model_config.device
     env = torchrun_env(degree)
+    if env is not None and device == "cuda":  # one GPU per torchrun process
+        import torch
+
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", env[0])))
     if env is not None and env[0] > 0:  # a torchrun rank > 0 serves, then its process ends
         serve(Group(Topology(env[0], degree, backend_for(device), "torchrun"), "env://"),
               config, loaded)  # fmt: skip
