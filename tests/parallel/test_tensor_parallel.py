@@ -153,6 +153,56 @@ def test_random_preset_tied_head_equal_tp1(engines):
         tp2.close()
 
 
+def test_stored_16bit_weights_equal_tp1(tmp_path_factory, engines):
+    """A bfloat16 checkpoint: each rank's kernels read their blocks' stored 16-bit form (the
+    row-parallel K blocks too) and give the TP = 1 bits."""
+    import torch
+
+    from tiny_models import make_tiny_checkpoint
+
+    engines[1].close()
+    path = make_tiny_checkpoint(
+        tmp_path_factory.mktemp("tiny_tp_bf16"), "llama", dtype=torch.bfloat16,
+        head_dim=64, intermediate_size=256,
+    )  # fmt: skip
+    expected = _views(LLM(str(path), num_threads=1).generate(PROMPTS, _params()))
+    tp2 = LLM(str(path), num_threads=1, tensor_parallel_size=2)
+    try:
+        layer = tp2.engine.deployment.model.local.layers[0]
+        linears = (layer.qkv, layer.o, layer.gate_up, layer.down)
+        assert [lin.local.format for lin in linears] == ["BF16"] * 4
+        assert _views(tp2.generate(PROMPTS, _params())) == expected
+    finally:
+        tp2.close()
+
+
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_1"])
+def test_gguf_blocks_equal_tp1(tmp_path, engines, qtype):
+    """A GGUF file of Q8_0 / Q4_1 weights: each rank reads whole blocks of its weight blocks
+    (o / down: 128 k each, 4 blocks) and gives the TP = 1 bits. (hidden 256 = 4 heads x 64:
+    the tests' GGUF writer records no separate head size.)"""
+    import gguf
+
+    from tiny_models import make_tiny_checkpoint, write_tiny_gguf
+
+    engines[1].close()
+    hf = make_tiny_checkpoint(
+        tmp_path / "hf", "llama", hidden_size=256, head_dim=64, intermediate_size=256
+    )
+    weight_type = getattr(gguf.GGMLQuantizationType, qtype)
+    path = str(write_tiny_gguf(tmp_path / f"tiny.{qtype}.gguf", hf, weight_type))
+    ids = [[5, 9, 40 + i, 200 - i] * (i + 2) for i in range(4)]
+    params = [SamplingParams(max_tokens=5, temperature=0.6 * (i % 2), seed=i) for i in range(4)]
+    expected = _views(LLM(path, num_threads=1).generate(ids, params))
+    tp2 = LLM(path, num_threads=1, tensor_parallel_size=2)
+    try:
+        layer = tp2.engine.deployment.model.local.layers[0]
+        assert layer.o.local.format == qtype and layer.down.local.format == qtype
+        assert _views(tp2.generate(ids, params)) == expected
+    finally:
+        tp2.close()
+
+
 def test_moe_refused(tiny_qwen3_moe_dir):
     with pytest.raises(ValueError, match="mixture-of-experts"):
         LLM(str(tiny_qwen3_moe_dir), num_threads=1, tensor_parallel_size=2)

@@ -127,22 +127,22 @@ class TensorParallelOps:
         return getattr(self.base, name)
 
     def linear(self, weight, bias, source=None, role: str = ""):
-        """`weight`: this rank's block; `source` (a stored form) is not used: the float32 /
-        device weight gives the same bits."""
+        """`weight`: this rank's block; `source`: its stored form (`shard.shard_stored`), read
+        by the CPU kernel where it can (the same bits as the float32 block)."""
         t = self.group.world_size
         n, k = weight.shape
         if role in ("o", "down"):
             b = None if bias is None else self.base.weight(bias).float()
-            local = self._partials(weight, role, n, k * t)
+            local = self._partials(weight, role, n, k * t, source)
             return RowParallelLinear(local, self.group, (n, k * t), b, self.base.act_dtype)
         if role == "lm_head":
-            local = self.base.linear(weight, None, None, role=role)
+            local = self.base.linear(weight, None, source, role=role)
             return VocabParallelLinear(local, self.group, (self.vocab_size, k))
         if role not in ("qkv", "gate_up"):
             raise ValueError(f"tensor parallelism has no sharding for linear role {role!r}")
-        return ColumnParallelLinear(self.base.linear(weight, bias, None, role=role), (n * t, k))
+        return ColumnParallelLinear(self.base.linear(weight, bias, source, role=role), (n * t, k))
 
-    def _partials(self, weight, role: str, n: int, k: int):
+    def _partials(self, weight, role: str, n: int, k: int, source=None):
         """The rank's kernel for its S/t ranges of a row-parallel weight [n, k] (full k)."""
         t = self.group.world_size
         splits = row_splits(self.plan, n, k, role)
@@ -154,7 +154,7 @@ class TensorParallelOps:
         if self.plan.device == "cpu":
             from samebits.kernels.cpu.sbgemm import SbLinear
 
-            return SbLinear(weight, None, self.base.num_threads, None, splits // t)
+            return SbLinear(weight, None, self.base.num_threads, source, splits // t)
         kr = k // splits
         blocks = [weight[:, i * kr : (i + 1) * kr] for i in range(splits // t)]
         linears = [self.base.linear(b.contiguous(), None, None, role="lm_head") for b in blocks]

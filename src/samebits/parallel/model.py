@@ -19,7 +19,7 @@ from samebits.kernels.registry import make_ops
 from samebits.model.llama import DecoderModel
 from samebits.parallel.comm import Group
 from samebits.parallel.linear import TensorParallelOps
-from samebits.parallel.shard import local_config, shard_weights
+from samebits.parallel.shard import local_config, shard_stored, shard_weights
 from samebits.parallel.topology import TensorParallelError
 
 _TENSORS = ("input_ids", "slot_mapping", "logits_indices", "position_ids")
@@ -30,8 +30,10 @@ def build_rank_model(loaded, plan, group: Group, max_positions: int) -> DecoderM
     """This rank's DecoderModel: its weight blocks, its heads, the sharding op set."""
     cfg, t = loaded.config, group.world_size
     weights = shard_weights(loaded.weights, cfg, group.rank, t)
+    stored = shard_stored(getattr(loaded, "quantized", None) or {}, loaded.weights, group.rank, t)
     ops = TensorParallelOps(make_ops(plan), plan, group, cfg.vocab_size)
-    return DecoderModel(local_config(cfg, t), weights, plan, max_positions, ops=ops)
+    local = local_config(cfg, t)
+    return DecoderModel(local, weights, plan, max_positions, quantized=stored, ops=ops)
 
 
 def pack_batch(batch: FlatBatch) -> dict:

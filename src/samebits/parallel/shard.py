@@ -14,7 +14,12 @@ import dataclasses
 
 import torch
 
+from samebits.kernels.quantized import QuantizedTensor
+
 ROW_PARALLEL = ("self_attn.o_proj", "mlp.down_proj")
+COLUMN_PARALLEL = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+# Bytes of one unit of K in a stored row, and the k per unit: GGUF blocks of 32, 16-bit values.
+STORED_UNITS = {"Q4_1": (20, 32), "Q8_0": (34, 32), "BF16": (2, 1), "F16": (2, 1)}
 
 
 def check_shardable(cfg, degree: int) -> None:
@@ -68,7 +73,7 @@ def _block(t: torch.Tensor, dim: int, rank: int, degree: int) -> torch.Tensor:
 def _shard_one(name: str, t: torch.Tensor, cfg, rank: int, degree: int) -> torch.Tensor:
     if any(f".{p}." in name for p in ROW_PARALLEL) and name.endswith(".weight"):
         return _block(t, 1, rank, degree)
-    for p in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"):
+    for p in COLUMN_PARALLEL:
         if f".{p}." in name:  # weight rows or bias entries, whole heads per block
             return _block(t, 0, rank, degree)
     return t
@@ -81,3 +86,44 @@ def _vocab_block(head: torch.Tensor, rank: int, degree: int) -> torch.Tensor:
     if hi > lo:
         block[: hi - lo] = head[lo:hi]
     return block
+
+
+def shard_stored(stored: dict, weights: dict, rank: int, degree: int) -> dict:
+    """The stored forms (`LoadedModel.quantized`) of rank `rank`'s blocks, cut like
+    `shard_weights` (whole GGUF blocks; a form whose block would split one is left out:
+    the kernel then reads the float32 block, the same bits)."""
+    out: dict[str, QuantizedTensor] = {}
+    for name, q in stored.items():
+        cut = _stored_one(name, q, rank, degree)
+        if cut is not None:
+            out[name] = cut
+    head = "lm_head.weight" if "lm_head.weight" in weights else "model.embed_tokens.weight"
+    if head in stored:
+        out["lm_head.weight"] = _stored_vocab(stored[head], rank, degree)
+    return out
+
+
+def _stored_one(name: str, q: QuantizedTensor, rank: int, degree: int):
+    n, k = q.shape
+    if any(f".{p}." in name for p in ROW_PARALLEL):
+        unit_bytes, unit_k = STORED_UNITS.get(q.qtype, (0, 0))
+        if not unit_bytes or (k // degree) % unit_k or k % degree:
+            return None
+        width = k // degree // unit_k * unit_bytes
+        data = q.data.narrow(1, rank * width, width).contiguous()
+        return QuantizedTensor(q.qtype, (n, k // degree), data)
+    if any(f".{p}." in name for p in COLUMN_PARALLEL):
+        rows = n // degree
+        return QuantizedTensor(q.qtype, (rows, k), q.data.narrow(0, rank * rows, rows).contiguous())
+    return q
+
+
+def _stored_vocab(q: QuantizedTensor, rank: int, degree: int) -> QuantizedTensor:
+    """The LM head's vocab block; padding rows are zero bytes (they widen to 0.0 in every
+    stored format, as the float32 block's zero rows)."""
+    rows = vocab_rows(q.shape[0], degree)
+    data = torch.zeros((rows, q.data.shape[1]), dtype=q.data.dtype)
+    lo, hi = rank * rows, min(q.shape[0], (rank + 1) * rows)
+    if hi > lo:
+        data[: hi - lo] = q.data[lo:hi]
+    return QuantizedTensor(q.qtype, (rows, q.shape[1]), data)
