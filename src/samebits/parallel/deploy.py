@@ -68,7 +68,15 @@ def build_parallel_deployment(loaded, config, release_sources: bool = False) -> 
         init, launcher = f"tcp://127.0.0.1:{port}", "spawn"
     else:
         init, launcher = "env://", "torchrun"
-    group = Group(Topology(0, degree, backend_for(device), launcher), init)
+    try:
+        group = Group(Topology(0, degree, backend_for(device), launcher), init)
+    except BaseException:
+        if workers is not None:  # a rank that never joined: name it, then stop the others
+            try:
+                workers.check(_Failure(), wait_s=5.0)
+            finally:
+                workers.join(5.0)
+        raise
     return _rank0(loaded, config, group, workers, plan)
 
 

@@ -124,6 +124,8 @@ class TensorParallelOps:
         self.base, self.plan, self.group, self.vocab_size = base, plan, group, vocab_size
 
     def __getattr__(self, name: str):
+        if name == "base":
+            raise AttributeError(name)
         return getattr(self.base, name)
 
     def linear(self, weight, bias, source=None, role: str = ""):

@@ -79,6 +79,8 @@ class TensorParallelModel:
         self._finalizer = weakref.finalize(self, _shutdown, group, workers, self._state)
 
     def __getattr__(self, name: str):
+        if name == "local":  # not built yet (or being unpickled): no recursion
+            raise AttributeError(name)
         return getattr(self.local, name)
 
     def new_kv_cache(self, num_slots: int):
