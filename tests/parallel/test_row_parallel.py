@@ -112,3 +112,11 @@ def test_split_keeps_the_stored_form(kind):
     for m in ROWS:
         assert _bits(stored(x[:m])) == _bits(plain(x[:m])), f"M={m}"
         assert _bits(stored.partials(x[:m])) == _bits(plain.partials(x[:m])), f"M={m}"
+
+
+def test_the_plan_names_the_split():
+    """The split is part of the CPU plan's numerics, so of its fingerprint."""
+    from samebits.kernels.plan import build_plan
+
+    plan = build_plan("invariant", num_threads=1)
+    assert "8 fixed ranges" in plan.to_dict()["ops"]["linear_split"]
