@@ -34,6 +34,8 @@
 #   ncu        Nsight Compute per kernel of one batch-64 decode step (benchmarks/ncu_step.py)
 #   mma        benchmarks/mma_validate.py (issue 27: GPU bf16 MMA chains vs the CPU emulator, ~1e9
 #              dot products, every input class) then tests/gpu/test_gpu_mma.py
+#   tp         tensor parallelism GPU tests (tests/gpu/test_gpu_tp.py; the TP = 2 ones need 2 GPUs)
+#   tpbench    benchmarks/tp_decode.py (TP = 2 vs TP = 1 decode step at batch 64; 2 GPUs)
 set -uo pipefail
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -57,6 +59,8 @@ for job in "$@"; do
     llm) SAMEBITS_GPU_RESULTS="$OUT" timeout 300 python3 -m pytest -q -m gpu tests/gpu/test_gpu_llm.py -p no:cacheprovider --durations=5 2>&1 | tail -15 ;;
     matrix) SAMEBITS_GPU_RESULTS="$OUT" timeout 480 python3 -m pytest -q -m gpu tests/gpu/test_gpu_matrix.py -p no:cacheprovider --durations=8 2>&1 | tail -30 ;;
     graphs) SAMEBITS_GPU_RESULTS="$OUT" timeout 540 python3 -m pytest -q -m gpu tests/gpu/test_gpu_graphs.py -p no:cacheprovider --durations=8 -o log_cli=true --log-cli-level=INFO 2>&1 | tail -40 ;;
+    tp) SAMEBITS_GPU_RESULTS="$OUT" timeout 540 python3 -m pytest -q -m gpu tests/gpu/test_gpu_tp.py -p no:cacheprovider --durations=5 2>&1 | tail -20 ;;
+    tpbench) timeout 540 python3 benchmarks/tp_decode.py --out "$OUT/tp_decode.json" 2>&1 | tail -20 ;;
     steps) SAMEBITS_GPU_RESULTS="$OUT" timeout 300 python3 -m pytest -q -m gpu tests/gpu/test_gpu_steps.py -p no:cacheprovider --durations=5 2>&1 | tail -30 ;;
     info) python3 -c "import sys; sys.path.insert(0, 'tests'); from tiny_models import make_tiny_checkpoint as m; m('/tmp/tiny_qwen3', 'qwen3')" &&
           python3 -m samebits.cli info --device cuda --model /tmp/tiny_qwen3 2>&1 | tee "$OUT/info_cuda.txt" | tail -25 &&

@@ -86,6 +86,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         dtype=mc.dtype,
     )  # fmt: skip
     max_num_seqs = config.max_num_seqs
+    if rc.tensor_parallel_size > 1:
+        print(f"note: info builds the TP = 1 deployment; at tensor_parallel_size "
+              f"{rc.tensor_parallel_size} the fingerprint is the same", file=sys.stderr)  # fmt: skip
     if args.json:
         graphs = _graphs_line(dep.plan, rc.enforce_eager, max_num_seqs)
         print(json.dumps({"fingerprint": dep.fingerprint, **dep.components, "graphs": graphs},

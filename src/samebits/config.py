@@ -125,17 +125,23 @@ class RuntimeConfig:
     `device_digests`: where the runner can (a GPU), the SHA-256 of the rows of a step with no
     streamed output is computed on the device. Neither changes a value or a digest (the same
     strings either way), so neither is in the fingerprint; both may be switched between
-    steps (`LLMEngine.update_runtime_config`), like `async_scheduling`."""
+    steps (`LLMEngine.update_runtime_config`), like `async_scheduling`.
+    `tensor_parallel_size` (vLLM's name): processes (ranks) that each run a shard of the
+    model (`samebits.parallel`); 1 (the default): none. The bits do not depend on it (the
+    split plan), so it is topology, not part of the fingerprint; fixed when the engine is
+    built."""
 
     num_threads: int | None = None
     enforce_eager: bool = False
     async_scheduling: bool | None = None
     lookahead: bool = True
     device_digests: bool = True
+    tensor_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         if self.num_threads is not None:
             _require_positive("num_threads", self.num_threads)
+        _require_positive("tensor_parallel_size", self.tensor_parallel_size)
         _require_bool("enforce_eager", self.enforce_eager)
         if self.async_scheduling is not None:
             _require_bool("async_scheduling", self.async_scheduling)
@@ -172,6 +178,7 @@ KWARG_PARTS: dict[str, str] = {
     "async_scheduling": "runtime_config",
     "lookahead": "runtime_config",
     "device_digests": "runtime_config",
+    "tensor_parallel_size": "runtime_config",
 }
 ENGINE_KWARGS = tuple(KWARG_PARTS)
 

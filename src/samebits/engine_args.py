@@ -31,6 +31,7 @@ from samebits.config import (
 
 DEPLOYMENT_OPTIONS = (
     "--model", "--kernel-plan", "--device", "--dtype", "--num-threads", "--max-model-len",
+    "--tensor-parallel-size",
 )  # fmt: skip
 DEPRECATED_ALIASES = {"--threads": "--num-threads"}
 
@@ -84,6 +85,11 @@ def add_deployment_arguments(p: argparse.ArgumentParser, inherit: bool = False) 
     p.add_argument(
         "--max-model-len", type=int, default=None, metavar="N",
         help="context length (default: the model's)",
+    )  # fmt: skip
+    p.add_argument(
+        "--tensor-parallel-size", "-tp", type=int, default=None, metavar="N",
+        help="ranks that each run a shard of the model (1, 2, 4 or 8; default 1; the same "
+        "bits at every size)",
     )  # fmt: skip
 
 

@@ -25,7 +25,8 @@ class LLM:
         """`LLM(model, **kwargs)` as in vLLM: `kwargs` are the flat engine options
         (`samebits.config.ENGINE_KWARGS`: device, dtype, kernel_plan, max_model_len,
         block_size, num_kv_blocks, enable_prefix_caching, gpu_memory_utilization,
-        max_num_seqs, max_num_batched_tokens, num_threads, enforce_eager), applied on top of
+        max_num_seqs, max_num_batched_tokens, num_threads, enforce_eager,
+        tensor_parallel_size), applied on top of
         `config` (an `EngineConfig`; default: all defaults, see docs/architecture.md). An
         unknown keyword is a TypeError naming it. `engine`: use an already built engine (no
         other option may be given then). The resolved config is `llm.engine.config`."""
@@ -44,6 +45,13 @@ class LLM:
     @property
     def fingerprint(self) -> str:
         return self.engine.fingerprint
+
+    def close(self) -> None:
+        """Stop a tensor-parallel deployment's other ranks (`tensor_parallel_size` > 1; also
+        done at garbage collection and at exit); a no-op otherwise."""
+        close = getattr(self.engine.deployment, "close", None)
+        if close is not None:
+            close()
 
     def reset_prefix_cache(self) -> bool:
         """Forget the engine's prefix cache while nothing runs (see

@@ -26,14 +26,14 @@ CUSTOM = dict(
     model="m.gguf", kernel_plan="fast", device="cpu", dtype="float32", max_model_len=77,
     block_size=4, num_kv_blocks=64, enable_prefix_caching=False, gpu_memory_utilization=0.5,
     max_num_seqs=3, max_num_batched_tokens=40, num_threads=2, enforce_eager=True,
-    async_scheduling=True, lookahead=False, device_digests=False,
+    async_scheduling=True, lookahead=False, device_digests=False, tensor_parallel_size=2,
 )  # fmt: skip
 FLAGS = [
     "--model", "m.gguf", "--kernel-plan", "fast", "--device", "cpu", "--dtype", "float32",
     "--max-model-len", "77", "--block-size", "4", "--num-kv-blocks", "64",
     "--no-prefix-caching", "--gpu-memory-utilization", "0.5", "--max-num-seqs", "3",
     "--max-num-batched-tokens", "40", "--num-threads", "2", "--enforce-eager",
-    "--async-scheduling", "--no-lookahead", "--no-device-digests",
+    "--async-scheduling", "--no-lookahead", "--no-device-digests", "--tensor-parallel-size", "2",
 ]  # fmt: skip
 
 
@@ -124,7 +124,7 @@ def test_kwargs_round_trip():
     assert EngineConfig.from_kwargs(**cfg.to_kwargs()) == cfg
     assert cfg.cache_config == CacheConfig(4, 64, False, 0.5)
     assert cfg.scheduler_config == SchedulerConfig(3, 40, None)
-    assert cfg.runtime_config == RuntimeConfig(2, True, True, False, False)
+    assert cfg.runtime_config == RuntimeConfig(2, True, True, False, False, 2)
     assert cfg.replace(block_size=8).cache_config.block_size == 8
     assert cfg.replace(block_size=8).replace(block_size=4) == cfg
 

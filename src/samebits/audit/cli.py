@@ -90,6 +90,8 @@ def replay_engine_args(contents: LogContents, args: argparse.Namespace) -> dict[
     if args.model is None and model is not None and not Path(model).exists():
         model = None
     engine_args["model"] = model
+    if getattr(args, "tensor_parallel_size", None):  # topology: the verifier's own choice
+        engine_args["tensor_parallel_size"] = args.tensor_parallel_size
     return engine_args
 
 

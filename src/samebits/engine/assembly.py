@@ -49,6 +49,10 @@ def deploy(loaded: Any, cfg: EngineConfig, release_sources: bool) -> Any:
 
     mc, rc = cfg.model_config, cfg.runtime_config
     mc.check_device()
+    if rc.tensor_parallel_size > 1:  # one process per rank (samebits.parallel)
+        from samebits.parallel.deploy import build_parallel_deployment
+
+        return build_parallel_deployment(loaded, cfg, release_sources)
     return build_deployment(
         loaded, mc.kernel_plan, rc.num_threads, mc.max_model_len, release_sources,
         mc.device, _dtype(cfg),
@@ -72,7 +76,7 @@ def deployment_config(
 def check_deployment_kwargs(kwargs: dict[str, Any]) -> None:
     """TypeError for keywords a built deployment already fixes (its model settings)."""
     misplaced = sorted(k for k in kwargs if KWARG_PARTS.get(k) == "model_config")
-    misplaced += ["num_threads"] if "num_threads" in kwargs else []
+    misplaced += [k for k in ("num_threads", "tensor_parallel_size") if k in kwargs]
     if misplaced:
         raise TypeError(
             f"from_deployment got {', '.join(map(repr, misplaced))}: the deployment "
@@ -107,6 +111,7 @@ def resolve(deployment: Any, cfg: EngineConfig) -> EngineConfig:
     cfg = resolved_parts(
         cfg, **_plan_settings(plan), max_model_len=deployment.max_model_len,
         num_threads=plan.num_threads or None,  # GPU plans run no CPU kernel threads (0)
+        tensor_parallel_size=getattr(deployment, "tensor_parallel_size", 1),
         num_kv_blocks=num_kv_blocks(deployment, cfg),
         async_scheduling=_async_scheduling(plan.device, cfg),
     )  # fmt: skip
@@ -120,9 +125,8 @@ def _runner(deployment: Any, cfg: EngineConfig) -> Any:
     from samebits.graphs.policy import graph_config
 
     cache = cfg.cache_config
-    graphs = graph_config(
-        deployment.plan.device, cfg.runtime_config.enforce_eager, cfg.max_num_seqs
-    )
+    eager = cfg.runtime_config.enforce_eager or cfg.runtime_config.tensor_parallel_size > 1
+    graphs = graph_config(deployment.plan.device, eager, cfg.max_num_seqs)
     blocks = resolved(cache.num_kv_blocks, "num_kv_blocks")
     return ModelRunner(deployment.model, cache.block_size, blocks, graphs, deployment.max_model_len)
 

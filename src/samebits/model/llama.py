@@ -66,14 +66,16 @@ class DecoderModel:
     def __init__(
         self, cfg, weights: dict[str, torch.Tensor], plan: KernelPlan, max_positions: int,
         release_sources: bool = False, quantized: dict[str, QuantizedTensor] | None = None,
+        ops=None,
     ):  # fmt: skip
         """`quantized`: stored forms (quantized blocks, 16-bit values) by weight name that linear
         kernels may read instead of the float32 weight (same bits). `release_sources` pops each projection weight (and
         its stored form) from `weights` / `quantized` once its layer holds the kernel's own copy
-        (peak memory ~ one copy of the weights; the caller owns them)."""
+        (peak memory ~ one copy of the weights; the caller owns them). `ops`: the op set
+        (default: the plan's; a tensor-parallel rank passes its sharding one)."""
         self.cfg = cfg
         self.plan = plan
-        self.ops = make_ops(plan)
+        self.ops = ops if ops is not None else make_ops(plan)
         blocks = quantized if quantized is not None else {}
         self.embed = self.ops.embedding(weights["model.embed_tokens.weight"])
         self.layers = []

@@ -33,31 +33,50 @@ def split_rows(num_rows: int, tiles: Sequence[int]) -> list[int]:
 
 
 class TiledLinear:
-    """y = x @ weight.T (+ bias) with static row tiles. weight: [N, K] float32 contiguous."""
+    """y = x @ weight.T (+ bias) with static row tiles. weight: [N, K] float32 contiguous.
+    `splits` K ranges (the split plan): one tiled product per range, summed in range order."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, tiles: Sequence[int]):
+    def __init__(
+        self, weight: torch.Tensor, bias: torch.Tensor | None, tiles: Sequence[int],
+        splits: int = 1,
+    ):  # fmt: skip
+        if splits < 1 or weight.shape[1] % splits:
+            raise ValueError(f"{splits} K ranges do not divide K = {weight.shape[1]}")
         self.weight = weight.contiguous()
         self.bias = bias
         self.tiles = tuple(sorted(tiles, reverse=True))
         self.quantum = self.tiles[-1]
+        self.splits = splits
 
     @property
     def shape(self) -> tuple[int, int]:
         return tuple(self.weight.shape)  # type: ignore[return-value]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        parts = self.partials(x) if self.splits > 1 else None
+        y = self._tiled(x, self.weight) if parts is None else parts[0]
+        for part in () if parts is None else parts[1:]:
+            y = y + part
+        return y + self.bias if self.bias is not None else y
+
+    def partials(self, x: torch.Tensor) -> torch.Tensor:
+        """[splits, rows, N]: each K range's product, in range order (no bias)."""
+        kr = self.weight.shape[1] // self.splits
+        ranges = [slice(s * kr, (s + 1) * kr) for s in range(self.splits)]
+        return torch.stack([self._tiled(x[:, r], self.weight[:, r]) for r in ranges])
+
+    def _tiled(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         rows = x.shape[0]
         padded = -(-rows // self.quantum) * self.quantum
         xp = torch.zeros((padded, x.shape[1]), dtype=x.dtype)
         xp[:rows] = x
-        y = torch.empty((padded, self.weight.shape[0]), dtype=x.dtype)
-        wt = self.weight.t()
+        y = torch.empty((padded, weight.shape[0]), dtype=x.dtype)
+        wt = weight.contiguous().t()
         start = 0
         for size in split_rows(padded, self.tiles):
             torch.mm(xp[start : start + size], wt, out=y[start : start + size])
             start += size
-        y = y[:rows]
-        return y + self.bias if self.bias is not None else y
+        return y[:rows]
 
 
 def qualify(linear, seed: int = 0) -> bool:

@@ -127,6 +127,8 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.sb_expand_fused.restype = ctypes.c_int
     lib.sb_gemm_prefetching.argtypes = [_P, _L, _L, _P, _L, _L, _P, _L, _P]
     lib.sb_gemm_prefetching.restype = None
+    lib.sb_gemm_split.argtypes = [_P, _L, _L, _P, _L, _L, _P, _L, _P, _L, _L]
+    lib.sb_gemm_split.restype = None
     lib.sb_layer_set_prefetch.argtypes = [_L]
     lib.sb_layer_set_prefetch.restype = None
     lib.sb_gemm_set_fused_max_rows.argtypes = [_L]

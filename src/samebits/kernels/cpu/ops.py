@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from samebits.kernels.cpu import attention as cpu_attention
 from samebits.kernels.cpu import rowwise, sbattn, sbrow
 from samebits.kernels.cpu.linear import TiledLinear
+from samebits.kernels.cpu.plan import linear_splits
 from samebits.kernels.cpu.sbgemm import SbLinear
 from samebits.kernels.interface import ATTENTION_SPAN, FLOAT32_ROLES, Linear
 from samebits.kernels.metadata import FlatBatch
@@ -49,10 +50,12 @@ class InvariantOps(InvariantMoe, TorchPlacement):
         self, weight: torch.Tensor, bias: torch.Tensor | None,
         source: QuantizedTensor | None = None, role: str = "",
     ) -> Linear:  # fmt: skip
-        """`source`: the stored form `weight` was widened from; sbgemm reads it (same bits)."""
+        """`source`: the stored form `weight` was widened from; sbgemm reads it (same bits).
+        `role` fixes the split plan (`plan.linear_splits`)."""
+        splits = linear_splits(weight.shape[1], role)
         if self.linear_kernel == "sbgemm":
-            return SbLinear(weight, bias, self.num_threads, source)
-        return TiledLinear(weight, bias, self.linear_tiles)
+            return SbLinear(weight, bias, self.num_threads, source, splits)
+        return TiledLinear(weight, bias, self.linear_tiles, splits)
 
     def rms_norm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
         if self.linear_kernel == "sbgemm":

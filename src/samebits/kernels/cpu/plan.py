@@ -12,6 +12,25 @@ import torch
 
 LINEAR_TILES = (64, 32, 16, 8, 4)
 KEY_TILE = 32
+# The split plan of the row-parallel weights (o, down; DESIGN.md §2b): K in this many fixed
+# ranges, each a fresh float32 chain, summed in range order. 8 is divisible by every
+# tensor-parallel degree samebits.parallel accepts (1, 2, 4, 8), so a rank owning ranges
+# r*8/t .. (r+1)*8/t - 1 computes exactly the TP = 1 partials. Other roles: one chain.
+ROW_PARALLEL_ROLES = ("o", "down")
+ROW_PARALLEL_SPLITS = 8
+# Each range is a whole number of 32-k blocks, so GGUF Q4_1 / Q8_0 weights keep their stored
+# form in every range (sbgemm.c reads blocks of 32 k): the plan never depends on the format.
+SPLIT_RANGE_QUANTUM = 32
+
+
+def linear_splits(k: int, role: str) -> int:
+    """The K ranges of a weight with `k` inputs and `role`: ROW_PARALLEL_SPLITS for o / down
+    when k is a multiple of ROW_PARALLEL_SPLITS * SPLIT_RANGE_QUANTUM (every Llama / Qwen /
+    Mistral size from 1B up), else 1 (such a model cannot be sharded: samebits.parallel
+    refuses it)."""
+    if role in ROW_PARALLEL_ROLES and k % (ROW_PARALLEL_SPLITS * SPLIT_RANGE_QUANTUM) == 0:
+        return ROW_PARALLEL_SPLITS
+    return 1
 
 
 def attention_description(kernel: str, span: int) -> str:
@@ -48,6 +67,9 @@ INVARIANT_OPS = {
     "silu_mul": "numba row kernel, scalar libm exp",
     "attention": "",
     "final_norm_logits": "numba RMSNorm + the linear kernel on sampled rows only",
+    "linear_split": f"o, down: K in {ROW_PARALLEL_SPLITS} fixed ranges (where K is a multiple "
+    f"of {ROW_PARALLEL_SPLITS * SPLIT_RANGE_QUANTUM}), each a fresh float32 chain, summed in "
+    "range order; other weights one chain",
 }
 NATIVE_ROW_OPS = {
     "rms_norm": "samebits C row kernel (sbrow.c): float64 sum of squares in 16 fixed lanes + "

@@ -28,7 +28,15 @@
  *     2, 4 rows of two strips 4); tiles of 8 or more rows fetch the next strip's weights
  *     while they compute;
  *   - scratch (more rows, or AVX2): each strip is expanded once into float32 scratch, then
- *     tiles of up to 8 rows x 32 columns run over it. */
+ *     tiles of up to 8 rows x 32 columns run over it.
+ *
+ * Split plan (DESIGN.md 2b): with `splits` S > 1 (sb_gemm_split), K is cut into S ranges of
+ * K / S (S divides K), each range a fresh chain of FMAs in k order (c_s), and the output is
+ * ((c_0 + c_1) + c_2) + ... in range order, plain float32 adds; or (`parts`) the S partials
+ * c_s are written one after the other, for a tensor-parallel rank that owns some ranges
+ * (samebits.parallel sums every rank's partials in the same order). Each tile runs its ranges
+ * one after the other into a small buffer and adds them into its output, so the order of the
+ * ranges never depends on M, the code path or the threads. */
 #include <stdlib.h>
 
 #include <immintrin.h>
@@ -230,6 +238,42 @@ static float *thread_buffer(float **buf, long *cap, long n) {
         *cap = *buf ? n : 0;
     }
     return *buf;
+}
+
+struct gemm_args {
+    const float *x;
+    long M, K;
+    const unsigned char *w;
+    long format, Np;
+    float *y;
+    const struct sb_prefetch *pf;
+    const float *xt; /* pack_sixteen's rows, or 0 */
+    long splits;     /* K ranges (1: one chain) */
+    long parts;      /* 1: range s's partial to y + s * M * Np; 0: their ordered sum to y */
+};
+
+/* Bytes from a strip's start to its k-row k0 (k0 a multiple of QK for quantized formats). */
+static long strip_offset(long format, long k0) {
+    if (format == SB_Q4_1) return k0 / QK * Q4_1_BYTES;
+    if (format == SB_Q8_0) return k0 / QK * Q8_0_BYTES;
+    return k0 * QN * (format == SB_F32 ? 4 : 2);
+}
+
+/* y[i, j] += t[i, j] for rows i < rows, columns j < cols (float32 adds, in place). */
+static void add_tile(float *y, long ldy, const float *t, long ldt, long rows, long cols) {
+    for (long i = 0; i < rows; i++)
+        for (long j = 0; j < cols; j++) y[i * ldy + j] = y[i * ldy + j] + t[i * ldt + j];
+}
+
+/* Where range s of a tile at y (row stride Np) goes: y itself (range 0 of a sum), the tile
+ * buffer t (a later range of a sum, row stride *ld = cols), or partial s (`parts`). */
+static float *range_out(const struct gemm_args *a, long s, float *y, float *t, long cols,
+                        long *ld) {
+    *ld = a->Np;
+    if (a->parts) return y + s * a->M * a->Np;
+    if (s == 0) return y;
+    *ld = cols;
+    return t;
 }
 
 /* ---- prefetch hints (sbprefetch.h): never change a bit ------------------------------------
@@ -478,26 +522,37 @@ static long fused_tiles(long M, long K, long format, long strips) {
 
 /* Columns [n_begin, n_end) of a call on the fused path; 0 if it does not take it. Rows go in
  * tiles of 16 (from xt: x's groups of 16 rows packed k-major), then 8, 4, 2, 1; each tile
- * covers up to FUSED_STRIPS strips at a time. */
-static int fused_columns(const float *x, const float *xt, long M, long K, const unsigned char *w,
-                         long format, long strip_bytes, float *y, long Np, long n_begin,
-                         long n_end) {
+ * covers up to FUSED_STRIPS strips at a time, and runs the K ranges in order (range_out). */
+static int fused_columns(const struct gemm_args *a, long strip_bytes, long n_begin, long n_end) {
+    long M = a->M, K = a->K, Np = a->Np, format = a->format, kr = K / a->splits;
     if (!takes_fused(M, format, strip_bytes)) return 0;
-    long packed = xt ? M / 16 * 16 : 0;
+    long packed = a->xt ? M / 16 * 16 : 0;
+    float t[16 * FUSED_S * QN];
     for (long n0 = n_begin; n0 < n_end; n0 += FUSED_S * QN) {
         long n1 = n0 + FUSED_S * QN < n_end ? n0 + FUSED_S * QN : n_end;
         for (long m = 0; m < packed; m += 16)
             for (long n = n0; n < n1; n += QN)
-                SIXTEEN_ROWS[format](xt + m * K, w + n / QN * strip_bytes, strip_bytes, K,
-                                     y + m * Np + n, Np);
+                for (long s = 0, ld; s < a->splits; s++) {
+                    float *y = a->y + m * Np + n, *dst = range_out(a, s, y, t, QN, &ld);
+                    SIXTEEN_ROWS[format](a->xt + m * K + s * kr * 16,
+                                         a->w + n / QN * strip_bytes + strip_offset(format, s * kr),
+                                         strip_bytes, kr, dst, ld);
+                    if (dst == t) add_tile(y, Np, t, QN, 16, QN);
+                }
         for (long m = packed; m < M;) {
             int lg = row_tile_log2(M - m);
             long mr = 1L << lg;
             for (long n = n0; n < n1;) {
-                long s = (n1 - n) / QN < FUSED_STRIPS[lg] ? (n1 - n) / QN : FUSED_STRIPS[lg];
-                FUSED[format][lg][s - 1](x + m * K, K, w + n / QN * strip_bytes, strip_bytes, K,
-                                         y + m * Np + n, Np);
-                n += s * QN;
+                long st = (n1 - n) / QN < FUSED_STRIPS[lg] ? (n1 - n) / QN : FUSED_STRIPS[lg];
+                for (long s = 0, ld; s < a->splits; s++) {
+                    float *y = a->y + m * Np + n, *dst = range_out(a, s, y, t, st * QN, &ld);
+                    FUSED[format][lg][st - 1](a->x + m * K + s * kr, K,
+                                              a->w + n / QN * strip_bytes +
+                                                  strip_offset(format, s * kr),
+                                              strip_bytes, kr, dst, ld);
+                    if (dst == t) add_tile(y, Np, t, st * QN, mr, st * QN);
+                }
+                n += st * QN;
             }
             m += mr;
         }
@@ -544,11 +599,8 @@ static int fused_expand(const unsigned char *w, long format, long K, long Np, fl
 }
 #else
 void sb_gemm_set_fused_max_rows(long rows) { (void)rows; }
-static int fused_columns(const float *x, const float *xt, long M, long K, const unsigned char *w,
-                         long format, long strip_bytes, float *y, long Np, long n_begin,
-                         long n_end) {
-    (void)x, (void)xt, (void)M, (void)K, (void)w, (void)format, (void)strip_bytes, (void)y;
-    (void)Np, (void)n_begin, (void)n_end;
+static int fused_columns(const struct gemm_args *a, long strip_bytes, long n_begin, long n_end) {
+    (void)a, (void)strip_bytes, (void)n_begin, (void)n_end;
     return 0;
 }
 static float *pack_sixteen(const float *x, long M, long K, long format, long strip_bytes) {
@@ -565,15 +617,7 @@ static int fused_expand(const unsigned char *w, long format, long K, long Np, fl
 }
 #endif
 
-struct gemm_args {
-    const float *x;
-    long M, K;
-    const unsigned char *w;
-    long format, Np;
-    float *y;
-    const struct sb_prefetch *pf;
-    const float *xt; /* pack_sixteen's rows, or 0 */
-};
+
 
 /* About how many times a chunk of `strips` strips calls prefetch_lines: once per k-block of
  * each tile on the fused path, once per strip on the scratch path. */
@@ -603,17 +647,22 @@ static void gemm_columns(void *ctx, long n_begin, long n_end) {
     const struct gemm_args *a = ctx;
     long strip_bytes = strip_bytes_of(a->format, a->K);
     start_prefetch(a, n_begin, n_end);
-    if (!fused_columns(a->x, a->xt, a->M, a->K, a->w, a->format, strip_bytes, a->y, a->Np,
-                       n_begin, n_end)) {
+    if (!fused_columns(a, strip_bytes, n_begin, n_end)) {
         float *scratch = a->format == SB_F32 ? 0 : strip_scratch(a->K);
+        long kr = a->K / a->splits;
+        float t[MR_MAX * NR];
         for (long n = n_begin; n < n_end; n += QN) {
             prefetch_lines(cursor.per_step);
             const float *w = strip_weights(a->w + n / QN * strip_bytes, a->format, a->K, scratch);
             for (long m = 0; m < a->M; m += MR_MAX) {
                 long mr = a->M - m < MR_MAX ? a->M - m : MR_MAX;
                 for (long h = 0; h < QN; h += NR)
-                    TILES[mr](a->x + m * a->K, a->K, w + h, QN, a->K, a->y + m * a->Np + n + h,
-                              a->Np);
+                    for (long s = 0, ld; s < a->splits; s++) {
+                        float *y = a->y + m * a->Np + n + h, *dst = range_out(a, s, y, t, NR, &ld);
+                        TILES[mr](a->x + m * a->K + s * kr, a->K, w + s * kr * QN + h, QN, kr,
+                                  dst, ld);
+                        if (dst == t) add_tile(y, a->Np, t, NR, mr, NR);
+                    }
             }
         }
     }
@@ -621,13 +670,27 @@ static void gemm_columns(void *ctx, long n_begin, long n_end) {
     cursor.pf = 0;
 }
 
+void sb_gemm_split(const float *x, long M, long K, const unsigned char *w, long format, long Np,
+                   float *y, long threads, const struct sb_prefetch *pf, long splits,
+                   long parts);
+
 /* y[M, Np] = x[M, K] @ w^T for strips of weights w in `format` (Np a multiple of 32), with
  * the columns split between `threads` threads (never changing a bit), fetching the lines of
  * the hint `pf` (or none) into the cache meanwhile (sbprefetch.h). */
 void sb_gemm_prefetching(const float *x, long M, long K, const unsigned char *w, long format,
                          long Np, float *y, long threads, const struct sb_prefetch *pf) {
+    sb_gemm_split(x, M, K, w, format, Np, y, threads, pf, 1, 0);
+}
+
+/* sb_gemm_prefetching over the split plan of `splits` K ranges (see the header; `splits`
+ * divides K, and K / splits is a multiple of 32 for the quantized formats; the caller
+ * checks): y [M, Np] = the ordered sum of the ranges' chains, or with `parts` y [splits, M,
+ * Np] = each range's chain. */
+void sb_gemm_split(const float *x, long M, long K, const unsigned char *w, long format, long Np,
+                   float *y, long threads, const struct sb_prefetch *pf, long splits,
+                   long parts) {
     float *xt = pack_sixteen(x, M, K, format, strip_bytes_of(format, K));
-    struct gemm_args args = {x, M, K, w, format, Np, y, pf, xt};
+    struct gemm_args args = {x, M, K, w, format, Np, y, pf, xt, splits, parts};
     /* a chunk per strip for tiles of one strip (8 rows or more: the threads end within a
      * strip of each other); fewer rows keep the default chunks, whose tiles span 2-4 strips */
     sb_parallel_chunks(gemm_columns, &args, Np, QN, threads, M >= 8 ? Np / QN : 0);

@@ -35,24 +35,28 @@ class SbLinear:
 
     `source`, when given, is the stored form `weight` was widened from (quantized blocks or
     16-bit values); the kernel then reads it instead of float32 (same bits, checked at
-    construction).
+    construction). `splits`: the split plan's K ranges (DESIGN.md §2b; it divides K): each
+    range a fresh chain, the output their sum in range order; `partials` gives the ranges'
+    chains one by one (a tensor-parallel rank's share).
     """
 
     def __init__(
         self, weight: torch.Tensor, bias: torch.Tensor | None, num_threads: int,
-        source: QuantizedTensor | None = None,
+        source: QuantizedTensor | None = None, splits: int = 1,
     ):  # fmt: skip
         n, k = weight.shape
-        self.n, self.k, self.np = n, k, -(-n // STRIP) * STRIP
+        if splits < 1 or k % splits:
+            raise ValueError(f"sbgemm: {splits} K ranges do not divide K = {k}")
+        self.n, self.k, self.np, self.splits = n, k, -(-n // STRIP) * STRIP, splits
         self.format = "F32"
         self.packed = pack_float32(weight, self.np)
-        if source is not None and packable(source, k):
+        if source is not None and packable(source, k, splits):
             quantized = pack_quantized(source, self.np)
             check_expansion(quantized, source.qtype, k, self.np, self.packed)
             self.packed, self.format = quantized, source.qtype
         self.bias = bias
         self.threads = max(1, num_threads)
-        self._gemm = native.library().sb_gemm  # per-call constants, looked up once
+        self._gemm = native.library().sb_gemm_split  # per-call constants, looked up once
         self._args = (self.k, self.packed.data_ptr(), FORMATS[self.format], self.np)
 
     @property
@@ -62,21 +66,35 @@ class SbLinear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if not x.is_contiguous():
             x = x.contiguous()
-        rows = x.shape[0]
-        y = torch.empty((rows, self.np), dtype=torch.float32)
-        if rows:
-            threads = self.threads if rows * self.k * self.np >= PARALLEL_MIN_MACS else 1
-            self._gemm(x.data_ptr(), rows, *self._args, y.data_ptr(), threads)
+        y = self._run(x, parts=False)
         out = y[:, : self.n] if self.np != self.n else y
         return out + self.bias if self.bias is not None else out
 
+    def partials(self, x: torch.Tensor) -> torch.Tensor:
+        """float32 [splits, rows, n]: each K range's chain (no bias), in range order."""
+        if self.bias is not None:
+            raise ValueError("sbgemm: partials of a linear with a bias")
+        y = self._run(x.contiguous(), parts=True)
+        return y[..., : self.n] if self.np != self.n else y
 
-def packable(source: QuantizedTensor, k: int) -> bool:
+    def _run(self, x: torch.Tensor, parts: bool) -> torch.Tensor:
+        rows = x.shape[0]
+        shape = (self.splits, rows, self.np) if parts else (rows, self.np)
+        y = torch.empty(shape, dtype=torch.float32)
+        if rows:
+            threads = self.threads if rows * self.k * self.np >= PARALLEL_MIN_MACS else 1
+            self._gemm(x.data_ptr(), rows, *self._args, y.data_ptr(), threads, None,
+                       self.splits, int(parts))  # fmt: skip
+        return y
+
+
+def packable(source: QuantizedTensor, k: int, splits: int = 1) -> bool:
     """Whether sbgemm reads this tensor's stored form directly: BF16 / F16 of any width,
-    Q4_1 / Q8_0 with K a multiple of 32."""
+    Q4_1 / Q8_0 with each of the `splits` K ranges a multiple of 32."""
     if source.shape[1] != k:
         return False
-    return source.qtype in HALF_TYPES or (source.qtype in ("Q4_1", "Q8_0") and k % BLOCK == 0)
+    blocks = k % (BLOCK * splits) == 0
+    return source.qtype in HALF_TYPES or (source.qtype in ("Q4_1", "Q8_0") and blocks)
 
 
 def pack_float32(weight: torch.Tensor, np_: int) -> torch.Tensor:

@@ -9,8 +9,9 @@
 #include "sbpool.h"
 #include "sbprefetch.h"
 
-void sb_gemm_prefetching(const float *x, long M, long K, const unsigned char *w, long format,
-                         long Np, float *y, long threads, const struct sb_prefetch *pf);
+void sb_gemm_split(const float *x, long M, long K, const unsigned char *w, long format, long Np,
+                   float *y, long threads, const struct sb_prefetch *pf, long splits,
+                   long parts);
 void sb_attention(const float *q, long n_heads, long dim, const float *k_cache,
                   const float *v_cache, long n_kv, const long *positions, const long *query_req,
                   const long *block_tables, long width, long block_size, long key_tile,
@@ -19,10 +20,10 @@ void sb_silu_mul(const float *gate_up, long rows, long inter, float *out, long t
 void sb_add_rms_norm(const float *x, float *residual, long rows, long dim, const float *w,
                      double eps, float *out, long threads);
 
-/* A linear: strips in `format`, K inputs, Np (padded) outputs. */
+/* A linear: strips in `format`, K inputs, Np (padded) outputs, K in `splits` ranges. */
 struct sb_lin {
     const unsigned char *w;
-    long format, k, np;
+    long format, k, np, splits;
 };
 
 /* What does not change between forwards: one layer's weights and KV cache. */
@@ -53,8 +54,9 @@ static long use_threads(long work, long min_work, long threads) {
 /* y = x @ w^T, fetching the lines of the hint `pf` (or none) into the cache meanwhile. */
 static void linear(const struct sb_lin *l, const float *x, long rows, float *y,
                    const struct sb_layer_io *io, const struct sb_prefetch *pf) {
-    sb_gemm_prefetching(x, rows, l->k, l->w, l->format, l->np, y,
-                        use_threads(rows * l->k * l->np, io->gemm_min_macs, io->threads), pf);
+    sb_gemm_split(x, rows, l->k, l->w, l->format, l->np, y,
+                  use_threads(rows * l->k * l->np, io->gemm_min_macs, io->threads), pf,
+                  l->splits, 0);
 }
 
 /* The most K / V bytes of the next layer fetched ahead: about what stays in L2 + L3 until

@@ -23,7 +23,7 @@ _L, _P, _F, _D = ctypes.c_long, ctypes.c_void_p, ctypes.c_float, ctypes.c_double
 
 
 class _Lin(ctypes.Structure):
-    _fields_ = [("w", _P), ("format", _L), ("k", _L), ("np", _L)]
+    _fields_ = [("w", _P), ("format", _L), ("k", _L), ("np", _L), ("splits", _L)]
 
 
 class _Weights(ctypes.Structure):
@@ -48,7 +48,9 @@ class _IO(ctypes.Structure):
 
 
 def _lin(linear: SbLinear) -> _Lin:
-    return _Lin(linear.packed.data_ptr(), FORMATS[linear.format], linear.k, linear.np)
+    return _Lin(
+        linear.packed.data_ptr(), FORMATS[linear.format], linear.k, linear.np, linear.splits
+    )
 
 
 def covers(model) -> bool:
