@@ -162,13 +162,14 @@ def _fused_check(wt: Weight, x, partials, cpu_partials, gen) -> dict:
 def _check_m(wt: Weight, m: int, every: bool, gen) -> list[dict]:
     import torch
 
+    from samebits.kernels.replay import ordered_sum
     from samebits.kernels.triton.launches import SPLIT_GRID
     from samebits.kernels.triton.linear import linear, split_partials
 
     x = torch.randn((m, wt.plan.k), generator=gen, device="cuda").to(torch.bfloat16)
     t0 = time.perf_counter()
     cpu_partials = wt.replay.partials(_bits(x))
-    cpu = wt.replay(_bits(x))
+    cpu = ordered_sum(cpu_partials, wt.replay.bias, wt.replay.out_dtype)
     cpu_s = time.perf_counter() - t0
     out = []
     for launch in _launches(wt.plan, m, every):
