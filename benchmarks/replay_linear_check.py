@@ -204,6 +204,7 @@ def check_linears(args) -> list[dict]:
                       f"{rec['launch']['block_m']}x{rec['launch']['block_n']} "
                       f"mismatches {bad}  cpu {rec['cpu_s']:.2f}s", flush=True)  # fmt: skip
         print(f"{name}: plan {asdict(wt.plan)}, decode {wt.decode_s:.2f}s", flush=True)
+        Path(args.out).write_text(json.dumps({"partial": True, "records": records}, indent=1))
         del wt
         torch.cuda.empty_cache()
     return records
@@ -261,23 +262,52 @@ def _fresh_triton_cache() -> Path:
     return cache
 
 
-def survey(cache: Path) -> dict:
+def survey(cache: Path, engines: list[str], error: str | None) -> dict:
     """Per kernel: its compiled variants' PTX (and SASS) instruction counts."""
-    engines, error = [], None
-    try:
-        engines = _run_engines()
-    except Exception as exc:  # the survey still reports what part 1 compiled
-        error = f"{type(exc).__name__}: {exc}"
     tool = _cuobjdump()
     kernels: dict[str, list] = {}
     for ptx in sorted(cache.rglob("*.ptx")):
         meta = ptx.with_suffix(".json")
-        consts = json.loads(meta.read_text()).get("constants") if meta.exists() else None
+        info = json.loads(meta.read_text()) if meta.exists() else {}
         kernels.setdefault(ptx.stem, []).append({
-            "variant": ptx.parent.name[:16], "constants": str(consts)[:300],
+            "variant": ptx.parent.name[:16], "num_warps": info.get("num_warps"),
             "ptx": _count(ptx.read_text(), PTX_PATTERNS), "sass": _sass(ptx.with_suffix(".cubin"), tool),
         })  # fmt: skip
     return {"engines": engines, "engine_error": error, "sass_tool": tool, "kernels": kernels}
+
+
+SUMMARY_KEYS = (
+    "ex2.approx",
+    "lg2.approx",
+    "rsqrt.approx",
+    "sqrt.approx",
+    "rcp.approx",
+    "div.approx",
+    "div.full",
+    "tanh.approx",
+    "fma.f32",
+    "ftz",
+    "atom",
+    "red",
+)
+
+
+def print_survey(result: dict) -> None:
+    """One line per kernel: the largest count over its variants of each key that occurs."""
+    for name, variants in sorted(result["kernels"].items()):
+        top = {k: max(v["ptx"].get(k, 0) for v in variants) for k in SUMMARY_KEYS}
+        sass = {k: max((v["sass"] or {}).get(k, 0) for v in variants) for k in SASS_PATTERNS}
+        shown = {k: c for k, c in {**top, **sass}.items() if c and not k.startswith(("H", "FADD",
+                 "FMUL", "FMNMX"))}  # fmt: skip
+        print(f"survey {name[:40]:40s} variants {len(variants):3d} {shown}")
+    print(f"survey engines {result['engines']} error {result['engine_error']}")
+
+
+def _engines_or_error() -> tuple[list[str], str | None]:
+    try:
+        return _run_engines(), None
+    except Exception as exc:  # the survey still reports what compiled
+        return [], f"{type(exc).__name__}: {exc}"
 
 
 def main() -> int:
@@ -304,10 +334,13 @@ def main() -> int:
         "args": vars(args), "linear_s": round(time.perf_counter() - t0, 1),
         "launches_checked": len(records), "mismatches": total, "records": records,
     }  # fmt: skip
+    if not args.no_survey:  # the linears' kernels first: kept if the engines run out of time
+        result["survey"] = survey(cache, [], "not run yet")
     Path(args.out).write_text(json.dumps(result, indent=1))
     if not args.no_survey:
-        result["survey"] = survey(cache)
+        result["survey"] = survey(cache, *_engines_or_error())
         Path(args.out).write_text(json.dumps(result, indent=1))
+        print_survey(result["survey"])
     print(f"{len(records)} launches, {total} mismatching bits-words; "
           f"{time.perf_counter() - t0:.0f}s; JSON {args.out}")  # fmt: skip
     return 0 if total == 0 else 1
