@@ -16,6 +16,7 @@ import os
 import subprocess
 import tempfile
 import warnings
+import weakref
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -222,6 +223,7 @@ class DecodedWeight:
             )  # fmt: skip
             if not self._handle:
                 raise MemoryError("DecodedWeight: out of memory decoding the weight")
+            weakref.finalize(self, library().sb_mma_free_weight, self._handle)
 
     def chain(
         self, x: np.ndarray, acc: np.ndarray | None = None, threads: int | None = None
@@ -245,8 +247,3 @@ class DecodedWeight:
             if rc != 0:
                 raise MemoryError("mma_chain: out of memory decoding x")
         return out
-
-    def __del__(self) -> None:
-        if getattr(self, "_handle", None):
-            library().sb_mma_free_weight(self._handle)
-            self._handle = None
