@@ -36,6 +36,9 @@
 #              dot products, every input class) then tests/gpu/test_gpu_mma.py
 #   tp         tensor parallelism GPU tests (tests/gpu/test_gpu_tp.py; the TP = 2 ones need 2 GPUs)
 #   tpbench    benchmarks/tp_decode.py (TP = 2 vs TP = 1 decode step at batch 64; 2 GPUs)
+#   replay     benchmarks/replay_linear_check.py (issue 27: the plan's linears, 8B and tiny shapes,
+#              every launch M picks, vs their CPU replay as bits; PTX/SASS survey of every kernel)
+#              then tests/gpu/test_gpu_replay.py (every MMA input class, every launch of the table)
 set -uo pipefail
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -93,6 +96,10 @@ for job in "$@"; do
            --out "$OUT/mma_validate.json" 2>&1 | tail -25
          SAMEBITS_CACHE_DIR=/tmp/samebits-cache SAMEBITS_GPU_RESULTS="$OUT" timeout 150 \
            python3 -m pytest -q -m gpu tests/gpu/test_gpu_mma.py -p no:cacheprovider 2>&1 | tail -8 ;;
+    replay) SAMEBITS_CACHE_DIR=/tmp/samebits-cache timeout 400 python3 benchmarks/replay_linear_check.py \
+              --out "$OUT/replay_linear.json" 2>&1 | grep -v "^\[transformers\]" | tail -40
+            SAMEBITS_CACHE_DIR=/tmp/samebits-cache SAMEBITS_GPU_RESULTS="$OUT" timeout 180 \
+              python3 -m pytest -q -m gpu tests/gpu/test_gpu_replay.py -p no:cacheprovider 2>&1 | tail -8 ;;
     *) echo "unknown job $job" ;;
   esac
 done

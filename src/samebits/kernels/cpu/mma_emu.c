@@ -338,6 +338,55 @@ int sb_mma_chain(const uint16_t *x, long m, const uint16_t *w, long n, long k,
     return rc ? -1 : 0;
 }
 
+/* A weight decoded once for many chains (replay: M = 1 is dominated by decoding w). It keeps
+ * a pointer to the caller's bits (scalar steps read them): they must outlive the handle. */
+struct decoded_weight {
+    const uint16_t *w;
+    long n, k, flags;
+    struct tiles wd;
+};
+
+static void release_weight(struct decoded_weight *d) {
+    free(d->wd.sig);
+    free(d->wd.exp);
+    free(d->wd.special);
+    free(d);
+}
+
+/* Decode w [N, K] (bf16 bits, K a multiple of 16) under `flags`; NULL if memory ran out. */
+void *sb_mma_decode_weight(const uint16_t *w, long n, long k, long flags, long threads) {
+    struct decoded_weight *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    *d = (struct decoded_weight){.w = w, .n = n, .k = k, .flags = flags};
+    if (alloc_tiles(n, k, &d->wd)) {
+        release_weight(d);
+        return NULL;
+    }
+    struct chain c = {.w = w, .n = n, .k = k, .flags = flags, .wd = d->wd};
+    sb_parallel(decode_tiles_task, &c, (n + LANES - 1) / LANES, 1, threads);
+    return d;
+}
+
+void sb_mma_free_weight(void *handle) {
+    if (handle) release_weight(handle);
+}
+
+/* sb_mma_chain with a weight from sb_mma_decode_weight (its flags): the same bits. */
+int sb_mma_chain_decoded(const uint16_t *x, long m, const void *handle, const uint32_t *acc,
+                         uint32_t *out, long threads) {
+    const struct decoded_weight *d = handle;
+    struct chain c = {.x = x, .w = d->w, .m = m, .n = d->n, .k = d->k, .acc = acc, .out = out,
+                      .flags = d->flags, .wd = d->wd};
+    long tiles = (d->n + LANES - 1) / LANES, tb = tiles_per_unit(d->k);
+    long units = (tiles + tb - 1) / tb * ((m + ROWS_PER_UNIT - 1) / ROWS_PER_UNIT);
+    int rc = decode_rows(x, m, d->k, d->flags, &c.xd);
+    if (rc == 0) sb_parallel(chain_units_task, &c, units, 1, threads);
+    free(c.xd.sig);
+    free(c.xd.exp);
+    free(c.xd.special);
+    return rc ? -1 : 0;
+}
+
 /* One step from the raw bits, for tests: out[m, j] = mma_k16(x[m], w[j], acc[m, j]). */
 void sb_mma_step_scalar(const uint16_t *x, long m, const uint16_t *w, long n,
                         const uint32_t *acc, uint32_t *out, long flags) {

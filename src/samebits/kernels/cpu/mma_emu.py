@@ -16,6 +16,7 @@ import os
 import subprocess
 import tempfile
 import warnings
+import weakref
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,12 @@ def library() -> ctypes.CDLL:
     lib.sb_mma_chain.restype = ctypes.c_int
     lib.sb_mma_step_scalar.argtypes = [_P, _L, _P, _L, _P, _P, _L]
     lib.sb_mma_step_scalar.restype = None
+    lib.sb_mma_decode_weight.argtypes = [_P, _L, _L, _L, _L]
+    lib.sb_mma_decode_weight.restype = _P
+    lib.sb_mma_free_weight.argtypes = [_P]
+    lib.sb_mma_free_weight.restype = None
+    lib.sb_mma_chain_decoded.argtypes = [_P, _L, _P, _P, _P, _L]
+    lib.sb_mma_chain_decoded.restype = ctypes.c_int
     return lib
 
 
@@ -191,3 +198,52 @@ def step_scalar_bits(x: np.ndarray, w: np.ndarray, acc: np.ndarray, flags: int) 
         flags,
     )  # fmt: skip
     return out
+
+
+class DecodedWeight:
+    """w [N, K] (bf16 bits) decoded once by the native emulator for many chains.
+
+    Invariant: ``chain(x, acc)`` gives the bits of ``chain_bits(x, w, acc, model)`` (test).
+    The decoded form takes 8 bytes per weight element. Without the native emulator the bits
+    are kept and every chain runs the numpy model, with a warning (as ``chain_bits``).
+    """
+
+    def __init__(self, w: np.ndarray, model: MmaModel = DEFAULT, threads: int | None = None):
+        w = np.asarray(w)
+        if w.ndim != 2 or w.shape[1] % STEP or w.dtype not in (np.uint16, np.int16):
+            raise ValueError(f"DecodedWeight: w [N, K] bf16 bits, K % 16 == 0; got {w.shape}")
+        self.bits = np.ascontiguousarray(w.view(np.uint16))
+        self.model = model
+        self.shape: tuple[int, int] = (int(w.shape[0]), int(w.shape[1]))
+        self._handle: int | None = None
+        if available() and w.size:
+            self._handle = library().sb_mma_decode_weight(
+                self.bits.ctypes.data, self.shape[0], self.shape[1], model.flags(),
+                threads or _cores(),
+            )  # fmt: skip
+            if not self._handle:
+                raise MemoryError("DecodedWeight: out of memory decoding the weight")
+            weakref.finalize(self, library().sb_mma_free_weight, self._handle)
+
+    def chain(
+        self, x: np.ndarray, acc: np.ndarray | None = None, threads: int | None = None
+    ) -> np.ndarray:
+        """The chain of x [M, K] (bf16 bits) from acc [M, N] (fp32 bits; None: +0): uint32."""
+        if self._handle is None:
+            return chain_bits(x, self.bits, acc, self.model, threads)
+        x, _ = mma_model._check(x, self.bits[:0])
+        m, n = x.shape[0], self.shape[0]
+        if acc is not None:
+            acc = np.ascontiguousarray(acc).view(np.uint32)
+            if acc.shape != (m, n):
+                raise ValueError(f"mma_chain: acc must be [{m}, {n}], got {acc.shape}")
+        x = np.ascontiguousarray(x)
+        out = np.empty((m, n), np.uint32)
+        if m:
+            acc_ptr = None if acc is None else acc.ctypes.data
+            rc = library().sb_mma_chain_decoded(
+                x.ctypes.data, m, self._handle, acc_ptr, out.ctypes.data, threads or _cores()
+            )
+            if rc != 0:
+                raise MemoryError("mma_chain: out of memory decoding x")
+        return out
