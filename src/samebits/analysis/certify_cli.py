@@ -3,6 +3,7 @@
     samebits certify --model llama-3-8b --out DIR     # prove, write DIR/<unit>.json
     samebits certify --check DIR [--model M]          # verify against the kernel sources now
     samebits certify --shipped                        # refresh the certificates in the package
+    samebits certify --covers MODEL                   # no proving: is MODEL covered? (exit 0/1)
 
 `--model` is a preset name (samebits.model.presets.PRESETS; `tiny-test:<arch>` names the
 preset tiny-test-<arch>, tests/tiny_models.py's checkpoint), a HF model folder or its
@@ -33,6 +34,10 @@ def add_certify_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--check", help="verify the certificates in this directory")
     g.add_argument("--shipped", action="store_true",
                    help="prove and write the package's shipped certificate set")  # fmt: skip
+    g.add_argument("--covers", metavar="MODEL", action="append",
+                   help="no proving, no GPU: exit 0 when the certificates ($SAMEBITS_CERTIFICATES"
+                   " or the shipped set) cover every unit MODEL launches, else 1 naming the "
+                   "missing ones (preset, HF folder, config.json or GGUF file; repeatable)")  # fmt: skip
     p.add_argument("--jobs", type=int, default=1, help="units proved in parallel (processes)")
     p.add_argument("--force", action="store_true",
                    help="prove every unit, also those whose certificate is valid, and every "
@@ -64,7 +69,7 @@ def model_dims(spec: str) -> dict:
     from samebits.model.presets import PRESETS
 
     if spec not in PRESETS:
-        raise ValueError(f"--model {spec!r}: not a preset ({sorted(PRESETS)}) nor a HF folder")
+        raise ValueError(f"model {spec!r}: not a preset ({sorted(PRESETS)}) nor a HF folder")
     return dims_of(PRESETS[spec])
 
 
@@ -88,9 +93,31 @@ def _prove_one(args):
     return unit["key"], rec["proved"], rec["wall_s"], rec["results"]
 
 
+def covers_main(models: list[str], stdout=None) -> int:
+    """`--covers`: check the units each model would launch against the certificate directory
+    with the gate's own check (`gate.check`: validity, staleness, specialization); prints one
+    line per unit that is not covered and a verdict per model. 0: all covered, 1: not."""
+    from samebits.kernels.triton.certified import gate
+
+    out = stdout or sys.stdout
+    bad_models = 0
+    for m in models:
+        res = gate.check(units_of([m]))
+        bad = {k: p for k, p in res["units"].items() if p is not None}
+        for key, problem in sorted(bad.items()):
+            print(f"NOT COVERED {key}: {problem}", file=out)
+        verdict = "covered" if not bad else f"NOT covered ({len(bad)} units)"
+        print(f"{m}: {verdict}: {len(res['units']) - len(bad)}/{len(res['units'])} units "
+              f"certified in {res['directory']}", file=out)  # fmt: skip
+        bad_models += bool(bad)
+    return 1 if bad_models else 0
+
+
 def certify_main(args: argparse.Namespace) -> int:
     from samebits.kernels.triton.certified import gate
 
+    if args.covers:
+        return covers_main(args.covers)
     models = args.model or list(SHIPPED_MODELS)
     if args.check:
         d = Path(args.check)
