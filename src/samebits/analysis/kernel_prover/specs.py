@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import z3
 
-from samebits.analysis.kernel_prover.prover import BATCH, LAUNCH, Goal
+from samebits.analysis.kernel_prover import terms as T
+from samebits.analysis.kernel_prover.prover import BATCH, LAUNCH, Goal, shape_symbol
 from samebits.analysis.kernel_prover.symbolic.values import (
     ArrayArg,
     CDiv,
@@ -59,31 +60,36 @@ def _m_symbol() -> Lin:
 # --- linear ------------------------------------------------------------------------------
 
 
-def linear_calls(plan, launch, m, has_bias: bool, out_dtype: str) -> list[KernelCall]:
+def linear_calls(
+    plan, launch, m, has_bias: bool, out_dtype: str, n: Lin | None = None
+) -> list[KernelCall]:
     """The kernel calls `samebits.kernels.triton.linear` makes for ``launch`` (mirrors
-    `_run_ranges` / `_run_split_grid` / `_run_tma`)."""
+    `_run_ranges` / `_run_split_grid` / `_run_tma`). ``n``: a symbolic N (a shape symbol)
+    instead of the plan's."""
     from samebits.kernels.triton.launches import SPLIT_GRID, TMA
     from samebits.kernels.triton.linear import ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS
 
     x, w, y = ArrayArg("x", ACT), ArrayArg("w", ACT), ArrayArg("y", out_dtype)
     b = ArrayArg("bias", "fp32") if has_bias else y
     mm = m if isinstance(m, Lin) else Lin((), m)
+    nn = plan.n if n is None else n
     gm = CDiv(mm, launch.block_m)
-    gn = -(-plan.n // launch.block_n)
+    gn = _n_tiles(nn, launch.block_n)
     tiles = dict(BLOCK_M=launch.block_m, BLOCK_N=launch.block_n, BLOCK_K=plan.block_k)
     if launch.kind == TMA:
-        return [_tma_call(plan, launch, mm, b, y, has_bias, tiles)]
+        return [_tma_call(plan, launch, mm, b, y, has_bias, tiles, n)]
     if launch.kind != SPLIT_GRID:
-        args = dict(x_ptr=x, w_ptr=w, b_ptr=b, y_ptr=y, M=mm, N=plan.n, K=plan.k,
+        args = dict(x_ptr=x, w_ptr=w, b_ptr=b, y_ptr=y, M=mm, N=nn, K=plan.k,
                     RANGE_K=plan.range_k, SPLITS=plan.splits, HAS_BIAS=has_bias, **tiles)  # fmt: skip
         return [KernelCall("linear_ranges_kernel", (gm, gn), args, launch.num_warps)]
-    a2 = dict(p_ptr=PARTIALS, b_ptr=b, y_ptr=y, M=mm, N=plan.n, SPLITS=plan.splits,
+    a2 = dict(p_ptr=PARTIALS, b_ptr=b, y_ptr=y, M=mm, N=nn, SPLITS=plan.splits,
               HAS_BIAS=has_bias, BLOCK=ORDERED_SUM_BLOCK)  # fmt: skip
+    mn = mm.scale(plan.n) if n is None else T.mul(mm, n)
     return [
-        partials_call(plan, launch, mm),
+        partials_call(plan, launch, mm, n),
         KernelCall(
             "ordered_sum_kernel",
-            (CDiv(mm.scale(plan.n), ORDERED_SUM_BLOCK),),
+            (CDiv(mn, ORDERED_SUM_BLOCK),),
             a2,
             ORDERED_SUM_WARPS,
         ),  # fmt: skip
@@ -93,30 +99,43 @@ def linear_calls(plan, launch, m, has_bias: bool, out_dtype: str) -> list[Kernel
 PARTIALS = ArrayArg("partials", "fp32")  # the split-K grid's [S, M, N] fp32 partials
 
 
-def partials_call(plan, launch, mm: Lin) -> KernelCall:
+def _n_tiles(n, block: int):
+    """The grid's n-tile count: ``cdiv(n, block)`` (a bounded fresh integer for a symbolic n)."""
+    return CDiv(n, block) if isinstance(n, Lin) else -(-n // block)
+
+
+def partials_call(plan, launch, mm: Lin, n: Lin | None = None) -> KernelCall:
     """`linear.split_partials`' call (the split-K grid's first kernel): x [M, K] and w [N, K]
     into ``PARTIALS``, grid (m-tiles, n-tiles, S)."""
+    nn = plan.n if n is None else n
     tiles = dict(BLOCK_M=launch.block_m, BLOCK_N=launch.block_n, BLOCK_K=plan.block_k)
     args = dict(x_ptr=ArrayArg("x", ACT), w_ptr=ArrayArg("w", ACT), p_ptr=PARTIALS, M=mm,
-                N=plan.n, K=plan.k, RANGE_K=plan.range_k, **tiles)  # fmt: skip
-    grid = (CDiv(mm, launch.block_m), -(-plan.n // launch.block_n), plan.splits)
+                N=nn, K=plan.k, RANGE_K=plan.range_k, **tiles)  # fmt: skip
+    grid = (CDiv(mm, launch.block_m), _n_tiles(nn, launch.block_n), plan.splits)
     return KernelCall("linear_partials_kernel", grid, args, launch.num_warps)
 
 
-def _tma_call(plan, launch, mm: Lin, b, y, has_bias: bool, tiles: dict) -> KernelCall:
-    """`_run_tma`'s call: descriptors over x [M, K] and w [N, K], grid (group, m-tiles, groups)."""
+def _tma_call(
+    plan, launch, mm: Lin, b, y, has_bias: bool, tiles: dict, n: Lin | None = None
+) -> KernelCall:
+    """`_run_tma`'s call: descriptors over x [M, K] and w [N, K], grid (group, m-tiles, groups).
+    A symbolic ``n`` takes the plan's N for GROUP_N (`tma_grid`: equal for every N of the
+    class, whose lower bound the caller states) and ``cdiv(n, GROUP_N * BLOCK_N)`` groups."""
     from samebits.kernels.triton.linear import tma_grid
 
     group, _, groups = tma_grid(plan.n, 1, launch)
+    if n is not None:
+        groups = CDiv(n, group * launch.block_n)
+    nn = plan.n if n is None else n
     x = DescArg("x", ACT, mm, plan.k, (launch.block_m, plan.block_k))
-    w = DescArg("w", ACT, plan.n, plan.k, (launch.block_n, plan.block_k))
-    args = dict(x_desc=x, w_desc=w, b_ptr=b, y_ptr=y, M=mm, N=plan.n, K=plan.k,
+    w = DescArg("w", ACT, nn, plan.k, (launch.block_n, plan.block_k))
+    args = dict(x_desc=x, w_desc=w, b_ptr=b, y_ptr=y, M=mm, N=nn, K=plan.k,
                 RANGE_K=plan.range_k, SPLITS=plan.splits, HAS_BIAS=has_bias, GROUP_N=group,
                 **tiles)  # fmt: skip
     grid = (group, CDiv(mm, launch.block_m), groups)
     # the group axes (of more than one program) are symbolic even when small: one path covers
     # every weight tile instead of one path per group
-    wide = tuple(ax for ax, size in ((0, group), (2, groups)) if size > 1)
+    wide = tuple(ax for ax, size in ((0, group), (2, groups)) if not isinstance(size, int) or size > 1)
     return KernelCall("linear_tma_kernel", grid, args, launch.num_warps, symbolic_axes=wide)
 
 
