@@ -145,8 +145,11 @@ def shape_symbol(name: str) -> Lin:
 
 
 def _width(w) -> Lin:
-    """A goal width: a constant, or the name of a symbolic shape integer."""
-    return shape_symbol(w) if isinstance(w, str) else T.const(w)
+    """A goal width: a constant, the name of a symbolic shape integer, or ``"c*NAME"``."""
+    if not isinstance(w, str):
+        return T.const(w)
+    coef, _, name = w.rpartition("*")
+    return shape_symbol(name).scale(int(coef) if coef else 1)
 
 
 def _shape_facts(goal: Goal) -> list:

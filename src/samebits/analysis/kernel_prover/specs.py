@@ -469,3 +469,80 @@ def unit_specs(unit: dict) -> list:
         sp.name = key + sp.name[len(prefix) :]
         sp.description = {**sp.description, "unit": unit["key"]}
     return specs
+
+
+# --- symbolic-shape units (units.symbolic_unit): one proof set per shape class ------------
+
+
+def symbolic_linear_specs(sym: dict) -> list[Spec]:
+    """`linear_specs` of the class's plan with N a shape symbol bounded by the class
+    (``units.linear_n_class``): goal 1 for every launch, goal 4 from the first to each other."""
+    plan = _units.class_plan(sym)
+    n = shape_symbol("N")
+    shape = {"N": (sym["lo"], sym["hi"])}
+    out_dt, bias = sym["out_dtype"], sym["bias"]
+    launches = plan_launches(plan)
+    desc = dict(unit=sym["key"], n=f"symbolic, {sym['lo']} <= N <= {sym['hi']}", k=plan.k,
+                splits=plan.splits, block_k=plan.block_k, range_k=plan.range_k, has_bias=bias,
+                out_dtype=out_dt)  # fmt: skip
+    specs = []
+    for la in launches:
+        m = _m_symbol()
+        specs.append(Spec(f"{sym['key']}.batch.{_launch_name(la)}", "_linear_kernels.py",
+                          Goal(BATCH, {"y": "N"}, {"x": plan.k}, shape=shape),
+                          linear_calls(plan, la, m, bias, out_dt, n),
+                          linear_calls(plan, la, 1, bias, out_dt, n), m,
+                          {**desc, "launch": repr(la), "M": "symbolic (left) vs 1 (right)"}))  # fmt: skip
+    ref = launches[0]
+    for la in launches[1:]:
+        m = _m_symbol()
+        specs.append(Spec(f"{sym['key']}.equiv.{_launch_name(ref)}~{_launch_name(la)}",
+                          "_linear_kernels.py", Goal(LAUNCH, {"y": "N"}, shape=shape),
+                          linear_calls(plan, ref, m, bias, out_dt, n),
+                          linear_calls(plan, la, m, bias, out_dt, n), m,
+                          {**desc, "left_launch": repr(ref), "right_launch": repr(la),
+                           "M": "symbolic"}))  # fmt: skip
+    return specs
+
+
+def symbolic_row_specs(sym: dict) -> list[Spec]:
+    """Goal 1 of a row kernel with its width a shape symbol bounded by the class
+    (``units.width_class``): every width of the class launches the same BLOCK and warps."""
+    w = shape_symbol("WIDTH")
+    shape = {"WIDTH": (sym["lo"], sym["hi"])}
+    op, block = sym["op"], sym["block"]
+    if op == "silu_mul":
+        goal = Goal(BATCH, {"out": "WIDTH"}, {"gu": "2*WIDTH"}, shape=shape)
+        make = lambda m: _sym_silu_calls(block, w, m)  # noqa: E731
+    else:
+        add = op == "add_rms_norm"
+        cols = {"out": "WIDTH", "res": "WIDTH"} if add else {"out": "WIDTH"}
+        rows = {"x": "WIDTH", "res": "WIDTH"} if add else {"x": "WIDTH"}
+        goal = Goal(BATCH, cols, rows, shape=shape)
+        make = lambda m: _with_args(rms_calls(block, m, add), WIDTH=w)  # noqa: E731
+    m = _m_symbol()
+    desc = {"unit": sym["key"], "op": op, "width": f"symbolic, {sym['lo']}..{sym['hi']}",
+            "block": block, "M": "symbolic (left) vs 1 (right)"}  # fmt: skip
+    return [Spec(f"{sym['key']}.batch", "_row_kernels.py", goal, make(m), make(1), m, desc)]
+
+
+def _with_args(calls: list[KernelCall], **args) -> list[KernelCall]:
+    for c in calls:
+        c.args.update(args)
+    return calls
+
+
+def _sym_silu_calls(block: int, w: Lin, m) -> list[KernelCall]:
+    """`rows.silu_mul`'s launch for a symbolic inner width: grid (M, cdiv(INNER, BLOCK))."""
+    from samebits.kernels.triton.rows import SILU_WARPS
+
+    mm = m if isinstance(m, Lin) else Lin((), m)
+    args = dict(gu_ptr=ArrayArg("gu", ACT), out_ptr=ArrayArg("out", ACT), INNER=w, BLOCK=block)
+    return [KernelCall("silu_mul_kernel", (mm, CDiv(w, block)), args, SILU_WARPS)]
+
+
+def symbolic_unit_specs(sym: dict) -> list[Spec]:
+    """The specializations of a class unit (``units.symbolic_unit``), named after it."""
+    if sym["kind"] == "linear":
+        return symbolic_linear_specs(sym)
+    return symbolic_row_specs(sym)

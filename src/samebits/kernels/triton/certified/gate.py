@@ -38,7 +38,10 @@ def check_unit(unit: dict, directory: Path) -> tuple[str | None, str | None]:
     """``(problem, file digest)``: problem is None when the unit's certificate is valid."""
     path = Path(directory) / f"{unit['key']}.json"
     if not path.exists():
-        return "missing", None
+        sym = U.symbolic_unit(unit)
+        if sym is not None and (Path(directory) / f"{sym['key']}.json").exists():
+            return check_class(unit, sym, directory)
+        return "missing" + (f" (nor its class certificate {sym['key']})" if sym else ""), None
     raw = path.read_bytes()
     digest = hashlib.sha256(raw).hexdigest()
     try:
@@ -60,6 +63,44 @@ def check_unit(unit: dict, directory: Path) -> tuple[str | None, str | None]:
     if _stale_reference(rec):
         return "stale: certified/reference.py (the op-by-op path) changed", digest
     return None, digest
+
+
+def check_class(unit: dict, sym: dict, directory: Path) -> tuple[str | None, str | None]:
+    """``(problem, file digest)`` of the class certificate ``sym`` (``units.symbolic_unit``)
+    for the concrete ``unit``: proved, kernel sources unchanged, the class specialization the
+    engine launches today, and the unit's shape inside the bounds every proof assumed."""
+    path = Path(directory) / f"{sym['key']}.json"
+    raw = path.read_bytes()
+    digest = hashlib.sha256(raw).hexdigest()
+    try:
+        rec = json.loads(raw)
+    except ValueError:
+        return f"class certificate {sym['key']}: unreadable", digest
+    problem = _class_problem(unit, sym, rec)
+    return (f"class certificate {sym['key']}: {problem}" if problem else None), digest
+
+
+def _class_problem(unit: dict, sym: dict, rec: dict) -> str | None:
+    if rec.get("unit", {}).get("key") != sym["key"]:
+        return "names another unit"
+    if not rec.get("proved") or not rec.get("certificates") or not all(
+        c.get("result", {}).get("status") == "proved" for c in rec["certificates"]
+    ):
+        return "not proved"
+    changed = _changed_sources(sym, rec)
+    if changed:
+        return f"stale: {', '.join(changed)} changed since it was proved"
+    if rec.get("specialization") != U.symbolic_specialization(sym):
+        return "stale: the launches / constexprs the engine uses changed"
+    bounds = rec.get(U.SHAPE_RECORD) or {}
+    goals = [c.get("goal", {}).get("shape") for c in rec["certificates"]]
+    if len(bounds) != 1 or any(g != bounds for g in goals):
+        return "its proofs do not state one symbolic shape"
+    ((_, (lo, hi)),) = bounds.items()
+    value = U.shape_value(unit, sym)
+    if not lo <= value <= hi:
+        return f"shape {value} outside the proved range {lo}..{hi}"
+    return None
 
 
 def _changed_sources(unit: dict, rec: dict) -> list[str]:
