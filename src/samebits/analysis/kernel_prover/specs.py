@@ -135,7 +135,9 @@ def _tma_call(
     grid = (group, CDiv(mm, launch.block_m), groups)
     # the group axes (of more than one program) are symbolic even when small: one path covers
     # every weight tile instead of one path per group
-    wide = tuple(ax for ax, size in ((0, group), (2, groups)) if not isinstance(size, int) or size > 1)
+    wide = tuple(
+        ax for ax, size in ((0, group), (2, groups)) if not isinstance(size, int) or size > 1
+    )
     return KernelCall("linear_tma_kernel", grid, args, launch.num_warps, symbolic_axes=wide)
 
 

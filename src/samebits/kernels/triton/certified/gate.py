@@ -83,8 +83,10 @@ def check_class(unit: dict, sym: dict, directory: Path) -> tuple[str | None, str
 def _class_problem(unit: dict, sym: dict, rec: dict) -> str | None:
     if rec.get("unit", {}).get("key") != sym["key"]:
         return "names another unit"
-    if not rec.get("proved") or not rec.get("certificates") or not all(
-        c.get("result", {}).get("status") == "proved" for c in rec["certificates"]
+    if (
+        not rec.get("proved")
+        or not rec.get("certificates")
+        or not all(c.get("result", {}).get("status") == "proved" for c in rec["certificates"])
     ):
         return "not proved"
     changed = _changed_sources(sym, rec)
