@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from published_configs import LLAMA_3_2_3B
 from samebits.analysis import certify_cli
+from samebits.analysis.published_shapes import LLAMA_3_2_3B
 from samebits.kernels.triton.certified import gate
 from samebits.kernels.triton.certified import units as U
 from samebits.model.config import model_config_from_hf

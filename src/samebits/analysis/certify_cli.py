@@ -26,6 +26,12 @@ SHIPPED_MODELS = ("llama-3-8b", "qwen3-8b", "tiny-test:llama", "tiny-test:qwen2"
                   "tiny-test:mixtral")  # fmt: skip
 
 
+# kinds proved per shape even where a class exists: the fused unit's class proof (N symbolic
+# through the split-K partials, the flat ordered sum and RMSNorm) takes minutes per
+# specialization, its per-shape proof seconds; the gate accepts either certificate
+PER_SHAPE_KINDS = ("fused",)
+
+
 def add_certify_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", action="append", default=None,
                    help="preset name, HF folder, config.json, GGUF file or smollm2 (repeatable)")  # fmt: skip
@@ -39,6 +45,8 @@ def add_certify_arguments(p: argparse.ArgumentParser) -> None:
                    " or the shipped set) cover every unit MODEL launches, else 1 naming the "
                    "missing ones (preset, HF folder, config.json or GGUF file; repeatable)")  # fmt: skip
     p.add_argument("--jobs", type=int, default=1, help="units proved in parallel (processes)")
+    p.add_argument("--per-shape", action="store_true",
+                   help="prove each unit at its own shape, not its shape class's certificate")  # fmt: skip
     p.add_argument("--force", action="store_true",
                    help="prove every unit, also those whose certificate is valid, and every "
                    "specialization (no earlier proof reused)")  # fmt: skip
@@ -51,6 +59,14 @@ def model_dims(spec: str) -> dict:
         spec = "tiny-test-" + spec.split(":", 1)[1]
     if spec.startswith("random:"):  # a random-weight model's name: random:<preset>:seed<n>
         spec = spec.split(":")[1]
+    if spec.startswith("published:"):  # a published checkpoint's config (no weights)
+        from samebits.analysis.published_shapes import PUBLISHED
+        from samebits.model.config import model_config_from_hf
+
+        name = spec.split(":", 1)[1]
+        if name not in PUBLISHED:
+            raise ValueError(f"model {spec!r}: published shapes are {sorted(PUBLISHED)}")
+        return dims_of(model_config_from_hf(PUBLISHED[name]))
     if spec == "smollm2":  # the embedded default model
         from samebits.model.loader import default_model_path
 
@@ -82,6 +98,22 @@ def units_of(models) -> list[dict]:
             if u["key"] not in seen:
                 seen.add(u["key"])
                 out.append(u)
+    return out
+
+
+def proof_units(units: list[dict], per_shape: bool = False) -> list[dict]:
+    """The units to prove for ``units``: each one's class unit where it has one
+    (`units.symbolic_unit`: one proof set for every shape of the class), else the unit;
+    ``per_shape``: the units themselves."""
+    from samebits.kernels.triton.certified.units import symbolic_unit
+
+    out, seen = [], set()
+    for u in units:
+        sym = None if per_shape or u["kind"] in PER_SHAPE_KINDS else symbolic_unit(u)
+        p = sym or u
+        if p["key"] not in seen:
+            seen.add(p["key"])
+            out.append(p)
     return out
 
 
@@ -144,6 +176,7 @@ def certify_main(args: argparse.Namespace) -> int:
         stale = [u for u in units if gate.check_unit(u, out)[0] is not None]
         print(f"{len(units) - len(stale)} units already valid in {out} (--force proves them again)")
         units = stale
+    units = proof_units(units, args.per_shape)
     jobs = [(u, str(out), not args.force) for u in units]
     if args.jobs > 1:
         from concurrent.futures import ProcessPoolExecutor

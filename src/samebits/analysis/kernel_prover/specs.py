@@ -543,8 +543,46 @@ def _sym_silu_calls(block: int, w: Lin, m) -> list[KernelCall]:
     return [KernelCall("silu_mul_kernel", (mm, CDiv(w, block)), args, SILU_WARPS)]
 
 
+def symbolic_fused_specs(sym: dict) -> list[Spec]:
+    """`linear_add_rms_specs` with N (the fused kernel's WIDTH) a shape symbol bounded by the
+    class: for every split-grid launch, goal 1 and the equivalence with the op-by-op path."""
+    plan = _units.class_plan(sym)
+    n, bias, block = shape_symbol("N"), sym["bias"], sym["block"]
+    shape = {"N": (sym["lo"], sym["hi"])}
+    kfile, also = _units.KERNEL_FILES["fused"], _units.ALSO_FILES["fused"]
+    outputs = {"out": "N", "res": "N"}
+    desc = dict(unit=sym["key"], op=sym["op"], n=f"symbolic, {sym['lo']} <= N <= {sym['hi']}",
+                k=plan.k, splits=plan.splits, block=block, has_bias=bias)  # fmt: skip
+
+    def fused(la, m):
+        mm = m if isinstance(m, Lin) else Lin((), m)
+        tail = _with_args(sum_add_rms_calls(plan, mm, bias), WIDTH=n, BLOCK=block)
+        return [partials_call(plan, la, mm, n), *tail]
+
+    def per_op(la, m):
+        tail = _with_args(rms_calls(block, m, True, x=ArrayArg("y", ACT), w=NORM_W), WIDTH=n)
+        return [*linear_calls(plan, la, m, bias, ACT, n), *tail]
+
+    specs = []
+    for la in _units.grid_launches(plan):
+        m, m2 = _m_symbol(), _m_symbol()
+        d = {**desc, "launch": repr(la)}
+        specs += [
+            Spec(f"{sym['key']}.batch.{_launch_name(la)}", kfile,
+                 Goal(BATCH, outputs, {"x": plan.k, "res": "N"}, shape=shape), fused(la, m),
+                 fused(la, 1), m, {**d, "M": "symbolic (left) vs 1 (right)"}, also),
+            Spec(f"{sym['key']}.equiv.{_launch_name(la)}~per-op", kfile,
+                 Goal(LAUNCH, outputs, shape=shape), fused(la, m2), per_op(la, m2), m2,
+                 {**d, "M": "symbolic", "right": "op by op: linear_partials_kernel, "
+                  "ordered_sum_kernel, rms_norm_kernel (ADD_RESIDUAL)"}, also),
+        ]  # fmt: skip
+    return specs
+
+
 def symbolic_unit_specs(sym: dict) -> list[Spec]:
     """The specializations of a class unit (``units.symbolic_unit``), named after it."""
     if sym["kind"] == "linear":
         return symbolic_linear_specs(sym)
+    if sym["kind"] == "fused":
+        return symbolic_fused_specs(sym)
     return symbolic_row_specs(sym)

@@ -258,6 +258,23 @@ def read(self, array: str, idx: Lin, mask, dtype: str, node):
     return Lin.var(f(idx.z3()))
 
 
+def _read_witness(st: Store, idx: Lin, ambient: list) -> dict | None:
+    """The writer of a read's index: the plain witness where the ambient facts show it writes
+    there (also a row-structured index over a symbolic width, ``R * W + C``); else the flat
+    split of a symbolic-width index (``R + C div W``, ``C mod W``, `radix_witness`)."""
+    sub = witness(st, idx)
+    flat = witness(st, idx, flat=True)
+    if sub == flat or flat is None:
+        return sub
+    if sub is not None:
+        s = z3.Solver()
+        s.set("timeout", 20000)
+        s.add(*ambient, z3.Not(z3.And(_active(st, sub, idx))))
+        if s.check() == z3.unsat:
+            return sub
+    return flat
+
+
 def _resolve(self, groups: list, array: str, idx: Lin, ambient: list, node):
     """The value of ``array[idx]`` written by the stores of ``groups`` (one list per kernel
     call, latest first): the writer of the latest call that wrote it; where that call may not
@@ -265,7 +282,7 @@ def _resolve(self, groups: list, array: str, idx: Lin, ambient: list, node):
     group, rest = groups[0], groups[1:]
     cands = []
     for st in group:
-        sub = witness(st, idx, flat=True)
+        sub = _read_witness(st, idx, ambient)
         if sub is None:
             sub = match_witness(st, idx)
         if sub is None:

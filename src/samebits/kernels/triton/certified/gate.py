@@ -35,13 +35,28 @@ def certificate_dir() -> Path:
 
 
 def check_unit(unit: dict, directory: Path) -> tuple[str | None, str | None]:
-    """``(problem, file digest)``: problem is None when the unit's certificate is valid."""
+    """``(problem, file digest)``: problem is None when the unit's certificate is valid, or,
+    for a unit of a shape class (``units.symbolic_unit``), its class certificate is."""
+    problem, digest = _check_own(unit, directory)
+    if problem is None:
+        return None, digest
+    sym = U.symbolic_unit(unit)
+    if sym is None:
+        return problem, digest
+    if not (Path(directory) / f"{sym['key']}.json").exists():
+        return problem + (f" (nor its class certificate {sym['key']})"
+                          if problem == "missing" else ""), digest  # fmt: skip
+    cproblem, cdigest = check_class(unit, sym, Path(directory))
+    if cproblem is None:
+        return None, cdigest
+    return (cproblem, cdigest) if problem == "missing" else (f"{problem}; {cproblem}", digest)
+
+
+def _check_own(unit: dict, directory: Path) -> tuple[str | None, str | None]:
+    """The unit's own certificate ``<unit key>.json``."""
     path = Path(directory) / f"{unit['key']}.json"
     if not path.exists():
-        sym = U.symbolic_unit(unit)
-        if sym is not None and (Path(directory) / f"{sym['key']}.json").exists():
-            return check_class(unit, sym, directory)
-        return "missing" + (f" (nor its class certificate {sym['key']})" if sym else ""), None
+        return "missing", None
     raw = path.read_bytes()
     digest = hashlib.sha256(raw).hexdigest()
     try:
@@ -58,6 +73,9 @@ def check_unit(unit: dict, directory: Path) -> tuple[str | None, str | None]:
     changed = _changed_sources(unit, rec)
     if changed:
         return f"stale: {', '.join(changed)} changed since it was proved", digest
+    if unit.get("symbolic"):  # a class unit's record itself (`samebits certify --check`)
+        problem = _class_problem(unit, unit, rec, None)
+        return (problem, digest) if problem else (None, digest)
     if rec.get("specialization") != U.specialization(unit):
         return "stale: the launches / constexprs the engine uses changed", digest
     if _stale_reference(rec):
@@ -80,7 +98,9 @@ def check_class(unit: dict, sym: dict, directory: Path) -> tuple[str | None, str
     return (f"class certificate {sym['key']}: {problem}" if problem else None), digest
 
 
-def _class_problem(unit: dict, sym: dict, rec: dict) -> str | None:
+def _class_problem(unit: dict, sym: dict, rec: dict, value: int | None = 0) -> str | None:
+    """What is wrong with class ``sym``'s record for ``unit`` (None: valid); ``value``: the
+    unit's shape integer (0: from ``unit``; None: the class unit itself, no shape to place)."""
     if rec.get("unit", {}).get("key") != sym["key"]:
         return "names another unit"
     if (
@@ -99,6 +119,10 @@ def _class_problem(unit: dict, sym: dict, rec: dict) -> str | None:
     if len(bounds) != 1 or any(g != bounds for g in goals):
         return "its proofs do not state one symbolic shape"
     ((_, (lo, hi)),) = bounds.items()
+    if [lo, hi] != [sym["lo"], sym["hi"]]:
+        return f"its proofs assume {lo}..{hi}, the class is {sym['lo']}..{sym['hi']}"
+    if value is None:
+        return None
     value = U.shape_value(unit, sym)
     if not lo <= value <= hi:
         return f"shape {value} outside the proved range {lo}..{hi}"

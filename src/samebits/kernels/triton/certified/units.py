@@ -337,6 +337,8 @@ def symbolic_unit(unit: dict) -> dict | None:
         return None
     if unit["kind"] == "linear":
         return _linear_class(unit)
+    if unit["kind"] == "fused":
+        return _fused_class(unit)
     if unit["kind"] == "rows" and unit["op"] in ("rms_norm", "add_rms_norm"):
         block, lo, hi = width_class(unit["width"])
         if lo > unit["width"] or unit["width"] > hi:
@@ -368,6 +370,23 @@ def _linear_class(unit: dict) -> dict | None:
                 out_dtype=out, lo=lo, hi=hi, k=unit["k"], bias=unit["bias"])  # fmt: skip
 
 
+def _fused_class(unit: dict) -> dict | None:
+    """The fused split-K sum + add + RMSNorm after a split plan: N in the linear's class and
+    in one BLOCK class of the row width (the fused kernel's BLOCK = next_pow2(N))."""
+    from samebits.kernels.triton.splitplan import split_plan
+
+    plan = split_plan(unit["n"], unit["k"], unit["role"])
+    nlo, nhi = linear_n_class(plan)
+    block, wlo, whi = width_class(unit["n"])
+    lo, hi = max(nlo, wlo), min(nhi, whi)
+    if not lo <= unit["n"] <= hi:
+        return None
+    key = f"fused.linear_add_rms_norm.row_parallel.N{lo}-{hi}x{unit['k']}"
+    key += ".bias" if unit["bias"] else ""
+    return dict(key=key, kind="fused", op=unit["op"], symbolic="n", role=unit["role"],
+                lo=lo, hi=hi, k=unit["k"], bias=unit["bias"], block=block)  # fmt: skip
+
+
 # the roles whose linear writes float32 (samebits.kernels.interface.FLOAT32_ROLES; the
 # prover's specs.FLOAT32_ROLES, which tests/unit/test_moe_config.py checks)
 FLOAT32_OUT_ROLES = ("lm_head", "router")
@@ -392,6 +411,15 @@ def symbolic_specialization(sym: dict) -> dict:
                          "range_k": plan.range_k}, "n": [sym["lo"], sym["hi"]],
                 "launches": [launch_name(la) for la in plan_launches(plan)],
                 "ordered_sum": [ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS]}  # fmt: skip
+    if sym["kind"] == "fused":
+        from samebits.kernels.triton.linear import ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS
+
+        plan = class_plan(sym)
+        return {"op": sym["op"], "plan": {"k": plan.k, "splits": plan.splits,
+                "block_k": plan.block_k, "range_k": plan.range_k}, "n": [sym["lo"], sym["hi"]],
+                "grid_launches": [launch_name(la) for la in grid_launches(plan)],
+                "block": sym["block"], "warps": rows.row_num_warps(sym["block"]),
+                "ordered_sum": [ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS]}  # fmt: skip
     if sym["op"] == "silu_mul":
         return {"op": "silu_mul", "width": [sym["lo"], sym["hi"]], "block": sym["block"],
                 "warps": rows.SILU_WARPS}  # fmt: skip
@@ -401,4 +429,6 @@ def symbolic_specialization(sym: dict) -> dict:
 
 def shape_value(unit: dict, sym: dict) -> int:
     """The concrete unit's value of the class's shape integer (N, or the row width)."""
-    return unit["n"] if sym["kind"] == "linear" else unit.get("width", unit.get("inner"))
+    if sym["kind"] in ("linear", "fused"):
+        return unit["n"]
+    return unit["width"] if "width" in unit else unit["inner"]

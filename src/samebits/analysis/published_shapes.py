@@ -1,5 +1,6 @@
-"""config.json dicts with the numbers of published checkpoints nobody shipped certificates for
-(the fields samebits reads; values from the models' published config.json files)."""
+"""config.json dicts of published checkpoints (the fields samebits reads, with the numbers of
+the models' published config.json files): `samebits certify --covers published:<name>` and
+the shipped class certificates (`certify_cli.SHIPPED_MODELS`) use them; no weights."""
 
 from __future__ import annotations
 
