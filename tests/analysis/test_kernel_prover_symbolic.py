@@ -148,3 +148,46 @@ def test_a_kernel_correct_only_when_k_is_a_multiple_of_128_is_refuted():
     res = run(_by_name(S.linear_specs("u", shapes=[("qkv", 64, 192)]), pair), text,
               "_linear_kernels.py")  # fmt: skip
     assert res.status == "refuted", (res.status, res.unsupported)
+
+
+# --- int32 obligations (class proofs: M <= units.M_MAX, shapes in their bounds) ----------
+
+
+def test_class_proofs_discharge_their_int32_obligations():
+    spec = _by_name(S.symbolic_unit_specs(_linear_class("qkv", 4096, 128)),
+                    ".batch.ranges-bm16-bn32-w4-s6")  # fmt: skip
+    assert spec.goal.int32 == {"M": U.M_MAX} and spec.goal.to_dict()["int32"] == {"M": U.M_MAX}
+    res = run(spec, LINEAR, "_linear_kernels.py")
+    assert res.ok and min(res.stats["int32_obligations"]) > 0, res.stats
+
+
+def test_an_int32_store_offset_overflows_at_large_m_times_n():
+    """The output offset computed in int32 (no int64 cast): fine at N = 4096 for the per-shape
+    proof (which states no int32 bound), refuted for the class (M up to 2^20, N up to 2^14)."""
+    text = mutate(LINEAR, "offs = rm.to(tl.int64)[:, None] * N + rn[None, :]",
+                  "offs = rm[:, None] * N + rn[None, :]")  # fmt: skip
+    fixed = _by_name(
+        S.linear_specs("u", shapes=[("qkv", 4096, 128)]), ".batch.ranges-bm16-bn32-w4-s6"
+    )
+    assert run(fixed, text, "_linear_kernels.py").ok
+    sym = _by_name(S.symbolic_unit_specs(_linear_class("qkv", 4096, 128)),
+                   ".batch.ranges-bm16-bn32-w4-s6")  # fmt: skip
+    res = run(sym, text, "_linear_kernels.py")
+    assert res.status == "refuted", (res.status, res.unsupported)
+    assert (
+        "int32 overflow in the left execution at _linear_kernels.py" in res.counterexample["reason"]
+    )
+
+
+def test_an_int32_row_offset_is_in_range_when_m_times_k_fits():
+    """x's row offset in int32: M * K <= 2^20 * 128 fits, so the obligation is proved (the check
+    is the range, not a refusal of every int32 product); at K = 4096 it overflows."""
+    text = mutate(LINEAR, "x_rows = x_ptr + rm.to(tl.int64)[:, None] * K",
+                  "x_rows = x_ptr + rm[:, None] * K")  # fmt: skip
+    small = _by_name(S.symbolic_unit_specs(_linear_class("qkv", 4096, 128)),
+                     ".batch.ranges-bm16-bn32-w4-s6")  # fmt: skip
+    assert run(small, text, "_linear_kernels.py").ok
+    large = _by_name(S.symbolic_unit_specs(_linear_class("qkv", 4096, 4096)),
+                     ".batch.ranges-bm16-bn32-w4-s6")  # fmt: skip
+    res = run(large, text, "_linear_kernels.py")
+    assert res.status == "refuted" and "int32 overflow" in res.counterexample["reason"]

@@ -54,11 +54,17 @@ class Goal:
     # symbolic shape integers {name: (lo, hi)}, inclusive bounds: a width in ``outputs`` /
     # ``rows`` (and a kernel argument) may name one; the proof holds for every value in range
     shape: dict = field(default_factory=dict)
+    # int32 range obligations: every int32 + - * of both executions stays in [-2^31, 2^31)
+    # when M (the launch's rows) is at most ``int32["M"]`` and the shape integers are in their
+    # bounds; empty: not checked (the goals of fixed shapes, older records)
+    int32: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         out = {"kind": self.kind, "outputs": self.outputs, "rows": self.rows}
         if self.shape:  # absent for the goals of fixed shapes (older records)
             out["shape"] = {k: list(v) for k, v in self.shape.items()}
+        if self.int32:
+            out["int32"] = dict(self.int32)
         if self.scatter:  # absent for the goals without scatter outputs (older records)
             out["scatter"] = {k: list(v) for k, v in self.scatter.items()}
         if self.reference:
@@ -163,7 +169,34 @@ def _shape_facts(goal: Goal) -> list:
 def _run(name, src, calls, goal, remap=None) -> Execution:
     ex = Execution(name, src, calls, remap=remap)
     ex.facts += _shape_facts(goal)
+    if goal.int32:
+        ex.int32 = []
     return ex.run()
+
+
+INT32 = (-(1 << 31), (1 << 31) - 1)
+
+
+def _check_int32(ex: Execution, goal: Goal, m: Lin, side: str) -> int:
+    """Every recorded int32 + - * of ``ex`` stays in range for every M <= ``goal.int32["M"]``
+    and every shape in its bounds; the number of distinct obligations checked."""
+    bounds = [*_shape_facts(goal), m.z3() >= 1, m.z3() <= goal.int32["M"]]
+    seen = set()
+    for where, v, facts in ex.int32 or ():
+        if (where, v) in seen:
+            continue
+        seen.add((where, v))
+        s = z3.Solver()
+        s.set("timeout", 60000)
+        s.add(*facts, *bounds, z3.Or(v.z3() < INT32[0], v.z3() > INT32[1]))
+        res = s.check()
+        if res == z3.sat:
+            raise Refuted({"reason": f"int32 overflow in the {side} execution at {where}: "
+                           f"{v} can leave the int32 range",
+                           "model": _model_dict(s.model(), ["L.", "R.", "shape."])})  # fmt: skip
+        if res != z3.unsat:
+            raise Unsupported(where, f"int32 range of {v}: solver {res}")
+    return len(seen)
 
 
 def _prove(src, goal, left_calls, right_calls, m_left, stats) -> None:
@@ -197,6 +230,10 @@ def _prove(src, goal, left_calls, right_calls, m_left, stats) -> None:
     left = _run("L", src, left_calls, goal)
     right = _run("R", src, right_calls, goal, remap)
     stats["paths"] = [left.paths, right.paths]
+    if goal.int32:
+        m_right = m_left if goal.kind == LAUNCH else T.const(1)
+        stats["int32_obligations"] = [_check_int32(left, goal, m_left, "left"),
+                                      _check_int32(right, goal, m_right, "right")]  # fmt: skip
     stats["layout_reductions"] = sorted({repr(x) for x in left.layouts | right.layouts})
     base = [*left.facts, *right.facts, r >= 0, r < m_left.z3(), m_left.z3() >= 1]
     compared = 0

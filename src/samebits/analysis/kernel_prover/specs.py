@@ -475,6 +475,10 @@ def unit_specs(unit: dict) -> list:
 
 # --- symbolic-shape units (units.symbolic_unit): one proof set per shape class ------------
 
+# the class proofs also prove every int32 index operation in range, for launches of up to
+# units.M_MAX rows (the step's tokens; the scheduler's max_num_batched_tokens is far below)
+_INT32 = {"M": _units.M_MAX}
+
 
 def symbolic_linear_specs(sym: dict) -> list[Spec]:
     """`linear_specs` of the class's plan with N a shape symbol bounded by the class
@@ -491,7 +495,7 @@ def symbolic_linear_specs(sym: dict) -> list[Spec]:
     for la in launches:
         m = _m_symbol()
         specs.append(Spec(f"{sym['key']}.batch.{_launch_name(la)}", "_linear_kernels.py",
-                          Goal(BATCH, {"y": "N"}, {"x": plan.k}, shape=shape),
+                          Goal(BATCH, {"y": "N"}, {"x": plan.k}, shape=shape, int32=_INT32),
                           linear_calls(plan, la, m, bias, out_dt, n),
                           linear_calls(plan, la, 1, bias, out_dt, n), m,
                           {**desc, "launch": repr(la), "M": "symbolic (left) vs 1 (right)"}))  # fmt: skip
@@ -499,7 +503,7 @@ def symbolic_linear_specs(sym: dict) -> list[Spec]:
     for la in launches[1:]:
         m = _m_symbol()
         specs.append(Spec(f"{sym['key']}.equiv.{_launch_name(ref)}~{_launch_name(la)}",
-                          "_linear_kernels.py", Goal(LAUNCH, {"y": "N"}, shape=shape),
+                          "_linear_kernels.py", Goal(LAUNCH, {"y": "N"}, shape=shape, int32=_INT32),
                           linear_calls(plan, ref, m, bias, out_dt, n),
                           linear_calls(plan, la, m, bias, out_dt, n), m,
                           {**desc, "left_launch": repr(ref), "right_launch": repr(la),
@@ -514,13 +518,13 @@ def symbolic_row_specs(sym: dict) -> list[Spec]:
     shape = {"WIDTH": (sym["lo"], sym["hi"])}
     op, block = sym["op"], sym["block"]
     if op == "silu_mul":
-        goal = Goal(BATCH, {"out": "WIDTH"}, {"gu": "2*WIDTH"}, shape=shape)
+        goal = Goal(BATCH, {"out": "WIDTH"}, {"gu": "2*WIDTH"}, shape=shape, int32=_INT32)
         make = lambda m: _sym_silu_calls(block, w, m)  # noqa: E731
     else:
         add = op == "add_rms_norm"
         cols = {"out": "WIDTH", "res": "WIDTH"} if add else {"out": "WIDTH"}
         rows = {"x": "WIDTH", "res": "WIDTH"} if add else {"x": "WIDTH"}
-        goal = Goal(BATCH, cols, rows, shape=shape)
+        goal = Goal(BATCH, cols, rows, shape=shape, int32=_INT32)
         make = lambda m: _with_args(rms_calls(block, m, add), WIDTH=w)  # noqa: E731
     m = _m_symbol()
     desc = {"unit": sym["key"], "op": op, "width": f"symbolic, {sym['lo']}..{sym['hi']}",
@@ -569,10 +573,10 @@ def symbolic_fused_specs(sym: dict) -> list[Spec]:
         d = {**desc, "launch": repr(la)}
         specs += [
             Spec(f"{sym['key']}.batch.{_launch_name(la)}", kfile,
-                 Goal(BATCH, outputs, {"x": plan.k, "res": "N"}, shape=shape), fused(la, m),
+                 Goal(BATCH, outputs, {"x": plan.k, "res": "N"}, shape=shape, int32=_INT32), fused(la, m),
                  fused(la, 1), m, {**d, "M": "symbolic (left) vs 1 (right)"}, also),
             Spec(f"{sym['key']}.equiv.{_launch_name(la)}~per-op", kfile,
-                 Goal(LAUNCH, outputs, shape=shape), fused(la, m2), per_op(la, m2), m2,
+                 Goal(LAUNCH, outputs, shape=shape, int32=_INT32), fused(la, m2), per_op(la, m2), m2,
                  {**d, "M": "symbolic", "right": "op by op: linear_partials_kernel, "
                   "ordered_sum_kernel, rms_norm_kernel (ADD_RESIDUAL)"}, also),
         ]  # fmt: skip

@@ -302,6 +302,9 @@ def source_sha256(path: Path) -> str:
 
 SHAPE_RECORD = "shape"  # record field {symbol: [lo, hi]}: the bounds every proof assumed
 N_MAX = 1 << 24  # the largest N / width a class certificate covers (stated bound)
+# the most rows (M) of one launch the class proofs' int32 obligations assume: a step's tokens
+# (the scheduler's max_num_batched_tokens; CUDA-graph padding stays below it)
+M_MAX = 1 << 20
 
 
 def _tma_rows(plan) -> list:
@@ -410,7 +413,7 @@ def symbolic_specialization(sym: dict) -> dict:
         return {"plan": {"k": plan.k, "splits": plan.splits, "block_k": plan.block_k,
                          "range_k": plan.range_k}, "n": [sym["lo"], sym["hi"]],
                 "launches": [launch_name(la) for la in plan_launches(plan)],
-                "ordered_sum": [ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS]}  # fmt: skip
+                "ordered_sum": [ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS], "m_max": M_MAX}  # fmt: skip
     if sym["kind"] == "fused":
         from samebits.kernels.triton.linear import ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS
 
@@ -419,12 +422,12 @@ def symbolic_specialization(sym: dict) -> dict:
                 "block_k": plan.block_k, "range_k": plan.range_k}, "n": [sym["lo"], sym["hi"]],
                 "grid_launches": [launch_name(la) for la in grid_launches(plan)],
                 "block": sym["block"], "warps": rows.row_num_warps(sym["block"]),
-                "ordered_sum": [ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS]}  # fmt: skip
+                "ordered_sum": [ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS], "m_max": M_MAX}  # fmt: skip
     if sym["op"] == "silu_mul":
         return {"op": "silu_mul", "width": [sym["lo"], sym["hi"]], "block": sym["block"],
-                "warps": rows.SILU_WARPS}  # fmt: skip
+                "warps": rows.SILU_WARPS, "m_max": M_MAX}  # fmt: skip
     return {"op": sym["op"], "width": [sym["lo"], sym["hi"]], "block": sym["block"],
-            "warps": rows.row_num_warps(sym["block"])}  # fmt: skip
+            "warps": rows.row_num_warps(sym["block"]), "m_max": M_MAX}  # fmt: skip
 
 
 def shape_value(unit: dict, sym: dict) -> int:
