@@ -355,7 +355,10 @@ def _unique(ex: Execution, array: str, side: str, inj=None, call: int | None = N
                 s.add(*inj([a.offset, T.subst_lin(b.offset, ren)]))
             if a is b:
                 s.add(z3.Or([Lin(((k, 1),), 0).z3() != ren[k].z3() for k in a.wvars] or [False]))
-            if s.check() == z3.sat:
+            res = s.check()
+            if res == z3.unknown:  # never taken as "unique" (non-linear offsets: a timeout)
+                raise Unsupported(a.where, f"uniqueness of the writers of {array}: solver unknown")
+            if res == z3.sat:
                 raise Refuted(
                     {
                         "reason": f"two programs/lanes of the {side} execution write the same "
