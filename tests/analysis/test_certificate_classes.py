@@ -91,3 +91,17 @@ def test_proof_units_prefer_the_class():
     assert "fused.linear_add_rms_norm.o.2560x4096" in keys  # PER_SHAPE_KINDS
     per_shape = {u["key"] for u in certify_cli.proof_units(units, per_shape=True)}
     assert per_shape == {u["key"] for u in units}
+
+
+def test_more_rows_than_the_int32_obligations_assume_refuse(monkeypatch, capsys):
+    class Dep:
+        components = {"certificates": {"status": "certified"}}
+
+    monkeypatch.delenv(gate.ENV_ALLOW, raising=False)
+    gate.check_rows_bound(Dep(), U.M_MAX)
+    gate.check_rows_bound(object(), U.M_MAX + 1)  # no certificates: not gated
+    with pytest.raises(gate.UncertifiedKernelError, match="int32 obligations"):
+        gate.check_rows_bound(Dep(), U.M_MAX + 1)
+    monkeypatch.setenv(gate.ENV_ALLOW, "1")
+    gate.check_rows_bound(Dep(), U.M_MAX + 1)
+    assert "running uncertified" in capsys.readouterr().err

@@ -225,6 +225,23 @@ def check_block_size(deployment, block_size: int, stderr=None) -> None:
     )
 
 
+def check_rows_bound(deployment, rows: int, stderr=None) -> None:
+    """An engine over a certified GPU deployment must launch at most ``units.M_MAX`` rows
+    (the int32 obligations of the class certificates assume it): ``rows`` is the most a step
+    launches (max_num_batched_tokens, max_num_seqs). Else :class:`UncertifiedKernelError`, or
+    with ``SAMEBITS_ALLOW_UNCERTIFIED=1`` a banner. Deployments without certificates pass."""
+    comp = getattr(deployment, "components", {}).get("certificates")
+    if not comp or rows <= U.M_MAX:
+        return
+    msg = (f"{rows} rows per step: the class certificates' int32 obligations are proved for "
+           f"launches of at most {U.M_MAX} rows")  # fmt: skip
+    if os.environ.get(ENV_ALLOW) == "1":
+        print(f"\n*** samebits: WARNING: {ENV_ALLOW}=1: {msg}; running uncertified.\n",
+              file=stderr or sys.stderr, flush=True)  # fmt: skip
+        return
+    raise UncertifiedKernelError(f"{msg}. Lower max_num_batched_tokens, or {ENV_ALLOW}=1.")
+
+
 def certificate_lines(deployment) -> list[str]:
     """Lines for `samebits info`: the certificate status of the deployment's GPU plan."""
     comp = getattr(deployment, "components", {}).get("certificates")
