@@ -85,11 +85,15 @@ def test_covers_cli_is_fast_and_needs_no_solver(tmp_path):
 
 # --- published shapes against the shipped set (class certificates) -------------------------
 
-COVERED = ("qwen3-4b", "mistral-nemo-12b")
-# what the shipped set does not cover yet for the other two published shapes: their attention
-# head shapes (h24 kv8, h28 kv4: proofs of ~20 min each), RoPE / fused qkv at those head
-# counts, and the linear classes of their K (not proved in this revision)
+COVERED = ("qwen3-4b",)
+# what the shipped set does not cover yet for the other published shapes: the linear classes
+# of their K (not proved in this revision), and for two of them their attention head shapes
+# (h24 kv8, h28 kv4: proofs of ~20 min each) and RoPE / fused qkv at those head counts
 NOT_YET = {
+    "mistral-nemo-12b": {  # its attention, RoPE, fused qkv and row widths are covered
+        "linear.qkv.6144x5120", "linear.gate_up.28672x5120", "linear.lm_head.131072x5120",
+        "linear.down.5120x14336", "fused.linear_add_rms_norm.down.5120x14336",
+    },
     "llama-3.2-3b": {
         "attention.h24.kv8.d128", "attention.split_kv.h24.kv8.d128", "rows.rope.h24.d128",
         "rows.qkv_rope_store.h24.kv8.d128", "linear.qkv.5120x3072", "linear.o.3072x3072",
