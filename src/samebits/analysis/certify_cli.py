@@ -3,6 +3,7 @@
     samebits certify --model llama-3-8b --out DIR     # prove, write DIR/<unit>.json
     samebits certify --check DIR [--model M]          # verify against the kernel sources now
     samebits certify --shipped                        # refresh the certificates in the package
+    samebits certify --covers MODEL                   # no proving: is MODEL covered? (exit 0/1)
 
 `--model` is a preset name (samebits.model.presets.PRESETS; `tiny-test:<arch>` names the
 preset tiny-test-<arch>, tests/tiny_models.py's checkpoint), a HF model folder or its
@@ -22,7 +23,13 @@ from pathlib import Path
 SHIPPED_MODELS = ("llama-3-8b", "qwen3-8b", "tiny-test:llama", "tiny-test:qwen2", "tiny-test:qwen3",
                   "tiny-llama", "tiny-qwen3", "tiny-qwen2", "smollm2", "qwen3-30b-a3b",
                   "mixtral-8x7b", "tiny-test:qwen3_moe", "tiny-test:qwen3_moe_mixed",
-                  "tiny-test:mixtral")  # fmt: skip
+                  "tiny-test:mixtral", "published:qwen3-4b")  # fmt: skip
+
+
+# kinds proved per shape even where a class exists: the fused unit's class proof (N symbolic
+# through the split-K partials, the flat ordered sum and RMSNorm) takes minutes per
+# specialization, its per-shape proof seconds; the gate accepts either certificate
+PER_SHAPE_KINDS = ("fused",)
 
 
 def add_certify_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,7 +40,13 @@ def add_certify_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--check", help="verify the certificates in this directory")
     g.add_argument("--shipped", action="store_true",
                    help="prove and write the package's shipped certificate set")  # fmt: skip
+    g.add_argument("--covers", metavar="MODEL", action="append",
+                   help="no proving, no GPU: exit 0 when the certificates ($SAMEBITS_CERTIFICATES"
+                   " or the shipped set) cover every unit MODEL launches, else 1 naming the "
+                   "missing ones (preset, HF folder, config.json or GGUF file; repeatable)")  # fmt: skip
     p.add_argument("--jobs", type=int, default=1, help="units proved in parallel (processes)")
+    p.add_argument("--per-shape", action="store_true",
+                   help="prove each unit at its own shape, not its shape class's certificate")  # fmt: skip
     p.add_argument("--force", action="store_true",
                    help="prove every unit, also those whose certificate is valid, and every "
                    "specialization (no earlier proof reused)")  # fmt: skip
@@ -46,6 +59,14 @@ def model_dims(spec: str) -> dict:
         spec = "tiny-test-" + spec.split(":", 1)[1]
     if spec.startswith("random:"):  # a random-weight model's name: random:<preset>:seed<n>
         spec = spec.split(":")[1]
+    if spec.startswith("published:"):  # a published checkpoint's config (no weights)
+        from samebits.analysis.published_shapes import PUBLISHED
+        from samebits.model.config import model_config_from_hf
+
+        name = spec.split(":", 1)[1]
+        if name not in PUBLISHED:
+            raise ValueError(f"model {spec!r}: published shapes are {sorted(PUBLISHED)}")
+        return dims_of(model_config_from_hf(PUBLISHED[name]))
     if spec == "smollm2":  # the embedded default model
         from samebits.model.loader import default_model_path
 
@@ -64,7 +85,7 @@ def model_dims(spec: str) -> dict:
     from samebits.model.presets import PRESETS
 
     if spec not in PRESETS:
-        raise ValueError(f"--model {spec!r}: not a preset ({sorted(PRESETS)}) nor a HF folder")
+        raise ValueError(f"model {spec!r}: not a preset ({sorted(PRESETS)}) nor a HF folder")
     return dims_of(PRESETS[spec])
 
 
@@ -80,6 +101,22 @@ def units_of(models) -> list[dict]:
     return out
 
 
+def proof_units(units: list[dict], per_shape: bool = False) -> list[dict]:
+    """The units to prove for ``units``: each one's class unit where it has one
+    (`units.symbolic_unit`: one proof set for every shape of the class), else the unit;
+    ``per_shape``: the units themselves."""
+    from samebits.kernels.triton.certified.units import symbolic_unit
+
+    out, seen = [], set()
+    for u in units:
+        sym = None if per_shape or u["kind"] in PER_SHAPE_KINDS else symbolic_unit(u)
+        p = sym or u
+        if p["key"] not in seen:
+            seen.add(p["key"])
+            out.append(p)
+    return out
+
+
 def _prove_one(args):
     unit, out, reuse = args
     from samebits.analysis.kernel_prover.certify import certify_units
@@ -88,9 +125,31 @@ def _prove_one(args):
     return unit["key"], rec["proved"], rec["wall_s"], rec["results"]
 
 
+def covers_main(models: list[str], stdout=None) -> int:
+    """`--covers`: check the units each model would launch against the certificate directory
+    with the gate's own check (`gate.check`: validity, staleness, specialization); prints one
+    line per unit that is not covered and a verdict per model. 0: all covered, 1: not."""
+    from samebits.kernels.triton.certified import gate
+
+    out = stdout or sys.stdout
+    bad_models = 0
+    for m in models:
+        res = gate.check(units_of([m]))
+        bad = {k: p for k, p in res["units"].items() if p is not None}
+        for key, problem in sorted(bad.items()):
+            print(f"NOT COVERED {key}: {problem}", file=out)
+        verdict = "covered" if not bad else f"NOT covered ({len(bad)} units)"
+        print(f"{m}: {verdict}: {len(res['units']) - len(bad)}/{len(res['units'])} units "
+              f"certified in {res['directory']}", file=out)  # fmt: skip
+        bad_models += bool(bad)
+    return 1 if bad_models else 0
+
+
 def certify_main(args: argparse.Namespace) -> int:
     from samebits.kernels.triton.certified import gate
 
+    if args.covers:
+        return covers_main(args.covers)
     models = args.model or list(SHIPPED_MODELS)
     if args.check:
         d = Path(args.check)
@@ -117,6 +176,7 @@ def certify_main(args: argparse.Namespace) -> int:
         stale = [u for u in units if gate.check_unit(u, out)[0] is not None]
         print(f"{len(units) - len(stale)} units already valid in {out} (--force proves them again)")
         units = stale
+    units = proof_units(units, args.per_shape)
     jobs = [(u, str(out), not args.force) for u in units]
     if args.jobs > 1:
         from concurrent.futures import ProcessPoolExecutor

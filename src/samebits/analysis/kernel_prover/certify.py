@@ -26,7 +26,7 @@ from samebits.analysis.kernel_prover.attention import calls as attention_calls
 from samebits.analysis.kernel_prover.moe import ASSUMPTIONS as GROUPED_ASSUMPTIONS
 from samebits.analysis.kernel_prover.moe import GroupedSpec, prove_grouped
 from samebits.analysis.kernel_prover.prover import Result, prove
-from samebits.analysis.kernel_prover.specs import Spec, all_specs, unit_specs
+from samebits.analysis.kernel_prover.specs import Spec, all_specs, symbolic_unit_specs, unit_specs
 from samebits.analysis.kernel_prover.symbolic.source import KernelSource
 from samebits.analysis.kernel_prover.symbolic.tl_semantics import DOT_ATOM
 from samebits.analysis.kernel_prover.symbolic.values import CDiv, Unsupported
@@ -252,10 +252,30 @@ def _calls(recorded) -> list:
             for c in recorded]  # fmt: skip
 
 
+def _specs_of(unit: dict) -> list:
+    """A unit's specializations: a class unit's (symbolic shapes) or a concrete unit's."""
+    return symbolic_unit_specs(unit) if unit.get("symbolic") else unit_specs(unit)
+
+
+def _specialization_of(unit: dict) -> dict:
+    return U.symbolic_specialization(unit) if unit.get("symbolic") else U.specialization(unit)
+
+
+def _shape_record(certs: list) -> dict:
+    """``{units.SHAPE_RECORD: {symbol: [lo, hi]}}`` of a class unit's proofs (all the same
+    bounds, checked); nothing for a concrete unit, whose record keeps its form."""
+    shapes = {json.dumps(c["goal"].get("shape", {}), sort_keys=True) for c in certs}
+    if shapes == {"{}"}:
+        return {}
+    if len(shapes) != 1:
+        raise ValueError(f"the proofs of one class unit assume different shapes: {shapes}")
+    return {U.SHAPE_RECORD: json.loads(shapes.pop())}
+
+
 def _unit_certificates(unit: dict, previous: dict[str, dict], log) -> tuple[list, list]:
     """(certificates, names reused) for every specialization of `unit`."""
     certs, reused = [], []
-    for spec in unit_specs(unit):
+    for spec in _specs_of(unit):
         old = previous.get(spec.name)
         if reusable(old, spec):
             certs.append(old)
@@ -293,7 +313,8 @@ def certify_units(
             "kernel_file": kfile.name,
             "kernel_source_sha256": U.source_sha256(kfile),
             **_also_record(U.also_files(unit)),
-            "specialization": U.specialization(unit),
+            **_shape_record(certs),
+            "specialization": _specialization_of(unit),
             "specs": [c["specialization"] for c in certs],
             "results": {c["specialization"]: c["result"]["status"] for c in certs},
             "proved": all(c["result"]["status"] == "proved" for c in certs),

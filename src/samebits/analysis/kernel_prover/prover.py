@@ -18,7 +18,13 @@ import z3
 
 from samebits.analysis.kernel_prover import terms as T
 from samebits.analysis.kernel_prover.symbolic.execution import Execution
-from samebits.analysis.kernel_prover.symbolic.memory import RaceError, Store, _active, witness
+from samebits.analysis.kernel_prover.symbolic.memory import (
+    SHAPE_PREFIX,
+    RaceError,
+    Store,
+    _active,
+    witness,
+)
 from samebits.analysis.kernel_prover.symbolic.oracle import Oracle
 from samebits.analysis.kernel_prover.symbolic.source import KernelSource
 from samebits.analysis.kernel_prover.symbolic.values import Unsupported
@@ -45,9 +51,20 @@ class Goal:
     # the right execution is a reference path whose helper kernels (torch copies as Triton
     # text, certified/reference.py) are added to the kernel file's functions
     reference: str = ""
+    # symbolic shape integers {name: (lo, hi)}, inclusive bounds: a width in ``outputs`` /
+    # ``rows`` (and a kernel argument) may name one; the proof holds for every value in range
+    shape: dict = field(default_factory=dict)
+    # int32 range obligations: every int32 + - * of both executions stays in [-2^31, 2^31)
+    # when M (the launch's rows) is at most ``int32["M"]`` and the shape integers are in their
+    # bounds; empty: not checked (the goals of fixed shapes, older records)
+    int32: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         out = {"kind": self.kind, "outputs": self.outputs, "rows": self.rows}
+        if self.shape:  # absent for the goals of fixed shapes (older records)
+            out["shape"] = {k: list(v) for k, v in self.shape.items()}
+        if self.int32:
+            out["int32"] = dict(self.int32)
         if self.scatter:  # absent for the goals without scatter outputs (older records)
             out["scatter"] = {k: list(v) for k, v in self.scatter.items()}
         if self.reference:
@@ -128,6 +145,60 @@ def reference_source(name: str) -> KernelSource:
     return KernelSource.parse(reference.SOURCE, reference.FILENAME)
 
 
+def shape_symbol(name: str) -> Lin:
+    """The symbolic shape integer ``name`` (shared by both executions and the goal)."""
+    return Lin.var(z3.Int(SHAPE_PREFIX + name))
+
+
+def _width(w) -> Lin:
+    """A goal width: a constant, the name of a symbolic shape integer, or ``"c*NAME"``."""
+    if not isinstance(w, str):
+        return T.const(w)
+    coef, _, name = w.rpartition("*")
+    return shape_symbol(name).scale(int(coef) if coef else 1)
+
+
+def _shape_facts(goal: Goal) -> list:
+    out = []
+    for name, (lo, hi) in goal.shape.items():
+        v = shape_symbol(name).z3()
+        out += [v >= lo, v <= hi]
+    return out
+
+
+def _run(name, src, calls, goal, remap=None) -> Execution:
+    ex = Execution(name, src, calls, remap=remap)
+    ex.facts += _shape_facts(goal)
+    if goal.int32:
+        ex.int32 = []
+    return ex.run()
+
+
+INT32 = (-(1 << 31), (1 << 31) - 1)
+
+
+def _check_int32(ex: Execution, goal: Goal, m: Lin, side: str) -> int:
+    """Every recorded int32 + - * of ``ex`` stays in range for every M <= ``goal.int32["M"]``
+    and every shape in its bounds; the number of distinct obligations checked."""
+    bounds = [*_shape_facts(goal), m.z3() >= 1, m.z3() <= goal.int32["M"]]
+    seen = set()
+    for where, v, facts in ex.int32 or ():
+        if (where, v) in seen:
+            continue
+        seen.add((where, v))
+        s = z3.Solver()
+        s.set("timeout", 60000)
+        s.add(*facts, *bounds, z3.Or(v.z3() < INT32[0], v.z3() > INT32[1]))
+        res = s.check()
+        if res == z3.sat:
+            raise Refuted({"reason": f"int32 overflow in the {side} execution at {where}: "
+                           f"{v} can leave the int32 range",
+                           "model": _model_dict(s.model(), ["L.", "R.", "shape."])})  # fmt: skip
+        if res != z3.unsat:
+            raise Unsupported(where, f"int32 range of {v}: solver {res}")
+    return len(seen)
+
+
 def _prove(src, goal, left_calls, right_calls, m_left, stats) -> None:
     r = z3.Int("elem.r")
     elem_r = Lin.var(r)
@@ -138,15 +209,15 @@ def _prove(src, goal, left_calls, right_calls, m_left, stats) -> None:
         def remap(array, idx, ambient, where):
             if array not in goal.rows:
                 return array, idx
-            w = goal.rows[array]
-            inside = T.c_and(T.cmp(">=", idx, T.ZERO), T.cmp("<", idx, T.const(w)))
+            w = _width(goal.rows[array])
+            inside = T.c_and(T.cmp(">=", idx, T.ZERO), T.cmp("<", idx, w))
             s = z3.Solver()
             s.set("timeout", 20000)
             s.add(*ambient)
             s.push()
             s.add(z3.Not(T.cond_z3(inside)))
             if s.check() == z3.unsat:
-                return array, elem_r.scale(w).add(idx)
+                return array, T.mul(elem_r, w).add(idx)
             s.pop()
             s.add(T.cond_z3(inside))
             if s.check() == z3.unsat:
@@ -156,9 +227,13 @@ def _prove(src, goal, left_calls, right_calls, m_left, stats) -> None:
 
     if goal.reference:
         src = src.with_functions(reference_source(goal.reference))
-    left = Execution("L", src, left_calls).run()
-    right = Execution("R", src, right_calls, remap=remap).run()
+    left = _run("L", src, left_calls, goal)
+    right = _run("R", src, right_calls, goal, remap)
     stats["paths"] = [left.paths, right.paths]
+    if goal.int32:
+        m_right = m_left if goal.kind == LAUNCH else T.const(1)
+        stats["int32_obligations"] = [_check_int32(left, goal, m_left, "left"),
+                                      _check_int32(right, goal, m_right, "right")]  # fmt: skip
     stats["layout_reductions"] = sorted({repr(x) for x in left.layouts | right.layouts})
     base = [*left.facts, *right.facts, r >= 0, r < m_left.z3(), m_left.z3() >= 1]
     compared = 0
@@ -166,11 +241,12 @@ def _prove(src, goal, left_calls, right_calls, m_left, stats) -> None:
     outputs += [(out, width, slot) for out, (slot, width) in goal.scatter.items()]
     for out, width, slot in outputs:
         c = z3.Int(f"elem.c.{out}")
-        elem = [*base, c >= 0, c < width]
+        wl = _width(width)
+        elem = [*base, c >= 0, c < wl.z3()]
         col = Lin.var(c)
         inj = logical = None
         if slot is None:
-            t_left = elem_r.scale(width).add(col)
+            t_left = T.mul(elem_r, wl).add(col)
             t_right = col if goal.kind == BATCH else t_left
         else:
             # element (slot[r], c): the right execution's slot read is row r's (BATCH: the
@@ -178,9 +254,9 @@ def _prove(src, goal, left_calls, right_calls, m_left, stats) -> None:
             if goal.kind == BATCH and goal.rows.get(slot) != 1:
                 raise Unsupported("goal", f"{out}: the slot mapping {slot} must be a row input")
             fn = z3.Function(f"mem.{slot}", z3.IntSort(), z3.IntSort())
-            t_left = t_right = Lin.var(fn(r)).scale(width).add(col)
+            t_left = t_right = T.mul(Lin.var(fn(r)), wl).add(col)
             inj = _injectivity(slot, m_left)
-            logical = (slot, width, elem_r.scale(width).add(col))
+            logical = (slot, width, T.mul(elem_r, wl).add(col))
             for ex, side in ((left, "left"), (right, "right")):
                 _scatter_rows(ex, out, slot, width, base, m_left, side)
                 _unique(ex, out, side, inj)
@@ -279,7 +355,10 @@ def _unique(ex: Execution, array: str, side: str, inj=None, call: int | None = N
                 s.add(*inj([a.offset, T.subst_lin(b.offset, ren)]))
             if a is b:
                 s.add(z3.Or([Lin(((k, 1),), 0).z3() != ren[k].z3() for k in a.wvars] or [False]))
-            if s.check() == z3.sat:
+            res = s.check()
+            if res == z3.unknown:  # never taken as "unique" (non-linear offsets: a timeout)
+                raise Unsupported(a.where, f"uniqueness of the writers of {array}: solver unknown")
+            if res == z3.sat:
                 raise Refuted(
                     {
                         "reason": f"two programs/lanes of the {side} execution write the same "

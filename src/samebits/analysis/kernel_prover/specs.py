@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import z3
 
-from samebits.analysis.kernel_prover.prover import BATCH, LAUNCH, Goal
+from samebits.analysis.kernel_prover import terms as T
+from samebits.analysis.kernel_prover.prover import BATCH, LAUNCH, Goal, shape_symbol
 from samebits.analysis.kernel_prover.symbolic.values import (
     ArrayArg,
     CDiv,
@@ -59,31 +60,36 @@ def _m_symbol() -> Lin:
 # --- linear ------------------------------------------------------------------------------
 
 
-def linear_calls(plan, launch, m, has_bias: bool, out_dtype: str) -> list[KernelCall]:
+def linear_calls(
+    plan, launch, m, has_bias: bool, out_dtype: str, n: Lin | None = None
+) -> list[KernelCall]:
     """The kernel calls `samebits.kernels.triton.linear` makes for ``launch`` (mirrors
-    `_run_ranges` / `_run_split_grid` / `_run_tma`)."""
+    `_run_ranges` / `_run_split_grid` / `_run_tma`). ``n``: a symbolic N (a shape symbol)
+    instead of the plan's."""
     from samebits.kernels.triton.launches import SPLIT_GRID, TMA
     from samebits.kernels.triton.linear import ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS
 
     x, w, y = ArrayArg("x", ACT), ArrayArg("w", ACT), ArrayArg("y", out_dtype)
     b = ArrayArg("bias", "fp32") if has_bias else y
     mm = m if isinstance(m, Lin) else Lin((), m)
+    nn = plan.n if n is None else n
     gm = CDiv(mm, launch.block_m)
-    gn = -(-plan.n // launch.block_n)
+    gn = _n_tiles(nn, launch.block_n)
     tiles = dict(BLOCK_M=launch.block_m, BLOCK_N=launch.block_n, BLOCK_K=plan.block_k)
     if launch.kind == TMA:
-        return [_tma_call(plan, launch, mm, b, y, has_bias, tiles)]
+        return [_tma_call(plan, launch, mm, b, y, has_bias, tiles, n)]
     if launch.kind != SPLIT_GRID:
-        args = dict(x_ptr=x, w_ptr=w, b_ptr=b, y_ptr=y, M=mm, N=plan.n, K=plan.k,
+        args = dict(x_ptr=x, w_ptr=w, b_ptr=b, y_ptr=y, M=mm, N=nn, K=plan.k,
                     RANGE_K=plan.range_k, SPLITS=plan.splits, HAS_BIAS=has_bias, **tiles)  # fmt: skip
         return [KernelCall("linear_ranges_kernel", (gm, gn), args, launch.num_warps)]
-    a2 = dict(p_ptr=PARTIALS, b_ptr=b, y_ptr=y, M=mm, N=plan.n, SPLITS=plan.splits,
+    a2 = dict(p_ptr=PARTIALS, b_ptr=b, y_ptr=y, M=mm, N=nn, SPLITS=plan.splits,
               HAS_BIAS=has_bias, BLOCK=ORDERED_SUM_BLOCK)  # fmt: skip
+    mn = mm.scale(plan.n) if n is None else T.mul(mm, n)
     return [
-        partials_call(plan, launch, mm),
+        partials_call(plan, launch, mm, n),
         KernelCall(
             "ordered_sum_kernel",
-            (CDiv(mm.scale(plan.n), ORDERED_SUM_BLOCK),),
+            (CDiv(mn, ORDERED_SUM_BLOCK),),
             a2,
             ORDERED_SUM_WARPS,
         ),  # fmt: skip
@@ -93,30 +99,45 @@ def linear_calls(plan, launch, m, has_bias: bool, out_dtype: str) -> list[Kernel
 PARTIALS = ArrayArg("partials", "fp32")  # the split-K grid's [S, M, N] fp32 partials
 
 
-def partials_call(plan, launch, mm: Lin) -> KernelCall:
+def _n_tiles(n, block: int):
+    """The grid's n-tile count: ``cdiv(n, block)`` (a bounded fresh integer for a symbolic n)."""
+    return CDiv(n, block) if isinstance(n, Lin) else -(-n // block)
+
+
+def partials_call(plan, launch, mm: Lin, n: Lin | None = None) -> KernelCall:
     """`linear.split_partials`' call (the split-K grid's first kernel): x [M, K] and w [N, K]
     into ``PARTIALS``, grid (m-tiles, n-tiles, S)."""
+    nn = plan.n if n is None else n
     tiles = dict(BLOCK_M=launch.block_m, BLOCK_N=launch.block_n, BLOCK_K=plan.block_k)
     args = dict(x_ptr=ArrayArg("x", ACT), w_ptr=ArrayArg("w", ACT), p_ptr=PARTIALS, M=mm,
-                N=plan.n, K=plan.k, RANGE_K=plan.range_k, **tiles)  # fmt: skip
-    grid = (CDiv(mm, launch.block_m), -(-plan.n // launch.block_n), plan.splits)
+                N=nn, K=plan.k, RANGE_K=plan.range_k, **tiles)  # fmt: skip
+    grid = (CDiv(mm, launch.block_m), _n_tiles(nn, launch.block_n), plan.splits)
     return KernelCall("linear_partials_kernel", grid, args, launch.num_warps)
 
 
-def _tma_call(plan, launch, mm: Lin, b, y, has_bias: bool, tiles: dict) -> KernelCall:
-    """`_run_tma`'s call: descriptors over x [M, K] and w [N, K], grid (group, m-tiles, groups)."""
+def _tma_call(
+    plan, launch, mm: Lin, b, y, has_bias: bool, tiles: dict, n: Lin | None = None
+) -> KernelCall:
+    """`_run_tma`'s call: descriptors over x [M, K] and w [N, K], grid (group, m-tiles, groups).
+    A symbolic ``n`` takes the plan's N for GROUP_N (`tma_grid`: equal for every N of the
+    class, whose lower bound the caller states) and ``cdiv(n, GROUP_N * BLOCK_N)`` groups."""
     from samebits.kernels.triton.linear import tma_grid
 
     group, _, groups = tma_grid(plan.n, 1, launch)
+    if n is not None:
+        groups = CDiv(n, group * launch.block_n)
+    nn = plan.n if n is None else n
     x = DescArg("x", ACT, mm, plan.k, (launch.block_m, plan.block_k))
-    w = DescArg("w", ACT, plan.n, plan.k, (launch.block_n, plan.block_k))
-    args = dict(x_desc=x, w_desc=w, b_ptr=b, y_ptr=y, M=mm, N=plan.n, K=plan.k,
+    w = DescArg("w", ACT, nn, plan.k, (launch.block_n, plan.block_k))
+    args = dict(x_desc=x, w_desc=w, b_ptr=b, y_ptr=y, M=mm, N=nn, K=plan.k,
                 RANGE_K=plan.range_k, SPLITS=plan.splits, HAS_BIAS=has_bias, GROUP_N=group,
                 **tiles)  # fmt: skip
     grid = (group, CDiv(mm, launch.block_m), groups)
     # the group axes (of more than one program) are symbolic even when small: one path covers
     # every weight tile instead of one path per group
-    wide = tuple(ax for ax, size in ((0, group), (2, groups)) if size > 1)
+    wide = tuple(
+        ax for ax, size in ((0, group), (2, groups)) if not isinstance(size, int) or size > 1
+    )
     return KernelCall("linear_tma_kernel", grid, args, launch.num_warps, symbolic_axes=wide)
 
 
@@ -462,3 +483,122 @@ def unit_specs(unit: dict) -> list:
         sp.name = key + sp.name[len(prefix) :]
         sp.description = {**sp.description, "unit": unit["key"]}
     return specs
+
+
+# --- symbolic-shape units (units.symbolic_unit): one proof set per shape class ------------
+
+# the class proofs also prove every int32 index operation in range, for launches of up to
+# units.M_MAX rows (the step's tokens; the scheduler's max_num_batched_tokens is far below)
+_INT32 = {"M": _units.M_MAX}
+
+
+def symbolic_linear_specs(sym: dict) -> list[Spec]:
+    """`linear_specs` of the class's plan with N a shape symbol bounded by the class
+    (``units.linear_n_class``): goal 1 for every launch, goal 4 from the first to each other."""
+    plan = _units.class_plan(sym)
+    n = shape_symbol("N")
+    shape = {"N": (sym["lo"], sym["hi"])}
+    out_dt, bias = sym["out_dtype"], sym["bias"]
+    launches = plan_launches(plan)
+    desc = dict(unit=sym["key"], n=f"symbolic, {sym['lo']} <= N <= {sym['hi']}", k=plan.k,
+                splits=plan.splits, block_k=plan.block_k, range_k=plan.range_k, has_bias=bias,
+                out_dtype=out_dt)  # fmt: skip
+    specs = []
+    for la in launches:
+        m = _m_symbol()
+        specs.append(Spec(f"{sym['key']}.batch.{_launch_name(la)}", "_linear_kernels.py",
+                          Goal(BATCH, {"y": "N"}, {"x": plan.k}, shape=shape, int32=_INT32),
+                          linear_calls(plan, la, m, bias, out_dt, n),
+                          linear_calls(plan, la, 1, bias, out_dt, n), m,
+                          {**desc, "launch": repr(la), "M": "symbolic (left) vs 1 (right)"}))  # fmt: skip
+    ref = launches[0]
+    for la in launches[1:]:
+        m = _m_symbol()
+        specs.append(Spec(f"{sym['key']}.equiv.{_launch_name(ref)}~{_launch_name(la)}",
+                          "_linear_kernels.py", Goal(LAUNCH, {"y": "N"}, shape=shape, int32=_INT32),
+                          linear_calls(plan, ref, m, bias, out_dt, n),
+                          linear_calls(plan, la, m, bias, out_dt, n), m,
+                          {**desc, "left_launch": repr(ref), "right_launch": repr(la),
+                           "M": "symbolic"}))  # fmt: skip
+    return specs
+
+
+def symbolic_row_specs(sym: dict) -> list[Spec]:
+    """Goal 1 of a row kernel with its width a shape symbol bounded by the class
+    (``units.width_class``): every width of the class launches the same BLOCK and warps."""
+    w = shape_symbol("WIDTH")
+    shape = {"WIDTH": (sym["lo"], sym["hi"])}
+    op, block = sym["op"], sym["block"]
+    if op == "silu_mul":
+        goal = Goal(BATCH, {"out": "WIDTH"}, {"gu": "2*WIDTH"}, shape=shape, int32=_INT32)
+        make = lambda m: _sym_silu_calls(block, w, m)  # noqa: E731
+    else:
+        add = op == "add_rms_norm"
+        cols = {"out": "WIDTH", "res": "WIDTH"} if add else {"out": "WIDTH"}
+        rows = {"x": "WIDTH", "res": "WIDTH"} if add else {"x": "WIDTH"}
+        goal = Goal(BATCH, cols, rows, shape=shape, int32=_INT32)
+        make = lambda m: _with_args(rms_calls(block, m, add), WIDTH=w)  # noqa: E731
+    m = _m_symbol()
+    desc = {"unit": sym["key"], "op": op, "width": f"symbolic, {sym['lo']}..{sym['hi']}",
+            "block": block, "M": "symbolic (left) vs 1 (right)"}  # fmt: skip
+    return [Spec(f"{sym['key']}.batch", "_row_kernels.py", goal, make(m), make(1), m, desc)]
+
+
+def _with_args(calls: list[KernelCall], **args) -> list[KernelCall]:
+    for c in calls:
+        c.args.update(args)
+    return calls
+
+
+def _sym_silu_calls(block: int, w: Lin, m) -> list[KernelCall]:
+    """`rows.silu_mul`'s launch for a symbolic inner width: grid (M, cdiv(INNER, BLOCK))."""
+    from samebits.kernels.triton.rows import SILU_WARPS
+
+    mm = m if isinstance(m, Lin) else Lin((), m)
+    args = dict(gu_ptr=ArrayArg("gu", ACT), out_ptr=ArrayArg("out", ACT), INNER=w, BLOCK=block)
+    return [KernelCall("silu_mul_kernel", (mm, CDiv(w, block)), args, SILU_WARPS)]
+
+
+def symbolic_fused_specs(sym: dict) -> list[Spec]:
+    """`linear_add_rms_specs` with N (the fused kernel's WIDTH) a shape symbol bounded by the
+    class: for every split-grid launch, goal 1 and the equivalence with the op-by-op path."""
+    plan = _units.class_plan(sym)
+    n, bias, block = shape_symbol("N"), sym["bias"], sym["block"]
+    shape = {"N": (sym["lo"], sym["hi"])}
+    kfile, also = _units.KERNEL_FILES["fused"], _units.ALSO_FILES["fused"]
+    outputs = {"out": "N", "res": "N"}
+    desc = dict(unit=sym["key"], op=sym["op"], n=f"symbolic, {sym['lo']} <= N <= {sym['hi']}",
+                k=plan.k, splits=plan.splits, block=block, has_bias=bias)  # fmt: skip
+
+    def fused(la, m):
+        mm = m if isinstance(m, Lin) else Lin((), m)
+        tail = _with_args(sum_add_rms_calls(plan, mm, bias), WIDTH=n, BLOCK=block)
+        return [partials_call(plan, la, mm, n), *tail]
+
+    def per_op(la, m):
+        tail = _with_args(rms_calls(block, m, True, x=ArrayArg("y", ACT), w=NORM_W), WIDTH=n)
+        return [*linear_calls(plan, la, m, bias, ACT, n), *tail]
+
+    specs = []
+    for la in _units.grid_launches(plan):
+        m, m2 = _m_symbol(), _m_symbol()
+        d = {**desc, "launch": repr(la)}
+        specs += [
+            Spec(f"{sym['key']}.batch.{_launch_name(la)}", kfile,
+                 Goal(BATCH, outputs, {"x": plan.k, "res": "N"}, shape=shape, int32=_INT32), fused(la, m),
+                 fused(la, 1), m, {**d, "M": "symbolic (left) vs 1 (right)"}, also),
+            Spec(f"{sym['key']}.equiv.{_launch_name(la)}~per-op", kfile,
+                 Goal(LAUNCH, outputs, shape=shape, int32=_INT32), fused(la, m2), per_op(la, m2), m2,
+                 {**d, "M": "symbolic", "right": "op by op: linear_partials_kernel, "
+                  "ordered_sum_kernel, rms_norm_kernel (ADD_RESIDUAL)"}, also),
+        ]  # fmt: skip
+    return specs
+
+
+def symbolic_unit_specs(sym: dict) -> list[Spec]:
+    """The specializations of a class unit (``units.symbolic_unit``), named after it."""
+    if sym["kind"] == "linear":
+        return symbolic_linear_specs(sym)
+    if sym["kind"] == "fused":
+        return symbolic_fused_specs(sym)
+    return symbolic_row_specs(sym)

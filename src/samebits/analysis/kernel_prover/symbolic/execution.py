@@ -54,6 +54,9 @@ class Execution:
         # a product of two runtime integers as an uninterpreted function (sound for proving
         # equalities; keeps Z3 in linear arithmetic)
         self.opaque_mul = False
+        # int32 obligations (goals with `Goal.int32` bounds): (where, value, facts) of every
+        # int32 + - * whose result is not a constant; None: not recorded
+        self.int32: list | None = None
 
     def fresh(self, kind: str, lo=None, hi=None) -> Lin:
         v = z3.Int(f"{self.name}.{kind}{next(self._n)}")

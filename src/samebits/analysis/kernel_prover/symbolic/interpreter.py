@@ -37,6 +37,8 @@ from samebits.analysis.kernel_prover.symbolic.values import (
 from samebits.analysis.kernel_prover.terms import Lin
 
 MAX_FORK_VALUES = 16
+# int32 results that can leave the range (Execution.int32 records them as obligations)
+INT32_CHECKED = (ast.Add, ast.Sub, ast.Mult)
 LOOP_RANGES = ("range", "tl.range", "tl.static_range")
 # tl.range's scheduling hints: software pipelining, unrolling, buffering and warp
 # specialization of the loop; they schedule the iterations' loads and instructions, never
@@ -417,25 +419,35 @@ class Program:
             kinds = {a.kind, b.kind}
         if kinds == {"int"}:
             dt = "i64" if "i64" in (a.dtype, b.dtype) else "i32"
-            if isinstance(op, ast.Add):
-                return Tile("int", dims, va.add(vb), dt)
-            if isinstance(op, ast.Sub):
-                return Tile("int", dims, va.add(vb, -1), dt)
-            if isinstance(op, ast.Mult):
-                if self.ex.opaque_mul and not va.is_const() and not vb.is_const():
-                    return Tile("int", dims, opaque_mul(va, vb), dt)
-                return Tile("int", dims, T.mul(va, vb), dt)
-            if isinstance(op, ast.FloorDiv):
-                return Tile("int", dims, self.nonneg_div(T.floordiv, va, vb, node), dt)
-            if isinstance(op, ast.Mod):
-                return Tile("int", dims, self.nonneg_div(T.mod, va, vb, node), dt)
-            if isinstance(op, ast.BitXor):
-                return Tile("int", dims, T.xor(va, vb), dt)
-            if isinstance(op, ast.Div):
-                fa, fb = self.as_float(a, va, "fp32"), self.as_float(b, vb, "fp32")
-                return Tile("float", dims, T.op("div", "fp32", fa, fb), "fp32")
-            raise Unsupported(self.where(node), f"integer operator {type(op).__name__}")
-        # float arithmetic: promote, then an uninterpreted function of the operands
+            out = self._int_binop(op, dims, a, b, va, vb, dt, node)
+            if dt == "i32" and self.ex.int32 is not None and isinstance(op, INT32_CHECKED):
+                self.ex.int32.append((self.where(node), out.v, list(self.facts())))
+            return out
+        return self._float_binop(op, dims, a, b, va, vb, node)
+
+    def _int_binop(self, op, dims, a, b, va, vb, dt, node):
+        """Integer arithmetic (exact: linear normal forms; int32 range checked by the caller)."""
+        if isinstance(op, ast.Add):
+            return Tile("int", dims, va.add(vb), dt)
+        if isinstance(op, ast.Sub):
+            return Tile("int", dims, va.add(vb, -1), dt)
+        if isinstance(op, ast.Mult):
+            if self.ex.opaque_mul and not va.is_const() and not vb.is_const():
+                return Tile("int", dims, opaque_mul(va, vb), dt)
+            return Tile("int", dims, T.mul(va, vb), dt)
+        if isinstance(op, ast.FloorDiv):
+            return Tile("int", dims, self.nonneg_div(T.floordiv, va, vb, node), dt)
+        if isinstance(op, ast.Mod):
+            return Tile("int", dims, self.nonneg_div(T.mod, va, vb, node), dt)
+        if isinstance(op, ast.BitXor):
+            return Tile("int", dims, T.xor(va, vb), dt)
+        if isinstance(op, ast.Div):
+            fa, fb = self.as_float(a, va, "fp32"), self.as_float(b, vb, "fp32")
+            return Tile("float", dims, T.op("div", "fp32", fa, fb), "fp32")
+        raise Unsupported(self.where(node), f"integer operator {type(op).__name__}")
+
+    def _float_binop(self, op, dims, a, b, va, vb, node):
+        """Float arithmetic: promote, then an uninterpreted function of the operands."""
         dts = [t.dtype for t in (a, b) if t.kind == "float"]
         dt = max(dts, key=lambda d: FLOAT_RANK[d])
         fa, fb = self.as_float(a, va, dt), self.as_float(b, vb, dt)

@@ -66,9 +66,11 @@ def _active(st: Store, sub: dict, target: Lin) -> list:
     return out
 
 
-def witness(st: Store, target: Lin) -> dict | None:
+def witness(st: Store, target: Lin, flat: bool = False) -> dict | None:
     """Program ids and lanes of the store that writes ``target``, as mixed-radix digits of
-    ``target`` (``None`` when the store's offset is not of that form)."""
+    ``target`` (``None`` when the store's offset is not of that form). ``flat``: a read's
+    index, whose part outside the symbolic-width products may exceed the width
+    (`radix_witness`)."""
     wv = set(st.wvars)
     coefs, rest = [], T.const(st.offset.const)
     for k, c in st.offset.terms:
@@ -77,19 +79,83 @@ def witness(st: Store, target: Lin) -> dict | None:
         else:
             e = T.atom(k)
             if e.num_args() and any(T.atom_key(v) in wv for v in T.z3_vars(e)):
-                return None
+                return radix_witness(st, target, flat)  # X * W + B, W a symbolic shape int
             rest = rest.add(Lin(((k, c),), 0))
     if {k for _, k in coefs} != wv or any(c <= 0 for c, _ in coefs):
         return None
+    return _radix_digits(coefs, target.add(rest, -1))
+
+
+def _radix_digits(coefs: list, r: Lin) -> dict | None:
+    """Mixed-radix digits of ``r`` for the (coefficient, write variable) pairs ``coefs``."""
     coefs.sort(reverse=True)
     if len({c for c, _ in coefs}) != len(coefs):
         return None
-    r = target.add(rest, -1)
     sub = {}
     for c, k in coefs:
         sub[k] = T.floordiv(r, T.const(c))
         r = T.mod(r, T.const(c))
     return sub
+
+
+SHAPE_PREFIX = "shape."  # Z3 names of the symbolic shape integers (a row width, N of a linear)
+
+
+def _shape_product(e) -> tuple | None:
+    """``(W, X)`` when ``e`` is a product ``X * W`` with ``W`` a shape symbol, else None."""
+    if not (z3.is_app(e) and e.decl().kind() == z3.Z3_OP_MUL):
+        return None
+    args = list(e.children())
+    shapes = [a for a in args if z3.is_const(a) and str(a).startswith(SHAPE_PREFIX)]
+    if len(shapes) != 1:
+        return None
+    rest = [a for a in args if not a.eq(shapes[0])]
+    x = rest[0] if len(rest) == 1 else z3.Product(*rest)
+    return shapes[0], Lin.of_z3(x)
+
+
+@dataclass
+class _Digits:
+    """Part of a store offset (the row or the column digits) for :func:`witness`."""
+
+    offset: Lin
+    wvars: tuple
+
+
+def radix_witness(st: Store, target: Lin, flat: bool = False) -> dict | None:
+    """The writer of ``target`` when the store's offset is ``X * W + B`` with ``W`` a symbolic
+    shape integer (a row-major index over rows of a symbolic width): ``target`` is read as
+    ``R * W + C`` with ``R`` the sum of its products with ``W`` (``sum c_j X_j``) and ``C`` the
+    rest, or with ``flat`` (an index such as the ordered sum's ``i``) ``R + C div W`` and
+    ``C mod W``; the digits of ``X`` come from ``R``, those of ``B`` from ``C`` (mixed-radix
+    indices, `witness`). The caller checks the result (`_active`: the store is active there
+    and its offset equals ``target``), so a wrong split is a failed check, never a wrong proof."""
+    wv = set(st.wvars)
+    hi = [(k, c, _shape_product(T.atom(k))) for k, c in st.offset.terms]
+    hi = [(k, c, sp) for k, c, sp in hi if sp is not None and _holds_any(sp[1], wv)]
+    if len(hi) != 1 or hi[0][1] != 1:
+        return None
+    k_hi, _, (w, x) = hi[0]
+    low = st.offset.add(Lin(((k_hi, 1),), 0), -1)
+    r, col = T.ZERO, target
+    for k, c in target.terms:
+        sp = _shape_product(T.atom(k))
+        if sp is not None and sp[0].eq(w):
+            r, col = r.add(sp[1].scale(c)), col.add(Lin(((k, c),), 0), -1)
+    if flat:
+        wl = Lin.var(w)
+        r, col = r.add(T.floordiv(col, wl)), T.mod(col, wl)
+    xv = tuple(k for k, _ in x.terms if k in wv)
+    lv = tuple(k for k in st.wvars if k not in xv)
+    sub_x = witness(_Digits(x, xv), r) if xv else ({} if x == r else None)
+    sub_l = witness(_Digits(low, lv), col) if lv else {}
+    if sub_x is None or sub_l is None:
+        return None
+    return {**sub_x, **sub_l}
+
+
+def _holds_any(x: Lin, wv: set) -> bool:
+    return any(k in wv for k, _ in x.terms)
 
 
 def match_witness(st: Store, target: Lin) -> dict | None:
@@ -192,6 +258,23 @@ def read(self, array: str, idx: Lin, mask, dtype: str, node):
     return Lin.var(f(idx.z3()))
 
 
+def _read_witness(st: Store, idx: Lin, ambient: list) -> dict | None:
+    """The writer of a read's index: the plain witness where the ambient facts show it writes
+    there (also a row-structured index over a symbolic width, ``R * W + C``); else the flat
+    split of a symbolic-width index (``R + C div W``, ``C mod W``, `radix_witness`)."""
+    sub = witness(st, idx)
+    flat = witness(st, idx, flat=True)
+    if sub == flat or flat is None:
+        return sub
+    if sub is not None:
+        s = z3.Solver()
+        s.set("timeout", 20000)
+        s.add(*ambient, z3.Not(z3.And(_active(st, sub, idx))))
+        if s.check() == z3.unsat:
+            return sub
+    return flat
+
+
 def _resolve(self, groups: list, array: str, idx: Lin, ambient: list, node):
     """The value of ``array[idx]`` written by the stores of ``groups`` (one list per kernel
     call, latest first): the writer of the latest call that wrote it; where that call may not
@@ -199,7 +282,7 @@ def _resolve(self, groups: list, array: str, idx: Lin, ambient: list, node):
     group, rest = groups[0], groups[1:]
     cands = []
     for st in group:
-        sub = witness(st, idx)
+        sub = _read_witness(st, idx, ambient)
         if sub is None:
             sub = match_witness(st, idx)
         if sub is None:

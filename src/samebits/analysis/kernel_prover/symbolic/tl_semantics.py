@@ -84,6 +84,12 @@ def _filled(p, e, shape, value, dtype):
             dims.append((n, lane.terms[0][0]))
     dt = dtype.name
     if dt in FLOAT_RANK:
+        if isinstance(value, Tile) and value.kind == "int" and not value.dims:
+            # a symbolic shape constexpr (a row width): the float of that integer, one term
+            # shared by both executions (the same shape symbol)
+            v = value.v
+            fill = T.fconst(v.const, dt) if v.is_const() else T.Term("itof", (v,), dt)
+            return Tile("float", tuple(dims), fill, dt)
         if not isinstance(value, int | float):
             raise Unsupported(p.where(e), "tl.full value must be a constant")
         return Tile("float", tuple(dims), T.fconst(value, dt), dt)

@@ -35,7 +35,25 @@ def certificate_dir() -> Path:
 
 
 def check_unit(unit: dict, directory: Path) -> tuple[str | None, str | None]:
-    """``(problem, file digest)``: problem is None when the unit's certificate is valid."""
+    """``(problem, file digest)``: problem is None when the unit's certificate is valid, or,
+    for a unit of a shape class (``units.symbolic_unit``), its class certificate is."""
+    problem, digest = _check_own(unit, directory)
+    if problem is None:
+        return None, digest
+    sym = U.symbolic_unit(unit)
+    if sym is None:
+        return problem, digest
+    if not (Path(directory) / f"{sym['key']}.json").exists():
+        return problem + (f" (nor its class certificate {sym['key']})"
+                          if problem == "missing" else ""), digest  # fmt: skip
+    cproblem, cdigest = check_class(unit, sym, Path(directory))
+    if cproblem is None:
+        return None, cdigest
+    return (cproblem, cdigest) if problem == "missing" else (f"{problem}; {cproblem}", digest)
+
+
+def _check_own(unit: dict, directory: Path) -> tuple[str | None, str | None]:
+    """The unit's own certificate ``<unit key>.json``."""
     path = Path(directory) / f"{unit['key']}.json"
     if not path.exists():
         return "missing", None
@@ -55,11 +73,60 @@ def check_unit(unit: dict, directory: Path) -> tuple[str | None, str | None]:
     changed = _changed_sources(unit, rec)
     if changed:
         return f"stale: {', '.join(changed)} changed since it was proved", digest
+    if unit.get("symbolic"):  # a class unit's record itself (`samebits certify --check`)
+        problem = _class_problem(unit, unit, rec, None)
+        return (problem, digest) if problem else (None, digest)
     if rec.get("specialization") != U.specialization(unit):
         return "stale: the launches / constexprs the engine uses changed", digest
     if _stale_reference(rec):
         return "stale: certified/reference.py (the op-by-op path) changed", digest
     return None, digest
+
+
+def check_class(unit: dict, sym: dict, directory: Path) -> tuple[str | None, str | None]:
+    """``(problem, file digest)`` of the class certificate ``sym`` (``units.symbolic_unit``)
+    for the concrete ``unit``: proved, kernel sources unchanged, the class specialization the
+    engine launches today, and the unit's shape inside the bounds every proof assumed."""
+    path = Path(directory) / f"{sym['key']}.json"
+    raw = path.read_bytes()
+    digest = hashlib.sha256(raw).hexdigest()
+    try:
+        rec = json.loads(raw)
+    except ValueError:
+        return f"class certificate {sym['key']}: unreadable", digest
+    problem = _class_problem(unit, sym, rec)
+    return (f"class certificate {sym['key']}: {problem}" if problem else None), digest
+
+
+def _class_problem(unit: dict, sym: dict, rec: dict, value: int | None = 0) -> str | None:
+    """What is wrong with class ``sym``'s record for ``unit`` (None: valid); ``value``: the
+    unit's shape integer (0: from ``unit``; None: the class unit itself, no shape to place)."""
+    if rec.get("unit", {}).get("key") != sym["key"]:
+        return "names another unit"
+    if (
+        not rec.get("proved")
+        or not rec.get("certificates")
+        or not all(c.get("result", {}).get("status") == "proved" for c in rec["certificates"])
+    ):
+        return "not proved"
+    changed = _changed_sources(sym, rec)
+    if changed:
+        return f"stale: {', '.join(changed)} changed since it was proved"
+    if rec.get("specialization") != U.symbolic_specialization(sym):
+        return "stale: the launches / constexprs the engine uses changed"
+    bounds = rec.get(U.SHAPE_RECORD) or {}
+    goals = [c.get("goal", {}).get("shape") for c in rec["certificates"]]
+    if len(bounds) != 1 or any(g != bounds for g in goals):
+        return "its proofs do not state one symbolic shape"
+    ((_, (lo, hi)),) = bounds.items()
+    if [lo, hi] != [sym["lo"], sym["hi"]]:
+        return f"its proofs assume {lo}..{hi}, the class is {sym['lo']}..{sym['hi']}"
+    if value is None:
+        return None
+    value = U.shape_value(unit, sym)
+    if not lo <= value <= hi:
+        return f"shape {value} outside the proved range {lo}..{hi}"
+    return None
 
 
 def _changed_sources(unit: dict, rec: dict) -> list[str]:
@@ -156,6 +223,23 @@ def check_block_size(deployment, block_size: int, stderr=None) -> None:
     raise UncertifiedKernelError(
         f"{msg}. Use block_size 16 or 32 (--block-size), or {ENV_ALLOW}=1."
     )
+
+
+def check_rows_bound(deployment, rows: int, stderr=None) -> None:
+    """An engine over a certified GPU deployment must launch at most ``units.M_MAX`` rows
+    (the int32 obligations of the class certificates assume it): ``rows`` is the most a step
+    launches (max_num_batched_tokens, max_num_seqs). Else :class:`UncertifiedKernelError`, or
+    with ``SAMEBITS_ALLOW_UNCERTIFIED=1`` a banner. Deployments without certificates pass."""
+    comp = getattr(deployment, "components", {}).get("certificates")
+    if not comp or rows <= U.M_MAX:
+        return
+    msg = (f"{rows} rows per step: the class certificates' int32 obligations are proved for "
+           f"launches of at most {U.M_MAX} rows")  # fmt: skip
+    if os.environ.get(ENV_ALLOW) == "1":
+        print(f"\n*** samebits: WARNING: {ENV_ALLOW}=1: {msg}; running uncertified.\n",
+              file=stderr or sys.stderr, flush=True)  # fmt: skip
+        return
+    raise UncertifiedKernelError(f"{msg}. Lower max_num_batched_tokens, or {ENV_ALLOW}=1.")
 
 
 def certificate_lines(deployment) -> list[str]:

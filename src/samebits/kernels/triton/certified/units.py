@@ -336,3 +336,149 @@ def also_sources(files: tuple) -> dict[str, str]:
 
 def source_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_text().encode()).hexdigest()
+
+
+# --- symbolic-shape units (one certificate per shape class) -----------------------------
+#
+# A class unit's proofs hold for every shape of its class (the shape integers are symbolic in
+# the proof, `Goal.shape`), so a model whose concrete unit has no certificate of its own is
+# covered by its class's certificate: the gate (`gate.check_unit`) recomputes the class from
+# the concrete unit and compares the class specialization, and checks the shape against the
+# bounds the proofs were made for (`SHAPE_RECORD`). Classes: a linear's N (K and the plan stay
+# concrete: the k loop is unrolled), the row width of rms_norm / add_rms_norm / silu_mul.
+
+SHAPE_RECORD = "shape"  # record field {symbol: [lo, hi]}: the bounds every proof assumed
+N_MAX = 1 << 24  # the largest N / width a class certificate covers (stated bound)
+# the most rows (M) of one launch the class proofs' int32 obligations assume: a step's tokens
+# (the scheduler's max_num_batched_tokens; CUDA-graph padding stays below it)
+M_MAX = 1 << 20
+
+
+def _tma_rows(plan) -> list:
+    from samebits.kernels.triton.launches import TMA, launch_table
+
+    return [row for row in launch_table(plan) if row[1] == TMA]
+
+
+def linear_n_class(plan) -> tuple[int, int]:
+    """The N range of the plan's class: the launch table is the same for every N in it
+    (S > 1: one table; S = 1: narrow or wide, `launches.WIDE_N`), and every TMA row's group is
+    full (`tma_grid`: GROUP_N = min(group_n, cdiv(N, block_n)) = group_n, a constexpr)."""
+    from samebits.kernels.triton.launches import WIDE_N
+
+    lo = max([(row[6] - 1) * row[3] + 1 for row in _tma_rows(plan)] or [1])
+    if plan.splits > 1:
+        return lo, N_MAX
+    return (lo, WIDE_N - 1) if plan.n < WIDE_N else (max(lo, WIDE_N), N_MAX)
+
+
+def width_class(width: int, cap: int | None = None) -> tuple[int, int, int]:
+    """(block, lo, hi): widths lo..hi share the row kernel's BLOCK = next_pow2(width) (capped
+    at ``cap``: a column-blocked kernel) and so its warps."""
+    block = _next_pow2(width)
+    if cap is not None and block >= cap:
+        return cap, cap // 2 + 1, N_MAX
+    return block, block // 2 + 1, block
+
+
+def symbolic_unit(unit: dict) -> dict | None:
+    """The class unit whose certificate covers ``unit`` (None: no class; per-shape only)."""
+    if unit.get("symbolic"):  # a class unit itself
+        return None
+    if unit["kind"] == "linear":
+        return _linear_class(unit)
+    if unit["kind"] == "fused":
+        return _fused_class(unit)
+    if unit["kind"] == "rows" and unit["op"] in ("rms_norm", "add_rms_norm"):
+        block, lo, hi = width_class(unit["width"])
+        if lo > unit["width"] or unit["width"] > hi:
+            return None
+        return dict(key=f"rows.{unit['op']}.w{lo}-{hi}", kind="rows", op=unit["op"],
+                    symbolic="width", lo=lo, hi=hi, block=block)  # fmt: skip
+    if unit["kind"] == "rows" and unit["op"] == "silu_mul":
+        from samebits.kernels.triton.rows import SILU_BLOCK
+
+        block, lo, hi = width_class(unit["inner"], SILU_BLOCK)
+        if not lo <= unit["inner"] <= hi:
+            return None
+        return dict(key=f"rows.silu_mul.w{lo}-{hi}", kind="rows", op="silu_mul",
+                    symbolic="width", lo=lo, hi=hi, block=block)  # fmt: skip
+    return None
+
+
+def _linear_class(unit: dict) -> dict | None:
+    from samebits.kernels.triton.splitplan import ROW_PARALLEL_ROLES, split_plan
+
+    plan = split_plan(unit["n"], unit["k"], unit["role"])
+    lo, hi = linear_n_class(plan)
+    if not lo <= unit["n"] <= hi:
+        return None
+    rc = "row_parallel" if unit["role"] in ROW_PARALLEL_ROLES else "column"
+    out = "fp32" if unit["role"] in FLOAT32_OUT_ROLES else "bf16"
+    key = f"linear.{rc}.{out}.N{lo}-{hi}x{unit['k']}" + (".bias" if unit["bias"] else "")
+    return dict(key=key, kind="linear", symbolic="n", role_class=rc, role=unit["role"],
+                out_dtype=out, lo=lo, hi=hi, k=unit["k"], bias=unit["bias"])  # fmt: skip
+
+
+def _fused_class(unit: dict) -> dict | None:
+    """The fused split-K sum + add + RMSNorm after a split plan: N in the linear's class and
+    in one BLOCK class of the row width (the fused kernel's BLOCK = next_pow2(N))."""
+    from samebits.kernels.triton.splitplan import split_plan
+
+    plan = split_plan(unit["n"], unit["k"], unit["role"])
+    nlo, nhi = linear_n_class(plan)
+    block, wlo, whi = width_class(unit["n"])
+    lo, hi = max(nlo, wlo), min(nhi, whi)
+    if not lo <= unit["n"] <= hi:
+        return None
+    key = f"fused.linear_add_rms_norm.row_parallel.N{lo}-{hi}x{unit['k']}"
+    key += ".bias" if unit["bias"] else ""
+    return dict(key=key, kind="fused", op=unit["op"], symbolic="n", role=unit["role"],
+                lo=lo, hi=hi, k=unit["k"], bias=unit["bias"], block=block)  # fmt: skip
+
+
+# the roles whose linear writes float32 (samebits.kernels.interface.FLOAT32_ROLES; the
+# prover's specs.FLOAT32_ROLES, which tests/unit/test_moe_config.py checks)
+FLOAT32_OUT_ROLES = ("lm_head", "router")
+
+
+def class_plan(sym: dict):
+    """A plan of the class (its lower bound's N): splits, block_k and range_k are the class's."""
+    from samebits.kernels.triton.splitplan import split_plan
+
+    return split_plan(sym["lo"], sym["k"], sym["role"])
+
+
+def symbolic_specialization(sym: dict) -> dict:
+    """What the engine launches for every shape of the class (recomputed at every check)."""
+    from samebits.kernels.triton import rows
+
+    if sym["kind"] == "linear":
+        from samebits.kernels.triton.linear import ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS
+
+        plan = class_plan(sym)
+        return {"plan": {"k": plan.k, "splits": plan.splits, "block_k": plan.block_k,
+                         "range_k": plan.range_k}, "n": [sym["lo"], sym["hi"]],
+                "launches": [launch_name(la) for la in plan_launches(plan)],
+                "ordered_sum": [ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS], "m_max": M_MAX}  # fmt: skip
+    if sym["kind"] == "fused":
+        from samebits.kernels.triton.linear import ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS
+
+        plan = class_plan(sym)
+        return {"op": sym["op"], "plan": {"k": plan.k, "splits": plan.splits,
+                "block_k": plan.block_k, "range_k": plan.range_k}, "n": [sym["lo"], sym["hi"]],
+                "grid_launches": [launch_name(la) for la in grid_launches(plan)],
+                "block": sym["block"], "warps": rows.row_num_warps(sym["block"]),
+                "ordered_sum": [ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS], "m_max": M_MAX}  # fmt: skip
+    if sym["op"] == "silu_mul":
+        return {"op": "silu_mul", "width": [sym["lo"], sym["hi"]], "block": sym["block"],
+                "warps": rows.SILU_WARPS, "m_max": M_MAX}  # fmt: skip
+    return {"op": sym["op"], "width": [sym["lo"], sym["hi"]], "block": sym["block"],
+            "warps": rows.row_num_warps(sym["block"]), "m_max": M_MAX}  # fmt: skip
+
+
+def shape_value(unit: dict, sym: dict) -> int:
+    """The concrete unit's value of the class's shape integer (N, or the row width)."""
+    if sym["kind"] in ("linear", "fused"):
+        return unit["n"]
+    return unit["width"] if "width" in unit else unit["inner"]

@@ -1,0 +1,152 @@
+"""`samebits certify --covers MODEL`: no GPU, no proving; exit 0 when the certificates cover
+every unit the model's GPU deployment gates on (the gate's own check), else 1 naming them."""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+
+import pytest
+
+from samebits.analysis import certify_cli
+from samebits.analysis.published_shapes import LLAMA_3_2_3B, PUBLISHED
+from samebits.kernels.triton.certified import gate
+from samebits.kernels.triton.certified import units as U
+from samebits.model.config import model_config_from_hf
+
+
+def _write(tmp_path, raw: dict, name: str = "config.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def test_covers_a_shipped_model(capsys, monkeypatch):
+    monkeypatch.delenv(gate.ENV_DIR, raising=False)
+    assert certify_cli.main(["--covers", "llama-3-8b"]) == 0
+    assert "llama-3-8b: covered" in capsys.readouterr().out
+
+
+def test_covers_names_what_is_missing(tmp_path, capsys, monkeypatch):
+    """An empty certificate directory covers nothing: every unit is named, exit 1."""
+    monkeypatch.setenv(gate.ENV_DIR, str(tmp_path / "empty"))
+    cfg = _write(tmp_path, LLAMA_3_2_3B)
+    assert certify_cli.main(["--covers", str(cfg)]) == 1
+    out = capsys.readouterr().out
+    units = U.units_for(U.dims_of(model_config_from_hf(LLAMA_3_2_3B)))
+    for u in units:
+        assert f"NOT COVERED {u['key']}: missing" in out
+    assert f"NOT covered ({len(units)} units)" in out
+
+
+def test_covers_reports_a_stale_certificate(tmp_path, capsys, monkeypatch):
+    """The gate's validity check, not only presence: a certificate of another kernel source."""
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    units = certify_cli.units_of(["tiny-llama"])
+    for u in units:
+        (certs / f"{u['key']}.json").write_bytes(
+            (gate.SHIPPED_DIR / f"{u['key']}.json").read_bytes()
+        )
+    monkeypatch.setenv(gate.ENV_DIR, str(certs))
+    assert certify_cli.main(["--covers", "tiny-llama"]) == 0
+    victim = next(u for u in units if u["kind"] == "linear")
+    rec = json.loads((certs / f"{victim['key']}.json").read_text())
+    rec["kernel_source_sha256"] = "0" * 64
+    (certs / f"{victim['key']}.json").write_text(json.dumps(rec))
+    capsys.readouterr()
+    assert certify_cli.main(["--covers", "tiny-llama"]) == 1
+    out = capsys.readouterr().out
+    assert f"NOT COVERED {victim['key']}: stale: _linear_kernels.py changed" in out
+
+
+def test_covers_an_hf_folder_and_rejects_an_unknown_name(tmp_path, monkeypatch):
+    monkeypatch.setenv(gate.ENV_DIR, str(tmp_path / "empty"))
+    _write(tmp_path, LLAMA_3_2_3B)
+    assert certify_cli.main(["--covers", str(tmp_path)]) == 1  # the folder's config.json
+    with pytest.raises(ValueError, match="not a preset"):
+        certify_cli.main(["--covers", "no-such-model"])
+
+
+def test_covers_cli_is_fast_and_needs_no_solver(tmp_path):
+    """The subprocess imports neither z3 nor the prover; seconds, not a proof run."""
+    code = ("import sys; from samebits.analysis.certify_cli import main; rc = main(['--covers', "
+            "'llama-3-8b']); bad = [m for m in sys.modules if m == 'z3' or "
+            "m.startswith('samebits.analysis.kernel_prover')]; print('BAD', bad); "
+            "sys.exit(rc)")  # fmt: skip
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert "BAD []" in out.stdout and after.ru_utime - before.ru_utime < 60
+
+
+# --- published shapes against the shipped set (class certificates) -------------------------
+
+COVERED = ("qwen3-4b",)
+# what the shipped set does not cover yet for the other published shapes: the linear classes
+# of their K (not proved in this revision), and for two of them their attention head shapes
+# (h24 kv8, h28 kv4: proofs of ~20 min each) and RoPE / fused qkv at those head counts
+NOT_YET = {
+    "mistral-nemo-12b": {  # its attention, RoPE, fused qkv and row widths are covered
+        "linear.qkv.6144x5120", "linear.gate_up.28672x5120", "linear.lm_head.131072x5120",
+        "linear.down.5120x14336", "fused.linear_add_rms_norm.down.5120x14336",
+    },
+    "llama-3.2-3b": {
+        "attention.h24.kv8.d128", "attention.split_kv.h24.kv8.d128", "rows.rope.h24.d128",
+        "rows.qkv_rope_store.h24.kv8.d128", "linear.qkv.5120x3072", "linear.o.3072x3072",
+        "linear.gate_up.16384x3072", "linear.down.3072x8192", "linear.lm_head.128256x3072",
+        "fused.linear_add_rms_norm.o.3072x3072", "fused.linear_add_rms_norm.down.3072x8192",
+    },
+    "qwen2.5-7b": {
+        "attention.h28.kv4.d128", "attention.split_kv.h28.kv4.d128", "rows.rope.h28.d128",
+        "rows.qkv_rope_store.h28.kv4.d128", "linear.qkv.4608x3584.bias", "linear.o.3584x3584",
+        "linear.gate_up.37888x3584", "linear.down.3584x18944", "linear.lm_head.152064x3584",
+        "fused.linear_add_rms_norm.o.3584x3584", "fused.linear_add_rms_norm.down.3584x18944",
+    },
+}  # fmt: skip
+
+
+def _covers(tmp_path, raw: dict) -> tuple[int, str, float]:
+    """Exit code, output and CPU seconds (user + sys) of `samebits certify --covers` on
+    ``raw`` in a subprocess (CPU time: the shared dev machine's wall time follows its load)."""
+    cfg = _write(tmp_path, raw)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run([sys.executable, "-m", "samebits.cli", "certify", "--covers", str(cfg)],
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return out.returncode, out.stdout + out.stderr, cpu
+
+
+@pytest.mark.parametrize("name", COVERED)
+def test_published_shape_is_covered_by_the_shipped_set(tmp_path, monkeypatch, name):
+    """No per-model proving: the class certificates cover the shape's linears (any N of the
+    class), row widths, and its padded vocabularies; in seconds (limit: one minute)."""
+    monkeypatch.delenv(gate.ENV_DIR, raising=False)
+    raw = PUBLISHED[name]
+    for pad in (0, 1, 4096 - raw["vocab_size"] % 4096, 100_000):
+        rc, out, cpu = _covers(tmp_path, {**raw, "vocab_size": raw["vocab_size"] + pad})
+        assert rc == 0 and "NOT COVERED" not in out, out
+        assert cpu < 60, cpu
+
+
+@pytest.mark.parametrize("name", sorted(NOT_YET))
+def test_published_shape_gap_is_exactly_the_known_one(tmp_path, monkeypatch, capsys, name):
+    monkeypatch.delenv(gate.ENV_DIR, raising=False)
+    assert certify_cli.main(["--covers", f"published:{name}"]) == 1
+    missing = {line.split()[2].rstrip(":") for line in capsys.readouterr().out.splitlines()
+               if line.startswith("NOT COVERED")}  # fmt: skip
+    assert missing == NOT_YET[name]
+
+
+def test_tied_embeddings_and_qkv_bias_are_in_the_units():
+    """Qwen3-4B ties its embeddings (lm_head is the embedding: still a launched linear);
+    Qwen2.5-7B's qkv has a bias (its own class key)."""
+    keys = {u["key"] for u in certify_cli.units_of(["published:qwen3-4b"])}
+    assert PUBLISHED["qwen3-4b"]["tie_word_embeddings"] and "linear.lm_head.151936x2560" in keys
+    sym = U.symbolic_unit(next(u for u in certify_cli.units_of(["published:qwen2.5-7b"])
+                               if u["role"] == "qkv" if u["kind"] == "linear"))  # fmt: skip
+    assert sym["key"].endswith(".bias") and sym["bias"]
