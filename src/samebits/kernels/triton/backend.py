@@ -106,8 +106,10 @@ class TritonOps(InvariantMoe, TorchPlacement):
         )  # fmt: skip
         return dataclasses.replace(batch, attn=meta)
 
-    def attention(self, q, k_cache, v_cache, batch: FlatBatch, scale: float) -> torch.Tensor:
-        return triton_attention.paged_attention(q, k_cache, v_cache, batch.attn, scale)
+    def attention(
+        self, q, k_cache, v_cache, batch: FlatBatch, scale: float, window: int = 0
+    ) -> torch.Tensor:
+        return triton_attention.paged_attention(q, k_cache, v_cache, batch.attn, scale, window)
 
 
 def linear_specializations(shapes: list[tuple[str, int, int]]) -> list[str]:
