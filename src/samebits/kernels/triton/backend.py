@@ -99,6 +99,9 @@ class TritonOps(InvariantMoe, TorchPlacement):
     def silu_mul(self, gate_up):
         return rows.silu_mul(gate_up)
 
+    def gelu_mul(self, gate_up):
+        return rows.gelu_mul(gate_up)
+
     def prepare_batch(self, batch: FlatBatch) -> FlatBatch:
         meta = triton_attention.attention_metadata(
             batch.positions, batch.query_start_loc, batch.block_tables, batch.block_size,
