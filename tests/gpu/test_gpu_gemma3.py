@@ -9,8 +9,6 @@ plan is the negative control."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from samebits.deployment import build_deployment
