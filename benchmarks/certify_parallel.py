@@ -54,11 +54,13 @@ def _cost(unit: dict) -> int:
     return unit.get("head_dim", 0) * (4 if unit["kind"] == "attention" else 1)
 
 
-def prove(jobs_file: Path, out: Path, procs: int) -> None:
+def prove(jobs_file: Path, out: Path, procs: int, order: str = "cost") -> None:
+    """`order` "cost": the longest units first; "file": the jobs file's order (priorities)."""
     out.mkdir(parents=True, exist_ok=True)
     jobs = json.loads(jobs_file.read_text())
-    todo = [(j["unit"], n) for j in sorted(jobs, key=lambda j: -_cost(j["unit"]))
-            for n in j["specs"] if not (out / f"{n}.json").exists()]  # fmt: skip
+    if order == "cost":
+        jobs = sorted(jobs, key=lambda j: -_cost(j["unit"]))
+    todo = [(j["unit"], n) for j in jobs for n in j["specs"] if not (out / f"{n}.json").exists()]
     print(f"{len(todo)} specializations on {procs} processes", flush=True)
     t0 = time.time()
     with ProcessPoolExecutor(procs) as pool:
@@ -96,11 +98,12 @@ def main() -> None:
     p.add_argument("--from", dest="src", type=Path)
     p.add_argument("--into", type=Path)
     p.add_argument("--procs", type=int, default=os.cpu_count())
+    p.add_argument("--order", choices=("cost", "file"), default="cost")
     a = p.parse_args()
     if a.step == "plan":
         plan(a.model, a.jobs_file)
     elif a.step == "prove":
-        prove(a.jobs_file, a.out, a.procs)
+        prove(a.jobs_file, a.out, a.procs, a.order)
     else:
         from samebits.kernels.triton.certified import gate
 

@@ -44,8 +44,8 @@ def _attend_tile(q, k_ptr, v_ptr, bt_row, key0, pos, lo, last, hk, qk_scale, m_i
     k = tl.load(k_ptr + kv[:, None] + d[None, :], mask=kmask[:, None], other=0.0)
     v = tl.load(v_ptr + kv[:, None] + d[None, :], mask=kmask[:, None], other=0.0)
     s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
-    seen = (key[None, :] <= pos[:, None]) & (key[None, :] >= lo[:, None])
-    s = tl.where(seen, s, float("-inf"))
+    s = tl.where(key[None, :] <= pos[:, None], s, float("-inf"))
+    s = tl.where(key[None, :] >= lo[:, None], s, float("-inf"))
     active = (key0 <= pos) & (key0 + BLOCK_N > lo)
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
     alpha = tl.exp2(tl.where(active, m_i - m_new, 0.0))
@@ -71,9 +71,9 @@ def _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, lo, last, hk, qk_scale,
     acc_s = tl.zeros((BLOCK_M, D), tl.float32)
     stop = tl.minimum(span0 + SPAN, last + 1)
     for key0 in range(span0, stop, BLOCK_N):
-        m_s, l_s, acc_s = _attend_tile(q, k_ptr, v_ptr, bt_row, key0, pos, lo, last, hk,
-                                       qk_scale, m_s, l_s, acc_s, HKV, D, PAGE,
-                                       BLOCK_N)  # fmt: skip
+        m_s, l_s, acc_s = _attend_tile(
+            q, k_ptr, v_ptr, bt_row, key0, pos, lo, last, hk, qk_scale,
+            m_s, l_s, acc_s, HKV, D, PAGE, BLOCK_N)  # fmt: skip
     return m_s, l_s, acc_s
 
 
@@ -127,10 +127,8 @@ def paged_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, req_ptr, row0_pt
     acc = tl.zeros((BLOCK_M, D), tl.float32)
     for span0 in range(0, last + 1, SPAN):
         m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, lo, last, hk,
-                                       qk_scale, HKV, D, PAGE, BLOCK_M, BLOCK_N,
-                                       SPAN)  # fmt: skip
-        m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s,
-                               (span0 <= pos) & (span0 + SPAN > lo))  # fmt: skip
+                                       qk_scale, HKV, D, PAGE, BLOCK_M, BLOCK_N, SPAN)  # fmt: skip
+        m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s, (span0 <= pos) & (span0 + SPAN > lo))
     out = tl.math.div_rn(acc, l_i[:, None])
     d = tl.arange(0, D)
     tl.store(o_ptr + rows[:, None] + d[None, :], out.to(o_ptr.dtype.element_ty), mask=live[:, None])
@@ -163,8 +161,7 @@ def split_span_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt
     d = tl.arange(0, D)
     for span in range(tl.program_id(1), last // SPAN + 1, tl.num_programs(1)):
         m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN, pos, lo, last, hk,
-                                       qk_scale, HKV, D, PAGE, BLOCK_M, BLOCK_N,
-                                       SPAN)  # fmt: skip
+                                       qk_scale, HKV, D, PAGE, BLOCK_M, BLOCK_N, SPAN)  # fmt: skip
         at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)
         tl.store(ms_ptr + at, m_s, mask=live)
         tl.store(ls_ptr + at, l_s, mask=live)
