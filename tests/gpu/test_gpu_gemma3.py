@@ -49,8 +49,24 @@ def test_gpu_matrix_tiny_gemma3(cuda, tiny_gemma3_text_dir, gpu_record):
     assert report.rows[WINDOW] >= 80
 
 
-def test_gpu_matrix_gemma3_12b_shaped(cuda, gpu_record):
-    dep = _deployment(_random_12b())
+def _uncertified(cfg) -> list[str]:
+    """The model's certification units without a valid certificate in the gate's directory."""
+    from samebits.kernels.triton.certified import gate, units
+
+    problems = gate.check(units.units_for(units.dims_of(cfg)), gate.certificate_dir())["units"]
+    return sorted(k for k, p in problems.items() if p is not None)
+
+
+def test_gpu_matrix_gemma3_12b_shaped(cuda, gpu_record, monkeypatch):
+    """gemma-3-12b is not in the shipped certificate set (`samebits certify --model
+    gemma-3-12b --out DIR`, then SAMEBITS_CERTIFICATES=DIR); without its certificates the run
+    opts out of the gate, loudly, and records which units were uncertified."""
+    loaded = _random_12b()
+    missing = _uncertified(loaded.config)
+    gpu_record("gemma-3-12b uncertified units", missing)
+    if missing:
+        monkeypatch.setenv("SAMEBITS_ALLOW_UNCERTIFIED", "1")
+    dep = _deployment(loaded)
     window = dep.config.gemma3.sliding_window
     size = MatrixSize(vocab=dep.config.vocab_size, n_out=4, repeats=1, small_block=PAGE,
                       window=window, long_prompts=(1100, 2600))  # fmt: skip
