@@ -106,7 +106,11 @@ def _gemma3_hf_config(cfg):
 
     g, full = cfg.gemma3, {"rope_type": "default", "rope_theta": cfg.rope_theta}
     if cfg.rope_scaling is not None:
-        full = {"rope_type": "linear", "factor": cfg.rope_scaling.factor, "rope_theta": cfg.rope_theta}
+        full = {
+            "rope_type": "linear",
+            "factor": cfg.rope_scaling.factor,
+            "rope_theta": cfg.rope_theta,
+        }
     rope = {"sliding_attention": {"rope_type": "default", "rope_theta": g.rope_local_theta},
             "full_attention": full}  # fmt: skip
     return transformers.Gemma3TextConfig(
