@@ -50,6 +50,7 @@ HF_CLASSES = {
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
 }
 DEVICE_DTYPE = {"cuda": "bfloat16", "cpu": "float32"}
 LOGITS_PROMPT_LEN = 256
@@ -71,6 +72,8 @@ def to_hf_config(cfg):
     """The transformers config of a samebits `ModelConfig` (inverse of `model_config_from_hf`)."""
     import transformers
 
+    if cfg.gemma3 is not None:
+        return _gemma3_hf_config(cfg)
     rope: dict = {"rope_type": "default", "rope_theta": cfg.rope_theta}
     if cfg.rope_scaling is not None and cfg.rope_scaling.rope_type == "yarn":
         rope.update(dataclasses.asdict(cfg.rope_scaling))
@@ -98,6 +101,32 @@ def to_hf_config(cfg):
     if cfg.model_type == "qwen3":
         return transformers.Qwen3Config(**common, use_sliding_window=False, attention_bias=False)
     raise ValueError(f"no HF class for model_type {cfg.model_type!r}")
+
+
+def _gemma3_hf_config(cfg):
+    """transformers' Gemma3TextConfig of a gemma3_text `ModelConfig` (linear or no scaling)."""
+    import transformers
+
+    g, full = cfg.gemma3, {"rope_type": "default", "rope_theta": cfg.rope_theta}
+    if cfg.rope_scaling is not None:
+        full = {
+            "rope_type": "linear",
+            "factor": cfg.rope_scaling.factor,
+            "rope_theta": cfg.rope_theta,
+        }
+    rope = {"sliding_attention": {"rope_type": "default", "rope_theta": g.rope_local_theta},
+            "full_attention": full}  # fmt: skip
+    return transformers.Gemma3TextConfig(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_hidden_layers,
+        num_attention_heads=cfg.num_attention_heads, num_key_value_heads=cfg.num_key_value_heads,
+        head_dim=cfg.head_dim, rms_norm_eps=cfg.rms_norm_eps,
+        max_position_embeddings=cfg.max_position_embeddings,
+        tie_word_embeddings=cfg.tie_word_embeddings, hidden_activation="gelu_pytorch_tanh",
+        layer_types=list(g.layer_types), sliding_window=g.sliding_window,
+        query_pre_attn_scalar=int(g.query_pre_attn_scalar), rope_parameters=rope,
+        final_logit_softcapping=g.final_logit_softcapping,
+    )  # fmt: skip
 
 
 def check_config_round_trip(cfg) -> None:

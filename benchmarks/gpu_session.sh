@@ -39,6 +39,9 @@
 #   replay     benchmarks/replay_linear_check.py (issue 27: the plan's linears, 8B and tiny shapes,
 #              every launch M picks, vs their CPU replay as bits; PTX/SASS survey of every kernel)
 #              then tests/gpu/test_gpu_replay.py (every MMA input class, every launch of the table)
+#   gemma      the Gemma 3 GPU tests (tests/gpu/test_gpu_gemma3.py)
+#   gemmaserve gpu_serving.py --preset gemma-3-12b --quick --sample 8 (uncertified unless
+#              SAMEBITS_CERTIFICATES names its certificates: `samebits certify --model gemma-3-12b`)
 set -uo pipefail
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -57,6 +60,8 @@ for job in "$@"; do
              --model /tmp/smollm2.gguf --device cuda --max-tokens 24 2>&1 | tee "$OUT/smollm2_cuda.txt" &&
            timeout 240 python3 benchmarks/gpu_agreement.py --presets /tmp/smollm2.gguf \
              --out "$OUT/gpu_agreement_smollm2.json" 2>&1 | tail -5 ;;
+    gemma) SAMEBITS_GPU_RESULTS="$OUT" timeout 540 python3 -m pytest -q -m gpu tests/gpu/test_gpu_gemma3.py -p no:cacheprovider --durations=6 2>&1 | tail -30 ;;
+    gemmaserve) SAMEBITS_ALLOW_UNCERTIFIED="${SAMEBITS_ALLOW_UNCERTIFIED:-1}" timeout 560 python3 benchmarks/gpu_serving.py --preset gemma-3-12b --quick --sample 8 --out "$OUT/gpu_serving_gemma3.json" 2>&1 | tail -30 ;;
     tests) SAMEBITS_GPU_RESULTS="$OUT" timeout 540 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider 2>&1 | tail -40 ;;
     ktests) SAMEBITS_GPU_RESULTS="$OUT" timeout 400 python3 -m pytest -q -m gpu tests/gpu/test_gpu_kernels.py -p no:cacheprovider --durations=5 2>&1 | tail -30 ;;
     llm) SAMEBITS_GPU_RESULTS="$OUT" timeout 300 python3 -m pytest -q -m gpu tests/gpu/test_gpu_llm.py -p no:cacheprovider --durations=5 2>&1 | tail -15 ;;

@@ -70,6 +70,13 @@ def tiny_mixtral_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_gemma3_text_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tiny random Gemma3ForCausalLM folder (4 layers, sliding window 40 on layers 0, 2, 3,
+    linear RoPE scaling on the global layer 1, tied embeddings, 1024 positions)."""
+    return _tiny(tmp_path_factory, "gemma3_text")
+
+
+@pytest.fixture(scope="session")
 def smollm2_gguf() -> Path:
     """Path of the embedded default model, SmolLM2-135M-Instruct.Q4_1.gguf."""
     from samebits.model.loader import default_model_path

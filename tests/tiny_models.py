@@ -24,6 +24,18 @@ ARCHS = ("llama", "qwen2", "qwen3", "mistral")
 # (4 layers: decoder_sparse_step 2 and mlp_only_layers [3] leave layer 1 the only sparse one;
 # weights not renormalized) and mixtral.
 MOE_ARCHS = ("qwen3_moe", "qwen3_moe_mixed", "mixtral")
+# Gemma 3 text (gemma3_text): 4 layers, sliding / global / sliding / sliding, a window of
+# GEMMA_WINDOW keys (prompts cross it), linear RoPE scaling on the global layer, a local RoPE
+# base, query_pre_attn_scalar != head_dim, tied embeddings, 1024 positions (prompts past the
+# 512-key attention span).
+GEMMA_ARCHS = ("gemma3_text",)
+GEMMA_WINDOW = 40
+GEMMA_LAYER_TYPES = (
+    "sliding_attention",
+    "full_attention",
+    "sliding_attention",
+    "sliding_attention",
+)
 TINY_VOCAB = 320
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 CHATML_TEMPLATE = (
@@ -136,7 +148,27 @@ def tiny_hf_config(arch: str, **overrides):
         return transformers.MistralConfig(**dims, sliding_window=None)
     if arch in MOE_ARCHS:
         return _tiny_moe_config(arch)
-    raise ValueError(f"arch must be one of {ARCHS + MOE_ARCHS}, got {arch!r}")
+    if arch == "gemma3_text":
+        return tiny_gemma3_config(**overrides)
+    raise ValueError(f"arch must be one of {ARCHS + MOE_ARCHS + GEMMA_ARCHS}, got {arch!r}")
+
+
+def tiny_gemma3_config(**overrides):
+    """The tiny Gemma 3 text config (see GEMMA_ARCHS); `overrides` replace its fields."""
+    import transformers
+
+    rope = {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+    }
+    fields = dict(
+        _DIMS, num_hidden_layers=4, layer_types=list(GEMMA_LAYER_TYPES),
+        sliding_window=GEMMA_WINDOW, query_pre_attn_scalar=24, max_position_embeddings=1024,
+        tie_word_embeddings=True, rope_parameters=rope, hidden_activation="gelu_pytorch_tanh",
+        final_logit_softcapping=None, attn_logit_softcapping=None,
+    )  # fmt: skip
+    fields.update(overrides)
+    return transformers.Gemma3TextConfig(**fields)
 
 
 def _tiny_moe_config(arch: str):

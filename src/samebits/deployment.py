@@ -8,6 +8,7 @@ from samebits.kernels.cpu.linear import TiledLinear, qualify
 from samebits.kernels.cpu.sbgemm import SbLinear
 from samebits.kernels.fingerprint import fingerprint, fingerprint_components, weights_digest
 from samebits.kernels.plan import KernelPlan, build_plan
+from samebits.model.gemma3 import Gemma3Model
 from samebits.model.llama import DecoderModel
 
 
@@ -84,7 +85,8 @@ def build_deployment(
     certificates = _certificates(plan, loaded)  # before any weight moves: fail fast
     limit = min(max_model_len or cfg.max_context_len, cfg.max_context_len)
     digest = loaded.weights_identity or weights_digest(loaded.weights)
-    model = DecoderModel(cfg, loaded.weights, plan, limit, release_sources, loaded.quantized)
+    decoder = Gemma3Model if cfg.gemma3 is not None else DecoderModel
+    model = decoder(cfg, loaded.weights, plan, limit, release_sources, loaded.quantized)
     qualification = qualify_model(model)
     components = fingerprint_components(
         plan, cfg, digest, qualification, _specializations(plan, model), certificates

@@ -206,10 +206,11 @@ def test_tma_box_of_another_row_is_refuted():
 ATTN = (KDIR / "_attention_kernel.py").read_text()
 SPAN_LOOP = (
     "    for span0 in range(0, last + 1, SPAN):\n"
-    "        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, last, hk, qk_scale,\n"
-    "                                       HKV, D, PAGE, BLOCK_M, BLOCK_N, SPAN)  # fmt: skip\n"
-    "        m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s, span0 <= pos)\n"
+    "        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, lo, last, hk,\n"
+    "                                       qk_scale, HKV, D, PAGE, BLOCK_M, BLOCK_N, SPAN)  # fmt: skip\n"
+    "        m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s, (span0 <= pos) & (span0 + SPAN > lo))\n"
 )  # fmt: skip
+MERGE_TAKE = "live & (span * SPAN + SPAN > lo)"  # the merge kernel's spans with a key in the window
 MERGE_READ = (
     "        at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)\n        m_s = tl.load("
 )
@@ -292,9 +293,9 @@ def test_merge_shape_following_the_number_of_programs_is_refuted():
     # with more than one program per request the running state is folded into the span's
     # (the merge's operands swapped): a merge tree whose shape follows S
     text = mutate(ATTN, MERGE_DEF, MERGE_DEF.replace("max_spans,", "max_spans, splits,"))
-    text = mutate(text, "        m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s, live)\n",
-                  "        m1, l1, acc1 = _merge(m_i, l_i, acc, m_s, l_s, acc_s, live)\n"
-                  "        m2, l2, acc2 = _merge(m_s, l_s, acc_s, m_i, l_i, acc, live)\n"
+    text = mutate(text, f"        m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s, {MERGE_TAKE})\n",
+                  f"        m1, l1, acc1 = _merge(m_i, l_i, acc, m_s, l_s, acc_s, {MERGE_TAKE})\n"
+                  f"        m2, l2, acc2 = _merge(m_s, l_s, acc_s, m_i, l_i, acc, {MERGE_TAKE})\n"
                   "        m_i = tl.where(splits > 1, m2, m1)\n"
                   "        l_i = tl.where(splits > 1, l2, l1)\n"
                   "        acc = tl.where(splits > 1, acc2, acc1)\n")  # fmt: skip
@@ -325,21 +326,21 @@ def test_span_state_not_reset_is_refuted():
     # the sequential kernel continues the previous span's state instead of a fresh one (one
     # online softmax over every key tile, no merge): against split-KV decode, whose spans
     # start fresh, the key-tile loop starts from another state
-    text = mutate(ATTN, "def _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, last, hk, qk_scale,\n",
-                  "def _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, last, hk, qk_scale, m_s, l_s, acc_s,\n")  # fmt: skip
+    text = mutate(ATTN, "def _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, lo, last, hk, qk_scale,\n",
+                  "def _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, lo, last, hk, qk_scale, m_s, l_s, acc_s,\n")  # fmt: skip
     init = ("    m_s = tl.full((BLOCK_M,), float(\"-inf\"), tl.float32)\n"
             "    l_s = tl.zeros((BLOCK_M,), tl.float32)\n"
             "    acc_s = tl.zeros((BLOCK_M, D), tl.float32)\n")  # fmt: skip
     text = mutate(text, init + "    stop = tl.minimum(", "    stop = tl.minimum(")
     text = mutate(text, SPAN_LOOP,
                   "    for span0 in range(0, last + 1, SPAN):\n"
-                  "        m_i, l_i, acc = _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, last, hk,\n"
+                  "        m_i, l_i, acc = _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, lo, last, hk,\n"
                   "                                     qk_scale, m_i, l_i, acc, HKV, D, PAGE, BLOCK_M,\n"
                   "                                     BLOCK_N, SPAN)\n")  # fmt: skip
-    text = mutate(text, "        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN, pos, last, hk,\n"
+    text = mutate(text, "        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN, pos, lo, last, hk,\n"
                   "                                       qk_scale, HKV,",
                   init.replace("    ", "        ") +
-                  "        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN, pos, last, hk,\n"
+                  "        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN, pos, lo, last, hk,\n"
                   "                                       qk_scale, m_s, l_s, acc_s, HKV,")  # fmt: skip
     assert_refuted(attention("split-bm16-p32", text), "before the first iteration",
                    "state:fp32 vs const:fp32")  # fmt: skip

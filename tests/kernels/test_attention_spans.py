@@ -296,7 +296,7 @@ def _numba64(req: Request, positions: np.ndarray, span: int, split: bool) -> np.
         first_pair, acc_s, m_s, l_s = cpu_attention.span_states(*args, KEY_TILE, span, SCALE)
         cpu_attention._merge_serial(first_pair, acc_s, m_s, l_s, out)
     else:
-        cpu_attention._serial(*args, KEY_TILE, span, SCALE, out)
+        cpu_attention._serial(*args, KEY_TILE, span, SCALE, 0, out)
     return out
 
 

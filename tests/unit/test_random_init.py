@@ -20,7 +20,7 @@ from samebits.model.random_init import (
     tensor_seed,
 )
 
-TINY = ["tiny-llama", "tiny-qwen3", "tiny-qwen2", "tiny-qwen3-moe", "tiny-mixtral"]
+TINY = ["tiny-llama", "tiny-qwen3", "tiny-qwen2", "tiny-qwen3-moe", "tiny-mixtral", "tiny-gemma3"]
 # Parameter counts of the real checkpoints (embeddings included, tied ones counted once).
 REAL_PARAMS = {
     "llama-3-8b": 8.03e9,
@@ -51,7 +51,17 @@ def test_preset_param_counts(preset):
 
 
 @pytest.mark.parametrize(
-    "arch", ["llama", "qwen2", "qwen3", "mistral", "qwen3_moe", "qwen3_moe_mixed", "mixtral"]
+    "arch",
+    [
+        "llama",
+        "qwen2",
+        "qwen3",
+        "mistral",
+        "qwen3_moe",
+        "qwen3_moe_mixed",
+        "mixtral",
+        "gemma3_text",
+    ],
 )
 def test_tiny_test_presets_are_the_tiny_checkpoints(arch, request):
     """The preset tiny-test-<arch> (the kernel prover's "tiny" model, the shipped certificates'

@@ -23,7 +23,8 @@ from pathlib import Path
 SHIPPED_MODELS = ("llama-3-8b", "qwen3-8b", "tiny-test:llama", "tiny-test:qwen2", "tiny-test:qwen3",
                   "tiny-llama", "tiny-qwen3", "tiny-qwen2", "smollm2", "qwen3-30b-a3b",
                   "mixtral-8x7b", "tiny-test:qwen3_moe", "tiny-test:qwen3_moe_mixed",
-                  "tiny-test:mixtral", "published:qwen3-4b")  # fmt: skip
+                  "tiny-test:mixtral", "published:qwen3-4b",
+                  "tiny-test:gemma3_text")  # fmt: skip
 
 
 # kinds proved per shape even where a class exists: the fused unit's class proof (N symbolic

@@ -85,6 +85,10 @@ class Ops(Protocol):
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor: ...
 
+    def gelu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """``gelu_tanh(gate_up[:, :I]) * gate_up[:, I:]`` (Gemma's GeGLU, transformers'
+        gelu_pytorch_tanh), row-local in an invariant op set."""
+
     def new_kv_cache(self, layers: int, slots: int, kv_heads: int, head_dim: int) -> KVCache: ...
 
     def store_kv(self, kv: KVCache, layer: int, batch: FlatBatch, k, v) -> None: ...
@@ -102,7 +106,12 @@ class Ops(Protocol):
     def prepare_batch(self, batch: FlatBatch) -> FlatBatch:
         """Per-forward metadata (e.g. attention tile maps), computed once for all layers."""
 
-    def attention(self, q, k_cache, v_cache, batch: FlatBatch, scale: float) -> torch.Tensor: ...
+    def attention(
+        self, q, k_cache, v_cache, batch: FlatBatch, scale: float, window: int = 0
+    ) -> torch.Tensor:
+        """Paged causal attention of each query over its request's keys lo..t (absolute
+        positions): lo = 0, or with a sliding `window` > 0, lo = max(0, t - window + 1).
+        Invariant plans define it inside the span definition (DESIGN.md §2b)."""
 
     def moe_route(
         self, logits: torch.Tensor, top_k: int, normalize: bool

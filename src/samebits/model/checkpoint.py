@@ -87,6 +87,9 @@ def _layer_shapes(config: ModelConfig, layer: int) -> dict[str, tuple[int, ...]]
         shapes[attn + "q_norm.weight"] = (config.head_dim,)
         shapes[attn + "k_norm.weight"] = (config.head_dim,)
     shapes[prefix + "post_attention_layernorm.weight"] = (hidden,)
+    if config.gemma3 is not None:  # Gemma 3: norms before and after the MLP too
+        shapes[prefix + "pre_feedforward_layernorm.weight"] = (hidden,)
+        shapes[prefix + "post_feedforward_layernorm.weight"] = (hidden,)
     if config.is_sparse(layer):
         shapes.update(_moe_shapes(config, prefix))
         return shapes

@@ -15,7 +15,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral")
+from samebits.model.gemma3_config import (
+    GEMMA3_MODEL_TYPES,
+    Gemma3Attention,
+    check_gemma3_features,
+    gemma3_attention,
+    global_rope_dict,
+    text_config,
+)
+
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gemma3_text")
 MOE_MODEL_TYPES = ("qwen3_moe", "mixtral")
 ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
@@ -24,6 +33,7 @@ ARCHITECTURES = {
     "Qwen3ForCausalLM": "qwen3",
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "MixtralForCausalLM": "mixtral",
+    "Gemma3ForCausalLM": "gemma3_text",
 }
 # Mixture-of-experts model types samebits does not run, and the config field that says why.
 UNSUPPORTED_MOE = {
@@ -137,7 +147,24 @@ def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
     return 0.1 * mscale * math.log(scale) + 1.0
 
 
-ROPE_TYPES = ("default", "llama3", "yarn")
+@dataclass(frozen=True)
+class LinearRopeScaling:
+    """Linear RoPE scaling (position interpolation): every inverse frequency divided by
+    `factor` (transformers' `linear` rope type; Gemma 3's global layers).
+
+    Invariants: `rope_type == "linear"`, `factor > 0`."""
+
+    rope_type: str
+    factor: float
+
+    def __post_init__(self) -> None:
+        if self.rope_type != "linear":
+            raise ValueError(f"LinearRopeScaling needs rope_type 'linear', got {self.rope_type!r}")
+        _require_positive_float("rope_scaling.factor", self.factor)
+
+
+ROPE_TYPES = ("default", "llama3", "yarn", "linear")
+RopeScalings = RopeScaling | YarnRopeScaling | LinearRopeScaling
 
 
 @dataclass(frozen=True)
@@ -225,17 +252,19 @@ class ModelConfig:
     head_dim: int
     rms_norm_eps: float
     rope_theta: float
-    rope_scaling: RopeScaling | YarnRopeScaling | None
+    rope_scaling: RopeScalings | None
     max_position_embeddings: int
     tie_word_embeddings: bool
     attention_bias: bool
     qk_norm: bool
     moe: MoeConfig | None = None
+    gemma3: Gemma3Attention | None = None  # exactly for model_type gemma3_text
 
     def __post_init__(self) -> None:
         if self.model_type not in MODEL_TYPES:
             raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {self.model_type!r}")
         _check_moe(self.model_type, self.moe)
+        _check_gemma3(self)
         for name in _INT_FIELDS:
             _require_positive_int(name, getattr(self, name))
         if self.num_attention_heads % self.num_key_value_heads != 0:
@@ -247,11 +276,10 @@ class ModelConfig:
             raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
         _require_positive_float("rms_norm_eps", self.rms_norm_eps)
         _require_positive_float("rope_theta", self.rope_theta)
-        if self.rope_scaling is not None and not isinstance(
-            self.rope_scaling, RopeScaling | YarnRopeScaling
-        ):
+        if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScalings):
             raise ValueError(
-                "rope_scaling must be a RopeScaling, a YarnRopeScaling or None, got "
+                "rope_scaling must be a RopeScaling, a YarnRopeScaling, a LinearRopeScaling or "
+                "None, got "
                 f"{self.rope_scaling!r}"
             )
         for name in ("tie_word_embeddings", "attention_bias", "qk_norm"):
@@ -262,6 +290,10 @@ class ModelConfig:
         """The fields as plain data (the fingerprint's and the random weights' recipe); `moe`
         only for a mixture of experts, so a dense model's dict is what it was before MoE."""
         d = dataclasses.asdict(self)
+        if self.gemma3 is None:
+            del d["gemma3"]
+        else:
+            d["gemma3"]["layer_types"] = list(self.gemma3.layer_types)
         if self.moe is None:
             del d["moe"]
         else:
@@ -298,6 +330,22 @@ class ModelConfig:
         return self.num_key_value_heads * self.head_dim
 
 
+def _check_gemma3(cfg: ModelConfig) -> None:
+    gemma = cfg.gemma3
+    if (gemma is not None) != (cfg.model_type == "gemma3_text"):
+        raise ValueError(
+            "gemma3 must be a Gemma3Attention exactly for model_type 'gemma3_text', got "
+            f"{gemma!r} for model_type {cfg.model_type!r}"
+        )
+    if gemma is not None and not isinstance(gemma, Gemma3Attention):
+        raise ValueError(f"gemma3 must be a Gemma3Attention or None, got {gemma!r}")
+    if gemma is not None and len(gemma.layer_types) != cfg.num_hidden_layers:
+        raise ValueError(
+            f"gemma3.layer_types has {len(gemma.layer_types)} entries for "
+            f"{cfg.num_hidden_layers} layers"
+        )
+
+
 def _check_moe(model_type: str, moe: MoeConfig | None) -> None:
     if (moe is not None) != (model_type in MOE_MODEL_TYPES):
         raise ValueError(
@@ -331,8 +379,10 @@ def model_config_from_hf(raw: Mapping[str, Any]) -> ModelConfig:
 
     Accepts both the `rope_theta` + `rope_scaling` layout and transformers 5's
     `rope_parameters`. Raises `ValueError` naming the field for an unsupported architecture,
-    activation, bias layout, RoPE type or sliding-window attention.
+    activation, bias layout, RoPE type or sliding-window attention (outside Gemma 3).
     """
+    if raw.get("model_type") in GEMMA3_MODEL_TYPES:
+        return _gemma3_from_hf(raw)
     model_type = _model_type(raw)
     _check_supported_features(raw, model_type)
     hidden_size = _required(raw, "hidden_size")
@@ -356,6 +406,44 @@ def model_config_from_hf(raw: Mapping[str, Any]) -> ModelConfig:
         attention_bias=model_type == "qwen2",
         qk_norm=model_type in ("qwen3", "qwen3_moe"),
         moe=moe,
+    )
+
+
+# transformers' Gemma3TextConfig defaults (hub configs leave these fields out)
+_GEMMA3_DEFAULTS = dict(
+    vocab_size=262208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+    num_attention_heads=8, num_key_value_heads=4, head_dim=256, max_position_embeddings=131072,
+    rms_norm_eps=1e-6, tie_word_embeddings=True, sliding_window=4096,
+)  # fmt: skip
+
+
+def _gemma3_from_hf(raw: Mapping[str, Any]) -> ModelConfig:
+    """A gemma3_text config (or a gemma3 config's text part), transformers' defaults filled."""
+    text = text_config(raw)
+    for arch in text.get("architectures") or ():
+        if ARCHITECTURES.get(arch) != "gemma3_text":
+            raise ValueError(f"architectures entry {arch!r} is not supported for gemma3_text")
+    text = {**_GEMMA3_DEFAULTS, **{k: v for k, v in text.items() if v is not None}}
+    check_gemma3_features(text)
+    rope_theta, rope_scaling = _rope_from_hf(global_rope_dict(text))
+    layers = _required(text, "num_hidden_layers")
+    return ModelConfig(
+        model_type="gemma3_text",
+        vocab_size=_required(text, "vocab_size"),
+        hidden_size=_required(text, "hidden_size"),
+        intermediate_size=_required(text, "intermediate_size"),
+        num_hidden_layers=layers,
+        num_attention_heads=_required(text, "num_attention_heads"),
+        num_key_value_heads=_required(text, "num_key_value_heads"),
+        head_dim=_required(text, "head_dim"),
+        rms_norm_eps=float(text["rms_norm_eps"]),
+        rope_theta=rope_theta,
+        rope_scaling=rope_scaling,
+        max_position_embeddings=_required(text, "max_position_embeddings"),
+        tie_word_embeddings=bool(text["tie_word_embeddings"]),
+        attention_bias=False,
+        qk_norm=True,
+        gemma3=gemma3_attention(text, layers),
     )
 
 
@@ -439,7 +527,7 @@ def _check_supported_features(raw: Mapping[str, Any], model_type: str) -> None:
 
 def _rope_from_hf(
     raw: Mapping[str, Any],
-) -> tuple[float, RopeScaling | YarnRopeScaling | None]:
+) -> tuple[float, RopeScalings | None]:
     """(rope_theta, scaling) as transformers reads them: a non-empty legacy `rope_scaling`
     wins over transformers 5's `rope_parameters`; the theta is the dict's `rope_theta`, else
     the top-level one, else DEFAULT_ROPE_THETA."""
@@ -450,9 +538,7 @@ def _rope_from_hf(
     return float(theta), _rope_scaling(params, raw)
 
 
-def _rope_scaling(
-    params: Mapping[str, Any], raw: Mapping[str, Any]
-) -> RopeScaling | YarnRopeScaling | None:
+def _rope_scaling(params: Mapping[str, Any], raw: Mapping[str, Any]) -> RopeScalings | None:
     """The scaling of a rope_scaling / rope_parameters dict (`rope_type`, or the legacy
     `type`); None for the default RoPE. ValueError naming an unsupported type."""
     rope_type = params.get("rope_type", params.get("type", "default"))
@@ -465,6 +551,8 @@ def _rope_scaling(
     try:
         if rope_type == "yarn":
             return _yarn_scaling(params, raw)
+        if rope_type == "linear":
+            return LinearRopeScaling("linear", float(params["factor"]))
         return RopeScaling(
             rope_type=rope_type,
             factor=float(params["factor"]),

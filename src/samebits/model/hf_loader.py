@@ -27,6 +27,7 @@ from samebits.model.checkpoint import (
 )
 from samebits.model.config import ModelConfig, model_config_from_hf
 from samebits.model.errors import ModelLoadError
+from samebits.model.gemma3_config import text_weight_name
 from samebits.model.tokenizer import Tokenizer
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -127,11 +128,28 @@ def _reader(handle: Any, name: str, path: Path):
 
 
 def _drop_ignored(entries: dict[str, TensorEntry], config: ModelConfig) -> dict[str, TensorEntry]:
-    """Drop buffers HF sometimes saves, and a duplicate `lm_head` of a tied model."""
+    """Drop buffers HF sometimes saves, and a duplicate `lm_head` of a tied model; a Gemma 3
+    checkpoint keeps its text model's tensors, under the text model's names."""
     kept = {n: e for n, e in entries.items() if not n.endswith(_IGNORED_SUFFIXES)}
+    if config.gemma3 is not None:
+        kept = _text_part(kept)
     if config.tie_word_embeddings:
         kept.pop("lm_head.weight", None)
     return kept
+
+
+def _text_part(entries: dict[str, TensorEntry]) -> dict[str, TensorEntry]:
+    """A multimodal gemma3 checkpoint's language model (`language_model.` names mapped to the
+    text model's, vision tower and projector dropped); a gemma3_text one unchanged."""
+    out: dict[str, TensorEntry] = {}
+    for name, entry in entries.items():
+        text = text_weight_name(name)
+        if text is None:
+            continue
+        if text in out:
+            raise ModelLoadError(entry.file, f"tensor {name!r} duplicates {text!r}")
+        out[text] = entry
+    return out
 
 
 def load_hf_tokenizer(folder: Path, files: list[str]) -> Tokenizer:

@@ -8,7 +8,8 @@ kernel prover's models (`samebits.analysis.kernel_prover.specs.MODELS`, via
 
 from __future__ import annotations
 
-from samebits.model.config import ModelConfig, MoeConfig, RopeScaling
+from samebits.model.config import LinearRopeScaling, ModelConfig, MoeConfig, RopeScaling
+from samebits.model.gemma3_config import FULL, SLIDING, Gemma3Attention
 
 _LLAMA3_ROPE_8 = RopeScaling("llama3", 8.0, 1.0, 4.0, 8192)
 _LLAMA3_ROPE_32 = RopeScaling("llama3", 32.0, 1.0, 4.0, 8192)
@@ -22,6 +23,17 @@ def _config(model_type: str, **fields) -> ModelConfig:
         qk_norm=model_type in ("qwen3", "qwen3_moe"),
     )
     return ModelConfig(model_type=model_type, **{**defaults, **fields})
+
+
+def _gemma3(layers: int, window: int, scalar: float, pattern: int = 6, **fields) -> ModelConfig:
+    """A Gemma 3 text shape: every `pattern`-th layer global (transformers' rule), the others
+    sliding over `window` keys; q/k norms, tied embeddings, local RoPE base 10000."""
+    kinds = tuple(SLIDING if (i + 1) % pattern else FULL for i in range(layers))
+    gemma = Gemma3Attention(kinds, window, scalar)
+    return _config(
+        "gemma3_text", num_hidden_layers=layers, qk_norm=True, tie_word_embeddings=True,
+        gemma3=gemma, **fields,
+    )  # fmt: skip
 
 
 def _mixtral_moe(experts: int, top_k: int, inter: int) -> MoeConfig:
@@ -71,7 +83,22 @@ PRESETS: dict[str, ModelConfig] = {
         rms_norm_eps=1e-5, rope_theta=1000000.0, max_position_embeddings=32768,
         moe=_mixtral_moe(8, 2, 14336),
     ),
+    # Gemma-3-12B's text_config (google/gemma-3-12b-it): 48 layers, 5 sliding (1024 keys) to
+    # 1 global, 16 heads over 8 KV heads of 256, linear RoPE x8 on the global layers.
+    "gemma-3-12b": _gemma3(
+        48, 1024, 256.0, vocab_size=262208, hidden_size=3840, intermediate_size=15360,
+        num_attention_heads=16, num_key_value_heads=8, head_dim=256, rms_norm_eps=1e-6,
+        rope_theta=1000000.0, rope_scaling=LinearRopeScaling("linear", 8.0),
+        max_position_embeddings=131072,
+    ),
     # Small shapes for fast tests; head_dim and GQA group like the real ones.
+    # Gemma 3's head_dim 256 and pattern; a window of 48 keys (prompts cross it, and spans).
+    "tiny-gemma3": _gemma3(
+        6, 48, 256.0, vocab_size=4096, hidden_size=256, intermediate_size=768,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=256, rms_norm_eps=1e-6,
+        rope_theta=1000000.0, rope_scaling=LinearRopeScaling("linear", 8.0),
+        max_position_embeddings=4096, pattern=3,
+    ),
     "tiny-llama": _config(
         "llama", vocab_size=4096, hidden_size=256, intermediate_size=768,
         num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
@@ -116,6 +143,14 @@ PRESETS: dict[str, ModelConfig] = {
         ("qwen2", dict(rope_theta=10000.0)), ("qwen3", dict(rope_theta=10000.0)),
         ("mistral", dict(rope_theta=10000.0)),
     )},
+    # tests/tiny_models.py's Gemma 3 checkpoint (its GEMMA_ARCHS)
+    "tiny-test-gemma3_text": _config(
+        "gemma3_text", vocab_size=320, hidden_size=64, intermediate_size=128,
+        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        rms_norm_eps=1e-6, max_position_embeddings=1024, rope_theta=1000000.0,
+        rope_scaling=LinearRopeScaling("linear", 8.0), qk_norm=True, tie_word_embeddings=True,
+        gemma3=Gemma3Attention((SLIDING, FULL, SLIDING, SLIDING), 40, 24.0),
+    ),
     # tests/tiny_models.py's mixture-of-experts checkpoints (its MOE_ARCHS)
     "tiny-test-qwen3_moe": _config(
         "qwen3_moe", vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,

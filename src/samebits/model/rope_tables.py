@@ -2,7 +2,7 @@
 
 Every step is float64 numpy (elementwise, no reduction), so a table is the same on every run
 and row p depends only on p and the RoPE config, not on the table's length. Scalings:
-llama3 (frequency bands) and yarn (frequency ramp, cos and sin times an attention factor).
+llama3 (frequency bands), linear (every frequency / factor) and yarn (frequency ramp, cos and sin times an attention factor).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 import numpy as np
 import torch
 
-from samebits.model.config import RopeScaling, YarnRopeScaling
+from samebits.model.config import LinearRopeScaling, RopeScaling, YarnRopeScaling
 
 
 def inverse_frequencies(head_dim: int, theta: float, scaling) -> np.ndarray:
@@ -24,8 +24,12 @@ def inverse_frequencies(head_dim: int, theta: float, scaling) -> np.ndarray:
         return _llama3_frequencies(inv, scaling)
     if isinstance(scaling, YarnRopeScaling) and scaling.rope_type == "yarn":
         return _yarn_frequencies(inv, head_dim, theta, scaling)
+    if isinstance(scaling, LinearRopeScaling):
+        return inv / scaling.factor
     kind = getattr(scaling, "rope_type", scaling)
-    raise ValueError(f"rope_scaling type {kind!r} is not supported (only 'llama3', 'yarn')")
+    raise ValueError(
+        f"rope_scaling type {kind!r} is not supported (only 'llama3', 'yarn', 'linear')"
+    )
 
 
 def _llama3_frequencies(inv: np.ndarray, scaling: RopeScaling) -> np.ndarray:

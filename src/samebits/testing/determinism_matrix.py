@@ -32,6 +32,7 @@ FINAL = RequestOutputKind.FINAL_ONLY  # only final outputs are read
 
 CATEGORIES = ("batch", "chunk", "prefill_vs_decode", "prefix", "pressure", "arrivals", "sampling")
 LONG = "long"  # the long-context scenarios (`MatrixSize.long_prompts`), counted when built
+WINDOW = "window"  # sliding-window scenarios (`MatrixSize.window`), counted when built
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,10 @@ class MatrixSize:
     # attention spans, decoding `long_n_out` tokens; None: none are built.
     long_prompts: tuple[int, int] | None = None
     long_n_out: int = 4
+    # Sliding-window scenarios (category "window") for a model whose local layers see this
+    # many keys: prompts, chunks, batches, decodes and prefix hits across the window's edge;
+    # None: none are built.
+    window: int | None = None
 
 
 def build_scenarios(size: MatrixSize, seed: int = 0) -> list[Scenario]:
@@ -180,6 +185,8 @@ def build_scenarios(size: MatrixSize, seed: int = 0) -> list[Scenario]:
         out += _pressure(pool, size, r) + _arrivals(pool, rng, r) + _sampling(pool, rng, r)
     if size.long_prompts is not None:
         out += _long(pool, size)
+    if size.window is not None:
+        out += _window(pool, size)
     if size.async_scheduling is None:
         return out
     runtime = {"async_scheduling": size.async_scheduling}
@@ -292,6 +299,31 @@ def _long(pool: _Pool, size: MatrixSize) -> list[Scenario]:
     # must give way (at any device budget or prompt length)
     cfg = {"block_size": page, "num_kv_blocks": blocks, "max_num_batched_tokens": short + page}
     out.append(Scenario(LONG, "long-pressure", twins, cfg))
+    return out
+
+
+def _window(pool: _Pool, size: MatrixSize) -> list[Scenario]:
+    """Around a sliding window of W keys (window edges at absolute positions): a prompt of
+    3W + 7 tokens alone, chunked with budgets W - 1, W, W + 1 and 7 (chunk edges on both
+    sides of a window edge), as the needle in batches of 2, 5 and 16; a request decoding
+    across the edge (prompt W - 3, 8 tokens out); a prefix-cache hit of W + 13 tokens (its
+    cached blocks partly below the window of the follow-up's positions)."""
+    assert size.window is not None
+    w, page = size.window, size.small_block
+    params = pool.params(21, max_tokens=size.n_out)
+    a = Job(pool.tokens(3 * w + 7), params)
+    room = {"block_size": page, "num_kv_blocks": 8 * (4 * w) // page + 64}
+    out = [Scenario(WINDOW, "window-alone", [a], room)]
+    out += [Scenario(WINDOW, f"window-budget-{n}", [a], {**room, "max_num_batched_tokens": n})
+            for n in (w - 1, w, w + 1, 7)]  # fmt: skip
+    for b in (2, 5, 16):
+        jobs = [pool.job() for _ in range(b - 1)]
+        jobs.insert(b // 2, a)
+        out.append(Scenario(WINDOW, f"window-needle-{b}", jobs, {**room, "max_num_seqs": b}))
+    edge = Job(pool.tokens(w - 3), pool.params(22, max_tokens=8))
+    out.append(Scenario(WINDOW, "window-decode-edge", [edge, pool.job()], room))
+    hit = Job(a.prompt[: w + 13] + pool.tokens(2 * w), params, arrival=40)
+    out.append(Scenario(WINDOW, "window-prefix-hit", [a, hit], room))
     return out
 
 

@@ -211,6 +211,12 @@ class _Goal:
         }  # fmt: skip
 
 
+def WINDOW() -> Lin:  # noqa: N802
+    """The sliding window (keys per query; `attention.FULL_WINDOW` for full attention): one
+    integer shared by both executions (a property of the layer, never of the launch), free."""
+    return Lin.var(z3.Int("window"))
+
+
 def calls(side: str, spec: AttentionSpec, sd: Side) -> list[KernelCall]:
     """The launch `attention.paged_attention` makes: spans in sequence (grid: programs x KV
     heads), or `attention._split_decode` (split grid: requests x S x KV heads; merge grid:
@@ -226,8 +232,8 @@ def calls(side: str, spec: AttentionSpec, sd: Side) -> list[KernelCall]:
             q_ptr=ArrayArg("q", ACT), k_ptr=ArrayArg("k", ACT), v_ptr=ArrayArg("v", ACT),
             o_ptr=arr("o", ACT), pos_ptr=arr("pos", "i32"), req_ptr=arr("req", "i32"),
             row0_ptr=arr("row0", "i32"), qend_ptr=arr("qend", "i32"), bt_ptr=arr("bt", "i32"),
-            bt_stride=var("bt_stride"), qk_scale=FloatArg("qk_scale"), PAGE=sd.page,
-            BLOCK_N=spec.block_n, **facts,
+            bt_stride=var("bt_stride"), qk_scale=FloatArg("qk_scale"), window=WINDOW(),
+            PAGE=sd.page, BLOCK_N=spec.block_n, **facts,
         )  # fmt: skip
         grid = (var("programs"), var("grid_hkv"))
         return [KernelCall(PAGED_KERNEL, grid, args, ATTENTION_WARPS)]
@@ -235,11 +241,11 @@ def calls(side: str, spec: AttentionSpec, sd: Side) -> list[KernelCall]:
     split = dict(
         q_ptr=ArrayArg("q", ACT), k_ptr=ArrayArg("k", ACT), v_ptr=ArrayArg("v", ACT), **scratch,
         pos_ptr=arr("pos", "i32"), bt_ptr=arr("bt", "i32"), bt_stride=var("bt_stride"),
-        max_spans=var("max_spans"), qk_scale=FloatArg("qk_scale"), PAGE=sd.page,
-        BLOCK_N=spec.block_n, **facts,
+        max_spans=var("max_spans"), qk_scale=FloatArg("qk_scale"), window=WINDOW(),
+        PAGE=sd.page, BLOCK_N=spec.block_n, **facts,
     )  # fmt: skip
     merge = dict(o_ptr=arr("o", ACT), **scratch, pos_ptr=arr("pos", "i32"),
-                 max_spans=var("max_spans"), **facts)  # fmt: skip
+                 max_spans=var("max_spans"), window=WINDOW(), **facts)  # fmt: skip
     return [
         KernelCall(
             SPLIT_KERNEL, (var("requests"), var("splits"), var("grid_hkv")), split, ATTENTION_WARPS

@@ -226,6 +226,25 @@ def silu_calls(inner: int, m) -> list[KernelCall]:
     return [KernelCall("silu_mul_kernel", (mm, -(-inner // block)), args, SILU_WARPS)]
 
 
+def gelu_calls(inner: int, m) -> list[KernelCall]:
+    """`rows.gelu_mul`'s launch (silu_mul's blocks and warps)."""
+    from samebits.kernels.triton.rows import SILU_BLOCK, SILU_WARPS
+
+    mm = m if isinstance(m, Lin) else Lin((), m)
+    block = min(SILU_BLOCK, _next_pow2(inner))
+    args = dict(gu_ptr=ArrayArg("gu", ACT), out_ptr=ArrayArg("out", ACT), INNER=inner, BLOCK=block)
+    return [KernelCall("gelu_mul_kernel", (mm, -(-inner // block)), args, SILU_WARPS)]
+
+
+def gelu_specs(model: str, inner: int) -> list[Spec]:
+    """Goal 1 (batch invariance) of Gemma's GeGLU kernel at width `inner`."""
+    m = _m_symbol()
+    goal = Goal(BATCH, {"out": inner}, {"gu": 2 * inner})
+    desc = {"model": model, "op": "gelu_mul", "inner": inner, "M": "symbolic (left) vs 1 (right)"}
+    return [Spec(f"{model}.gelu_mul.batch", "_gelu_kernel.py", goal, gelu_calls(inner, m),
+                 gelu_calls(inner, 1), m, desc)]  # fmt: skip
+
+
 def rope_calls(heads: int, d: int, m) -> list[KernelCall]:
     from samebits.kernels.triton.rows import ROPE_WARPS
 
@@ -458,6 +477,10 @@ def unit_specs(unit: dict) -> list:
         prefix = "u"
         specs = combine_specs("u", unit["top_k"], unit["hidden"])
         key = f"moe.k{unit['top_k']}.h{unit['hidden']}"
+    elif unit["kind"] == "gelu":
+        prefix = "u.gelu_mul.batch"
+        specs = gelu_specs("u", unit["inner"])
+        key = f"{key}.batch"
     elif unit["kind"] == "rows" and unit["op"] == "qkv_rope_store":
         prefix = "u.qkv_rope_store"
         specs = qkv_rope_store_specs("u", unit["heads"], unit["kv_heads"], unit["head_dim"])

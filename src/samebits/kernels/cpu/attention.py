@@ -8,7 +8,10 @@ acc = 0), all in float64 (`math.exp`); the span states (m_s, l_s, acc_s) are mer
 order from the empty state by one formula, each product and sum rounded on its own (no fused
 multiply-add: `fastmath=False`), also when there is a single span:
     M' = max(M, m_s); a = exp(M - M'); b = exp(m_s - M'); L = L*a + l_s*b; ACC = ACC*a + acc_s*b
-and out = float32(ACC / L). The operations and their order depend only on t, S, T and the
+and out = float32(ACC / L). A sliding window of W keys (W = 0: full attention) keeps keys
+lo..t, lo = max(0, t - W + 1), at absolute positions: span s runs over [max(sS, lo),
+min(sS + S, t + 1)) (its tiles from its first key) and spans wholly below lo are no part of the
+merge (with W = 0, or t < W, exactly the full definition). The operations and their order depend only on t, S, T and the
 values — never on how many queries are in the batch, which requests they belong to, where
 pages sit, or the thread count. Prefill, chunked prefill and decode are the same code path;
 a call with too few (token, head) items for the threads (a long-context decode) runs its
@@ -89,20 +92,30 @@ def _merge(m, denom, acc, m_s, l_s, acc_s):
     return m_new, denom * a + l_s * b
 
 
+@numba.njit(cache=True, inline="always")
+def first_key(t: int, window: int) -> int:
+    """lo: the first key of a query at position t (0 without a window)."""
+    return max(0, t - window + 1) if window > 0 else 0
+
+
 @numba.njit(cache=True, fastmath=False)
-def _attend_one(q, k_cache, v_cache, table, t, kvh, block_size, key_tile, span, scale, out):
-    """One query row (one head) over positions 0..t: its spans in order, each merged into
+def _attend_one(
+    q, k_cache, v_cache, table, t, kvh, block_size, key_tile, span, scale, window, out
+):  # fmt: skip
+    """One query row (one head) over positions lo..t: its spans in order, each merged into
     the running state as soon as it is done."""
     d = q.shape[0]
     acc = np.zeros(d, dtype=np.float64)
     part = np.empty(d, dtype=np.float64)
     m = -np.inf
     denom = 0.0
-    for begin in range(0, t + 1, span):
+    lo = first_key(t, window)
+    for begin in range(lo // span * span, t + 1, span):
         end = min(begin + span, t + 1)
         m_s, l_s = _span_state(
-            q, k_cache, v_cache, table, begin, end, kvh, block_size, key_tile, scale, part
-        )
+            q, k_cache, v_cache, table, max(begin, lo), end, kvh, block_size, key_tile, scale,
+            part,
+        )  # fmt: skip
         m, denom = _merge(m, denom, acc, m_s, l_s, part)
     for c in range(d):
         out[c] = acc[c] / denom
@@ -110,7 +123,7 @@ def _attend_one(q, k_cache, v_cache, table, t, kvh, block_size, key_tile, span, 
 
 def _attention_loop(
     q, k_cache, v_cache, positions, query_req, block_tables, block_size, key_tile, span, scale,
-    out,
+    window, out,
 ):  # fmt: skip
     n_tokens, n_heads, _ = q.shape
     group = n_heads // k_cache.shape[1]
@@ -119,13 +132,13 @@ def _attention_loop(
         h = idx % n_heads
         _attend_one(
             q[n, h], k_cache, v_cache, block_tables[query_req[n]], positions[n], h // group,
-            block_size, key_tile, span, scale, out[n, h],
+            block_size, key_tile, span, scale, window, out[n, h],
         )  # fmt: skip
 
 
 def _span_units(
     q, k_cache, v_cache, positions, query_req, block_tables, block_size, key_tile, span, scale,
-    pair_token, pair_begin, acc_s, m_s, l_s,
+    window, pair_token, pair_begin, acc_s, m_s, l_s,
 ):  # fmt: skip
     """Unit u = (pair p, head h), u = p * H + h: the span state of pair p's span."""
     n_heads = q.shape[1]
@@ -134,8 +147,8 @@ def _span_units(
         p = u // n_heads
         h = u % n_heads
         n = pair_token[p]
-        begin = pair_begin[p]
-        end = min(begin + span, positions[n] + 1)
+        begin = max(pair_begin[p], first_key(positions[n], window))
+        end = min(pair_begin[p] + span, positions[n] + 1)
         m_s[u], l_s[u] = _span_state(
             q[n, h], k_cache, v_cache, block_tables[query_req[n]], begin, end, h // group,
             block_size, key_tile, scale, acc_s[u],
@@ -178,43 +191,55 @@ SPLIT_MAX_BYTES = 64 << 20  # span-state scratch above this: the per-(token, hea
 SPLIT_ITEMS_PER_THREAD = 8  # fewer (token, head) items per thread: too coarse to balance
 
 
-def span_pairs(positions: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def first_spans(positions: np.ndarray, span: int, window: int) -> np.ndarray:
+    """Each token's first span index floor(lo / S) (0 without a window)."""
+    if window <= 0:
+        return np.zeros_like(positions)
+    return np.maximum(positions - window + 1, 0) // span
+
+
+def span_pairs(
+    positions: np.ndarray, span: int, window: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(first_pair [N + 1], pair_token [P], pair_begin [P]): the (token, span) pairs in token
-    then span order; token n's pairs are first_pair[n] .. first_pair[n + 1] - 1."""
-    spans = positions // span + 1
+    then span order, spans from the one holding the token's first key; token n's pairs are
+    first_pair[n] .. first_pair[n + 1] - 1; pair_begin is the span's absolute start sS."""
+    first = first_spans(positions, span, window)
+    spans = positions // span + 1 - first
     first_pair = np.zeros(len(positions) + 1, dtype=np.int64)
     np.cumsum(spans, out=first_pair[1:])
     pair_token = np.repeat(np.arange(len(positions), dtype=np.int64), spans)
-    pair_begin = (np.arange(first_pair[-1], dtype=np.int64) - first_pair[pair_token]) * span
+    index = np.arange(first_pair[-1], dtype=np.int64) - first_pair[pair_token]
+    pair_begin = (index + first[pair_token]) * span
     return first_pair, pair_token, pair_begin
 
 
 def span_states(
     q, k_cache, v_cache, positions, query_req, block_tables, block_size, key_tile, span, scale,
-    parallel: bool = False,
+    parallel: bool = False, window: int = 0,
 ):  # fmt: skip
     """Every span state (unit u = pair * H + head): (first_pair, acc_s [U, D], m_s [U],
     l_s [U]), float64; what the split launch merges."""
-    first_pair, pair_token, pair_begin = span_pairs(positions, span)
+    first_pair, pair_token, pair_begin = span_pairs(positions, span, window)
     units = len(pair_token) * q.shape[1]
     acc_s = np.empty((units, q.shape[2]), dtype=np.float64)
     m_s, l_s = np.empty(units, dtype=np.float64), np.empty(units, dtype=np.float64)
     kernel = _units_parallel if parallel else _units_serial
     kernel(
         q, k_cache, v_cache, positions, query_req, block_tables, block_size, key_tile, span,
-        scale, pair_token, pair_begin, acc_s, m_s, l_s,
+        scale, window, pair_token, pair_begin, acc_s, m_s, l_s,
     )  # fmt: skip
     return first_pair, acc_s, m_s, l_s
 
 
-def _split(positions: np.ndarray, span: int, q_shape, parallel: bool) -> bool:
+def _split(positions: np.ndarray, span: int, q_shape, parallel: bool, window: int = 0) -> bool:
     """Whether the (token, head, span) split runs: too few (token, head) items for the
     threads, or one item past a thread's fair share, and some query has several spans."""
     if SPLIT != "auto":
         return SPLIT == "always"
     threads = numba.get_num_threads()
     n_tokens, n_heads, dim = q_shape
-    pairs = int((positions // span + 1).sum())
+    pairs = int((positions // span + 1 - first_spans(positions, span, window)).sum())
     if not parallel or threads <= 1 or pairs == n_tokens:
         return False
     if pairs * n_heads * (dim + 2) * 8 > SPLIT_MAX_BYTES:
@@ -225,9 +250,10 @@ def _split(positions: np.ndarray, span: int, q_shape, parallel: bool) -> bool:
 
 def paged_attention(
     q, k_cache, v_cache, positions, query_req, block_tables, block_size, key_tile, scale, out,
-    span: int,
+    span: int, window: int = 0,
 ) -> None:  # fmt: skip
-    """out[n, h] = softmax(q[n,h] . K[0..t]) V[0..t] for t = positions[n] (see module doc).
+    """out[n, h] = softmax(q[n,h] . K[lo..t]) V[lo..t] for t = positions[n], lo = 0, or
+    max(0, t - window + 1) with a sliding window (see module doc).
 
     q, out: [N, H, D] float32; k_cache, v_cache: [num_slots, KVH, D] float32;
     positions, query_req: [N] int64; block_tables: [R, max_blocks] int64; span: the plan's
@@ -237,10 +263,12 @@ def paged_attention(
     """
     if span % key_tile:
         raise ValueError(f"attention span {span} is not a multiple of the key tile {key_tile}")
+    if window < 0:
+        raise ValueError(f"attention window must be >= 0 (0: full attention), got {window}")
     parallel = int(positions.sum()) + len(positions) >= PARALLEL_MIN_WORK
     args = (q, k_cache, v_cache, positions, query_req, block_tables, block_size, key_tile, span)
-    if _split(positions, span, q.shape, parallel):
-        first_pair, acc_s, m_s, l_s = span_states(*args, scale, parallel=parallel)
+    if _split(positions, span, q.shape, parallel, window):
+        first_pair, acc_s, m_s, l_s = span_states(*args, scale, parallel=parallel, window=window)
         (_merge_parallel if parallel else _merge_serial)(first_pair, acc_s, m_s, l_s, out)
         return
-    (_parallel if parallel else _serial)(*args, scale, out)
+    (_parallel if parallel else _serial)(*args, scale, window, out)

@@ -136,6 +136,8 @@ def declare(lib: ctypes.CDLL) -> None:
     attention = [_P, _L, _L, _P, _P, _L, _P, _P, _P, _L, _L, _L, _L, _F, _P, _L, _L]
     lib.sb_attention.argtypes = attention
     lib.sb_attention.restype = None
+    lib.sb_attention_window.argtypes = attention + [_L]
+    lib.sb_attention_window.restype = None
     lib.sb_attention_states.argtypes = attention
     lib.sb_attention_states.restype = _L
     lib.sb_attention_limits.argtypes = [_L, _L, _L, _L]
@@ -147,6 +149,8 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.sb_attention_exp.restype = None
     lib.sb_silu_mul.argtypes = [_P, _L, _L, _P, _L]
     lib.sb_silu_mul.restype = None
+    lib.sb_gelu_mul.argtypes = [_P, _L, _L, _P, _L]
+    lib.sb_gelu_mul.restype = None
     lib.sb_rms_norm.argtypes = [_P, _L, _L, _P, _D, _P, _L]
     lib.sb_rms_norm.restype = None
     lib.sb_add_rms_norm.argtypes = [_P, _P, _L, _L, _P, _D, _P, _L]

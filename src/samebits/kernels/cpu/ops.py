@@ -92,6 +92,15 @@ class InvariantOps(InvariantMoe, TorchPlacement):
         rowwise.silu_mul(gate_up.numpy(), out.numpy())
         return out
 
+    def gelu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """gelu_tanh(gate) * up (Gemma's GeGLU): sbrow.c's formula, or the numba fallback."""
+        out = torch.empty((gate_up.shape[0], gate_up.shape[1] // 2), dtype=gate_up.dtype)
+        if self.linear_kernel == "sbgemm":
+            sbrow.gelu_mul(gate_up.contiguous(), out, self.num_threads)
+            return out
+        rowwise.gelu_mul(gate_up.numpy(), out.numpy())
+        return out
+
     def prepare_batch(self, batch: FlatBatch) -> FlatBatch:
         """For the C attention: its tables and their addresses, once for all layers."""
         if self.attention_kernel != "sbattn":
@@ -99,19 +108,23 @@ class InvariantOps(InvariantMoe, TorchPlacement):
         tables = sbattn.attention_tables(batch.positions, batch.query_req, batch.block_tables)
         return dataclasses.replace(batch, attn=tables)
 
-    def attention(self, q, k_cache, v_cache, batch: FlatBatch, scale: float) -> torch.Tensor:
+    def attention(
+        self, q, k_cache, v_cache, batch: FlatBatch, scale: float, window: int = 0
+    ) -> torch.Tensor:
+        """The span definition over keys lo..t (lo = 0, or the sliding window's first key)."""
         out = torch.empty_like(q)
         if self.attention_kernel == "sbattn":
             tables = batch.attn if isinstance(batch.attn, sbattn.AttentionTables) else None
             sbattn.paged_attention(
                 q, k_cache, v_cache, batch.positions, batch.query_req, batch.block_tables,
                 batch.block_size, self.key_tile, scale, out, self.num_threads, tables,
-                span=self.span,
+                span=self.span, window=window,
             )  # fmt: skip
             return out
         cpu_attention.paged_attention(
             q.numpy(), k_cache.numpy(), v_cache.numpy(), batch.positions, batch.query_req,
             batch.block_tables, batch.block_size, self.key_tile, scale, out.numpy(), self.span,
+            window,
         )  # fmt: skip
         return out
 
@@ -159,14 +172,21 @@ class FastOps(FastMoe, TorchPlacement):
         inter = gate_up.shape[1] // 2
         return F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
 
-    def attention(self, q, k_cache, v_cache, batch: FlatBatch, scale: float) -> torch.Tensor:
-        """SDPA per request, planned on the host; a CUDA-graphed decode step (its batch
-        carries the static program map in `attn`, see graphs/decode_buffers.py) runs the
-        paged Triton kernel instead: SDPA has no paged decode a graph could replay."""
+    def gelu_mul(self, gate_up):
+        inter = gate_up.shape[1] // 2
+        return F.gelu(gate_up[:, :inter], approximate="tanh") * gate_up[:, inter:]
+
+    def attention(
+        self, q, k_cache, v_cache, batch: FlatBatch, scale: float, window: int = 0
+    ) -> torch.Tensor:
+        """SDPA per request, planned on the host (keys lo..t: `window` > 0 masks keys below
+        t - window + 1); a CUDA-graphed decode step (its batch carries the static program map
+        in `attn`, see graphs/decode_buffers.py) runs the paged Triton kernel instead: SDPA
+        has no paged decode a graph could replay."""
         if batch.attn is not None:
             from samebits.kernels.triton.attention import paged_attention
 
-            return paged_attention(q, k_cache, v_cache, batch.attn, scale)
+            return paged_attention(q, k_cache, v_cache, batch.attn, scale, window=window)
         out = torch.empty_like(q)
         group = q.shape[1] // k_cache.shape[1]
         for r in range(len(batch.seq_lens)):
@@ -177,7 +197,10 @@ class FastOps(FastMoe, TorchPlacement):
             k = k_cache[slots].repeat_interleave(group, 1).transpose(0, 1)
             v = v_cache[slots].repeat_interleave(group, 1).transpose(0, 1)
             pos = torch.from_numpy(batch.positions[lo:hi]).to(self.device)
-            mask = torch.arange(len(slots), device=self.device)[None, :] <= pos[:, None]
+            keys = torch.arange(len(slots), device=self.device)[None, :]
+            mask = keys <= pos[:, None]
+            if window > 0:
+                mask &= keys > pos[:, None] - window
             qr = q[lo:hi].transpose(0, 1)
             o = F.scaled_dot_product_attention(qr, k, v, attn_mask=mask, scale=scale)
             out[lo:hi] = o.transpose(0, 1)

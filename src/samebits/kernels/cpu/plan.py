@@ -65,6 +65,7 @@ INVARIANT_OPS = {
     "rms_norm": "numba row kernel, float64 sum of squares in index order (fused residual add)",
     "rope": "numba, rotate-half with cos/sin tables per absolute position",
     "silu_mul": "numba row kernel, scalar libm exp",
+    "gelu_mul": "numba row kernel (Gemma's GeGLU), float64 tanh form, scalar libm tanh",
     "attention": "",
     "final_norm_logits": "numba RMSNorm + the linear kernel on sampled rows only",
     "linear_split": f"o, down: K in {ROW_PARALLEL_SPLITS} fixed ranges (where K is a multiple "
@@ -76,6 +77,8 @@ NATIVE_ROW_OPS = {
     "a fixed halving tree (fused residual add), one thread per row",
     "silu_mul": "samebits C row kernel (sbrow.c): sb_exp (same bits SIMD/scalar), "
     "g/(1+e) or g*e/(1+e) with e = exp(-|g|), one thread per row",
+    "gelu_mul": "samebits C row kernel (sbrow.c, Gemma's GeGLU): g*sigmoid(z), "
+    "z = g*(K1 + K2*g*g), as silu_mul's formula with e = sb_exp(-|z|), one thread per row",
     "final_norm_logits": "C RMSNorm (sbrow.c) + the linear kernel on sampled rows only",
 }
 FAST_OPS = {
@@ -84,6 +87,7 @@ FAST_OPS = {
     "rms_norm": "torch pow/mean/rsqrt",
     "rope": "torch elementwise",
     "silu_mul": "torch.nn.functional.silu",
+    "gelu_mul": "torch.nn.functional.gelu (tanh)",
     "attention": "torch scaled_dot_product_attention per request",
     "final_norm_logits": "torch ops on sampled rows",
 }

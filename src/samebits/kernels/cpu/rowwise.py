@@ -66,6 +66,19 @@ def silu_mul(gate_up, out) -> None:
 
 
 @numba.njit(cache=True, fastmath=False)
+def gelu_mul(gate_up, out) -> None:
+    """out[r, i] = gelu_tanh(g) * u (float64, libm tanh), g = gate_up[r, i], u = gate_up[r, I + i]."""
+    inter = out.shape[1]
+    c = math.sqrt(2.0 / math.pi)
+    for r in range(out.shape[0]):
+        row = gate_up[r]
+        for i in range(inter):
+            g = float(row[i])
+            act = 0.5 * g * (1.0 + math.tanh(c * (g + 0.044715 * g * g * g)))
+            out[r, i] = np.float32(act * float(row[inter + i]))
+
+
+@numba.njit(cache=True, fastmath=False)
 def rope(x, positions, cos, sin) -> None:
     """In place rotate-half RoPE of x: [N, H, D] at positions [N]; cos/sin: [max_pos, D/2]."""
     n, h, d = x.shape

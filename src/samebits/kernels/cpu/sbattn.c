@@ -14,6 +14,11 @@
  *   (no fma; the build has -ffp-contract=off), also when there is one span:
  *     M' = max(M, m_s); a = e(M - M'); b = e(m_s - M'); L = L*a + l_s*b; ACC = ACC*a + acc_s*b
  *   out = ACC / L
+ * A sliding window W > 0 (sb_attention_window; W = 0 is full attention, the definition above)
+ * keeps keys lo..t, lo = max(0, t - W + 1), all at absolute positions: span s runs over keys
+ * [max(sS, lo), min((s+1)S, t+1)) (its key tiles start at its first key), the spans wholly
+ * below lo (s < floor(lo / S)) are no part of the merge, and nothing else changes. With W = 0
+ * (or t < W) lo = 0 and every operation is the full definition's.
  * Two launches compute it: the sequential one (one thread per (token, KV head) item runs its
  * spans in order, merging each into a running state) and the split one ((token, KV head, span)
  * units on all threads write their span states to scratch, then one thread per item merges
@@ -304,7 +309,7 @@ struct attn_args {
     const float *q, *k_cache, *v_cache;
     long n_heads, dim, n_kv, group;
     const long *positions, *query_req, *block_tables;
-    long width, block_size, key_tile, span;
+    long width, block_size, key_tile, span, window; /* window 0: full attention */
     float scale;
     float *out;
     span_fn head, grouped; /* the register-resident kernels for this shape, or 0 */
@@ -336,6 +341,23 @@ static void span_state(const struct attn_args *a, long n, long kvh, long begin, 
     }
 }
 
+/* The first key of token n: lo = max(0, t - W + 1) with a window W, else 0. */
+static inline long first_key(const struct attn_args *a, long n) {
+    long lo = a->positions[n] - a->window + 1;
+    return a->window > 0 && lo > 0 ? lo : 0;
+}
+
+/* The absolute start sS of token n's first span (the one holding its first key). */
+static inline long first_span(const struct attn_args *a, long n) {
+    return first_key(a, n) / a->span * a->span;
+}
+
+/* Span [begin, ...)'s first key: begin, or the window's first key inside it. */
+static inline long span_first(const struct attn_args *a, long n, long begin) {
+    long lo = first_key(a, n);
+    return lo > begin ? lo : begin;
+}
+
 static inline long span_end(const struct attn_args *a, long n, long begin) {
     long t = a->positions[n];
     return begin + a->span < t + 1 ? begin + a->span : t + 1;
@@ -355,8 +377,8 @@ static void attend_items(void *ctx, long lane_begin, long lane_end) {
         for (long item = lane; item < a->n_items; item += a->stride) {
             long n = item / a->n_kv, kvh = item % a->n_kv;
             empty_state(run, a->group, a->dim);
-            for (long begin = 0; begin <= a->positions[n]; begin += a->span) {
-                span_state(a, n, kvh, begin, span_end(a, n, begin), part);
+            for (long begin = first_span(a, n); begin <= a->positions[n]; begin += a->span) {
+                span_state(a, n, kvh, span_first(a, n, begin), span_end(a, n, begin), part);
                 merge_span(run, part, a->group, a->dim);
             }
             finish_state(run, a->group, a->dim, item_out(a, n, kvh));
@@ -369,7 +391,7 @@ static void span_units(void *ctx, long begin, long end) {
     const struct attn_args *a = ctx;
     for (long u = begin; u < end; u++) {
         long p = u / a->n_kv, kvh = u % a->n_kv, n = a->pair_token[p], b = a->pair_begin[p];
-        span_state(a, n, kvh, b, span_end(a, n, b), a->states + u * a->unit);
+        span_state(a, n, kvh, span_first(a, n, b), span_end(a, n, b), a->states + u * a->unit);
     }
 }
 
@@ -430,7 +452,7 @@ static void lay_out_pairs(struct attn_args *a, long n_tokens, long *tables, floa
     long p = 0;
     for (long n = 0; n < n_tokens; n++) {
         a->first_pair[n] = p;
-        for (long begin = 0; begin <= a->positions[n]; begin += a->span, p++) {
+        for (long begin = first_span(a, n); begin <= a->positions[n]; begin += a->span, p++) {
             a->pair_token[p] = n;
             a->pair_begin[p] = begin;
         }
@@ -438,9 +460,9 @@ static void lay_out_pairs(struct attn_args *a, long n_tokens, long *tables, floa
     a->first_pair[n_tokens] = p;
 }
 
-static long count_pairs(const long *positions, long n_tokens, long span) {
+static long count_pairs(const struct attn_args *a, long n_tokens) {
     long pairs = 0;
-    for (long n = 0; n < n_tokens; n++) pairs += positions[n] / span + 1;
+    for (long n = 0; n < n_tokens; n++) pairs += (a->positions[n] - first_span(a, n)) / a->span + 1;
     return pairs;
 }
 
@@ -466,31 +488,44 @@ static int split_launch(struct attn_args *a, long n_tokens, long threads) {
 static struct attn_args make_args(const float *q, long n_heads, long dim, const float *k_cache,
                                   const float *v_cache, long n_kv, const long *positions,
                                   const long *query_req, const long *block_tables, long width,
-                                  long block_size, long key_tile, long span, float scale,
-                                  float *out, long n_tokens) {
+                                  long block_size, long key_tile, long span, long window,
+                                  float scale, float *out, long n_tokens) {
     long group = n_heads / n_kv;
-    return (struct attn_args){
+    struct attn_args a = {
         .q = q, .k_cache = k_cache, .v_cache = v_cache, .n_heads = n_heads, .dim = dim,
         .n_kv = n_kv, .group = group, .positions = positions, .query_req = query_req,
         .block_tables = block_tables, .width = width, .block_size = block_size,
-        .key_tile = key_tile, .span = span, .scale = scale, .out = out,
+        .key_tile = key_tile, .span = span, .window = window, .scale = scale, .out = out,
         .head = head_kernel(dim), .grouped = group_kernel(dim, group),
-        .n_items = n_tokens * n_kv, .unit = group * state_stride(dim),
-        .n_pairs = count_pairs(positions, n_tokens, span)};
+        .n_items = n_tokens * n_kv, .unit = group * state_stride(dim)};
+    a.n_pairs = count_pairs(&a, n_tokens);
+    return a;
 }
 
 /* Attention of n_tokens queries on `threads` threads, by the sequential or the split launch
- * (same bits). q, out: [N, H, D]; caches: [slots, n_kv, D]; block_tables: [R, width]. */
+ * (same bits), over the keys of a sliding window of `window` keys (0: all keys 0..t).
+ * q, out: [N, H, D]; caches: [slots, n_kv, D]; block_tables: [R, width]. */
+void sb_attention_window(const float *q, long n_heads, long dim, const float *k_cache,
+                         const float *v_cache, long n_kv, const long *positions,
+                         const long *query_req, const long *block_tables, long width,
+                         long block_size, long key_tile, long span, float scale, float *out,
+                         long n_tokens, long threads, long window) {
+    struct attn_args a = make_args(q, n_heads, dim, k_cache, v_cache, n_kv, positions,
+                                   query_req, block_tables, width, block_size, key_tile, span,
+                                   window, scale, out, n_tokens);
+    if (split_launch(&a, n_tokens, threads)) return;
+    a.stride = threads <= 1 ? 1 : 4 * threads; /* lanes: items dealt round-robin */
+    sb_parallel(attend_items, &a, a.stride, 1, threads);
+}
+
+/* Full attention (window 0): what sblayer.c calls. */
 void sb_attention(const float *q, long n_heads, long dim, const float *k_cache,
                   const float *v_cache, long n_kv, const long *positions, const long *query_req,
                   const long *block_tables, long width, long block_size, long key_tile,
                   long span, float scale, float *out, long n_tokens, long threads) {
-    struct attn_args a = make_args(q, n_heads, dim, k_cache, v_cache, n_kv, positions,
-                                   query_req, block_tables, width, block_size, key_tile, span,
-                                   scale, out, n_tokens);
-    if (split_launch(&a, n_tokens, threads)) return;
-    a.stride = threads <= 1 ? 1 : 4 * threads; /* lanes: items dealt round-robin */
-    sb_parallel(attend_items, &a, a.stride, 1, threads);
+    sb_attention_window(q, n_heads, dim, k_cache, v_cache, n_kv, positions, query_req,
+                        block_tables, width, block_size, key_tile, span, scale, out, n_tokens,
+                        threads, 0);
 }
 
 /* Tests only: every span state, as the split launch's phase 1 writes them, into `states`:
@@ -503,7 +538,7 @@ long sb_attention_states(const float *q, long n_heads, long dim, const float *k_
                          float *states, long n_tokens, long max_pairs) {
     struct attn_args a = make_args(q, n_heads, dim, k_cache, v_cache, n_kv, positions,
                                    query_req, block_tables, width, block_size, key_tile, span,
-                                   scale, 0, n_tokens);
+                                   0, scale, 0, n_tokens);
     if (a.n_pairs > max_pairs) return a.n_pairs;
     long *tables = malloc((n_tokens + 1 + 2 * a.n_pairs) * sizeof(long));
     if (!tables) return -1;

@@ -6,7 +6,9 @@ each span is an online softmax over its key tiles in order from a fresh state (m
 acc = 0), and the span states are merged in span order from the empty state by one formula,
 each product and sum rounded on its own (also when there is a single span):
     M' = max(M, m_s); a = e(M - M'); b = e(m_s - M'); L = L*a + l_s*b; ACC = ACC*a + acc_s*b
-and out = ACC / L. Work is split between threads (the pool of sbpool.c) by (token, KV head)
+and out = ACC / L. A sliding window of W keys (W = 0: full attention) keeps keys lo..t,
+lo = max(0, t - W + 1): span s runs over [max(sS, lo), ...) (tiles from its first key), spans
+wholly below lo are skipped, all by absolute positions. Work is split between threads (the pool of sbpool.c) by (token, KV head)
 items, each running its spans in order; when there are too few items for the threads (a
 long-context decode) by (token, KV head, span) units whose states go to scratch and are merged
 per item in span order. Same states, same merge, same order: neither the split, the launch nor
@@ -57,18 +59,22 @@ def paged_attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: np.ndarray,
     query_req: np.ndarray, block_tables: np.ndarray, block_size: int, key_tile: int,
     scale: float, out: torch.Tensor, threads: int, tables: AttentionTables | None = None,
-    *, span: int,
+    *, span: int, window: int = 0,
 ) -> None:  # fmt: skip
-    """out[n, h] = softmax(q[n,h] . K[0..t]) V[0..t], t = positions[n], by the span
-    definition above (`span`: the plan's attention span); all float32 contiguous. `tables`: the
-    same metadata prepared once per forward (else built here)."""
+    """out[n, h] = softmax(q[n,h] . K[lo..t]) V[lo..t], t = positions[n], by the span
+    definition above (`span`: the plan's attention span); all float32 contiguous. `window`:
+    0 for full attention (lo = 0), else a sliding window of that many keys, lo =
+    max(0, t - window + 1). `tables`: the same metadata prepared once per forward (else built
+    here)."""
+    if window < 0:
+        raise ValueError(f"attention window must be >= 0 (0: full attention), got {window}")
     n_tokens, n_heads, dim = q.shape
     if tables is None:
         tables = attention_tables(positions, query_req, block_tables)
     pos, req, table, width = tables.pointers
     use = threads if tables.pairs_per_head * n_heads >= PARALLEL_MIN_PAIRS else 1
-    native.library().sb_attention(
+    native.library().sb_attention_window(
         q.data_ptr(), n_heads, dim, k_cache.data_ptr(), v_cache.data_ptr(), k_cache.shape[1],
         pos, req, table, width, block_size, key_tile, span, scale, out.data_ptr(), n_tokens,
-        use,
+        use, window,
     )  # fmt: skip

@@ -8,6 +8,10 @@
  *             s = (g >= 0 ? g : g * e) / (1 + e);  out = s * u
  *             (g / (1 + exp(-g)) rewritten so exp never overflows; for g < -87.3, e = 0 and
  *             out = -0 * u, where the true |silu(g)| < 1e-35 — torch gives -0 there too)
+ *   gelu_mul (GELU, tanh form, as gelu_pytorch_tanh): 0.5 g (1 + tanh(c (g + 0.044715 g^3)))
+ *             = g * sigmoid(z), z = g * (K1 + K2 * g * g), K1 = 2 sqrt(2 / pi), K2 = 0.044715 K1;
+ *             e = sb_exp(-|z|); s = (z >= 0 ? g : g * e) / (1 + e);  out = s * u
+ *             (z has the sign of g; exp never overflows; for z < -87.3, e = 0 and out = -0 * u)
  *   rms_norm: ss = tree(16 float64 lanes; lane i sums x[j]^2 for j = i mod 16 in j order,
  *             vector body and scalar tail alike; tree: lanes i and i+8, then i+4, i+2, i+1)
  *             inv = 1 / sqrt(ss / dim + eps) (float64);  out[j] = (float)(x[j] * inv) * w[j]
@@ -47,6 +51,30 @@ static inline evec silu_mul_vec(evec g, evec u) {
     evec e = sb_exp_vec(RNEG(RABS(g)));
     evec num = RPICK_GE0(g, g, EMUL(g, e));
     return EMUL(EDIV(num, EADD(ESET1(1.0f), e)), u);
+}
+
+#define GELU_K1 1.5957691216057308f /* 2 sqrt(2 / pi) */
+#define GELU_K2 0.0713548162726009f /* 0.044715 * GELU_K1 */
+
+/* gelu_tanh(g) * u for one element: the scalar twin of gelu_mul_vec. */
+static inline float gelu_mul1(float g, float u) {
+    float z = g * (GELU_K1 + GELU_K2 * (g * g));
+    float e = sb_exp(-fabsf(z));
+    float num = z >= 0.0f ? g : g * e;
+    return num / (1.0f + e) * u;
+}
+
+static inline evec gelu_mul_vec(evec g, evec u) {
+    evec z = EMUL(g, EADD(ESET1(GELU_K1), EMUL(ESET1(GELU_K2), EMUL(g, g))));
+    evec e = sb_exp_vec(RNEG(RABS(z)));
+    evec num = RPICK_GE0(z, g, EMUL(g, e));
+    return EMUL(EDIV(num, EADD(ESET1(1.0f), e)), u);
+}
+
+static void gelu_mul_row(const float *g, const float *u, long n, float *out) {
+    long i = 0;
+    for (; i + EW <= n; i += EW) ESTORE(out + i, gelu_mul_vec(ELOAD(g + i), ELOAD(u + i)));
+    for (; i < n; i++) out[i] = gelu_mul1(g[i], u[i]);
 }
 
 static void silu_mul_row(const float *g, const float *u, long n, float *out) {
@@ -140,6 +168,14 @@ static void silu_rows(void *ctx, long begin, long end) {
     }
 }
 
+static void gelu_rows(void *ctx, long begin, long end) {
+    const struct row_args *a = ctx;
+    for (long r = begin; r < end; r++) {
+        const float *g = a->x + r * a->in_stride;
+        gelu_mul_row(g, g + a->dim, a->dim, a->out + r * a->dim);
+    }
+}
+
 static void rms_rows(void *ctx, long begin, long end) {
     const struct row_args *a = ctx;
     for (long r = begin; r < end; r++)
@@ -160,6 +196,12 @@ static void add_rms_rows(void *ctx, long begin, long end) {
 void sb_silu_mul(const float *gate_up, long rows, long inter, float *out, long threads) {
     struct row_args args = {gate_up, 0, 0, out, inter, 2 * inter, 0.0};
     sb_parallel(silu_rows, &args, rows, 1, threads);
+}
+
+/* out[r, i] = gelu_tanh(gate_up[r, i]) * gate_up[r, inter + i] (shapes as sb_silu_mul). */
+void sb_gelu_mul(const float *gate_up, long rows, long inter, float *out, long threads) {
+    struct row_args args = {gate_up, 0, 0, out, inter, 2 * inter, 0.0};
+    sb_parallel(gelu_rows, &args, rows, 1, threads);
 }
 
 /* out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w; x, out [rows, dim]; w [dim]. */

@@ -1,4 +1,4 @@
-"""Row kernels in C (sbrow.c): SiLU * mul, RMSNorm and the fused residual add + RMSNorm.
+"""Row kernels in C (sbrow.c): SiLU * mul, GELU (tanh) * mul, RMSNorm and the fused residual add + RMSNorm.
 
 Invariant (by construction, see sbrow.c): each output row is computed entirely by one thread
 with an operation sequence that depends only on the row's values and its length, so neither
@@ -35,6 +35,15 @@ def silu_mul(gate_up: torch.Tensor, out: torch.Tensor, threads: int) -> None:
     _check("out", out, (rows, inter))
     use = _threads(rows * inter, threads)
     native.library().sb_silu_mul(gate_up.data_ptr(), rows, inter, out.data_ptr(), use)
+
+
+def gelu_mul(gate_up: torch.Tensor, out: torch.Tensor, threads: int) -> None:
+    """out[r, i] = gelu_tanh(gate_up[r, i]) * gate_up[r, I + i] (sbrow.c's formula)."""
+    rows, inter = out.shape
+    _check("gate_up", gate_up, (rows, 2 * inter))
+    _check("out", out, (rows, inter))
+    use = _threads(rows * inter, threads)
+    native.library().sb_gelu_mul(gate_up.data_ptr(), rows, inter, out.data_ptr(), use)
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, out: torch.Tensor, threads: int) -> None:

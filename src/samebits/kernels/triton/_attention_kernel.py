@@ -5,7 +5,11 @@ SPAN keys at absolute positions 0, SPAN, 2*SPAN, ...; inside a span, key tiles o
 absolute positions are reduced by an online softmax in tile order from a fresh state; the span
 states are folded in span order, from the empty state, by `_merge` (one written formula:
 explicit fma, so no compiler contracts it differently in two kernels); the row's output is
-acc / l (div_rn). Every launch computes exactly that:
+acc / l (div_rn). A sliding window of W keys (`window`, Gemma 3's local layers; full attention
+passes a W above any position, `attention.FULL_WINDOW`) keeps keys lo..t, lo = max(t - W + 1,
+0): a key below lo counts as a key above t does (score -inf, p = 0), and a tile or span with no
+key in lo..t leaves the row's state as it was (the same guards), so a row's value depends on
+its own t and W only. Every launch computes exactly that:
 
 - `paged_attention_kernel` runs a program's spans in sequence (prefill, chunked prefill,
   mixed steps, decode of large batches);
@@ -15,8 +19,9 @@ acc / l (div_rn). Every launch computes exactly that:
 Scores and P@V are ``tl.dot`` (fp32 accumulate); the softmax denominator is also an MMA
 (``p @ ones``, one column kept), never a ``tl.sum`` over the tile, because the tile height
 (BLOCK_M) and the row -> (token, head) packing change between launches. ``tl.max`` is exact.
-A row whose position is below a tile's or a span's first key keeps its state through
-``tl.where``, so the extra tiles and spans a program runs for its later rows never touch it.
+A row whose position is below a tile's or a span's first key, or whose window starts past its
+last key, keeps its state through ``tl.where``, so the extra tiles and spans a program runs for
+its other rows never touch it.
 """
 
 from __future__ import annotations
@@ -26,10 +31,11 @@ import triton.language as tl
 
 
 @triton.jit
-def _attend_tile(q, k_ptr, v_ptr, bt_row, key0, pos, last, hk, qk_scale, m_i, l_i, acc,
+def _attend_tile(q, k_ptr, v_ptr, bt_row, key0, pos, lo, last, hk, qk_scale, m_i, l_i, acc,
                  HKV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
                  BLOCK_N: tl.constexpr):  # fmt: skip
-    """One key tile [key0, key0 + BLOCK_N): the online-softmax update, guarded per row."""
+    """One key tile [key0, key0 + BLOCK_N): the online-softmax update over each row's keys
+    lo..pos, guarded per row (a row with none of its keys in the tile keeps its state)."""
     d = tl.arange(0, D)
     key = key0 + tl.arange(0, BLOCK_N)
     kmask = key <= last
@@ -39,7 +45,8 @@ def _attend_tile(q, k_ptr, v_ptr, bt_row, key0, pos, last, hk, qk_scale, m_i, l_
     v = tl.load(v_ptr + kv[:, None] + d[None, :], mask=kmask[:, None], other=0.0)
     s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
     s = tl.where(key[None, :] <= pos[:, None], s, float("-inf"))
-    active = key0 <= pos
+    s = tl.where(key[None, :] >= lo[:, None], s, float("-inf"))
+    active = (key0 <= pos) & (key0 + BLOCK_N > lo)
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
     alpha = tl.exp2(tl.where(active, m_i - m_new, 0.0))
     p = tl.where(active[:, None], tl.exp2(s - m_new[:, None]), 0.0).to(v.dtype)
@@ -55,7 +62,7 @@ def _attend_tile(q, k_ptr, v_ptr, bt_row, key0, pos, last, hk, qk_scale, m_i, l_
 
 
 @triton.jit
-def _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, last, hk, qk_scale,
+def _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, lo, last, hk, qk_scale,
                  HKV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, SPAN: tl.constexpr):  # fmt: skip
     """The state (m, l, acc) of span [span0, span0 + SPAN): its tiles in order, fresh state."""
@@ -64,8 +71,9 @@ def _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, last, hk, qk_scale,
     acc_s = tl.zeros((BLOCK_M, D), tl.float32)
     stop = tl.minimum(span0 + SPAN, last + 1)
     for key0 in range(span0, stop, BLOCK_N):
-        m_s, l_s, acc_s = _attend_tile(q, k_ptr, v_ptr, bt_row, key0, pos, last, hk, qk_scale,
-                                       m_s, l_s, acc_s, HKV, D, PAGE, BLOCK_N)  # fmt: skip
+        m_s, l_s, acc_s = _attend_tile(
+            q, k_ptr, v_ptr, bt_row, key0, pos, lo, last, hk, qk_scale,
+            m_s, l_s, acc_s, HKV, D, PAGE, BLOCK_N)  # fmt: skip
     return m_s, l_s, acc_s
 
 
@@ -95,9 +103,10 @@ def _query_rows(q_ptr, tok, live, hk, r, HKV: tl.constexpr, GROUP: tl.constexpr,
     return rows, q
 
 
-@triton.jit(do_not_specialize=["bt_stride"])
+@triton.jit(do_not_specialize=["bt_stride", "window"])
 def paged_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, req_ptr, row0_ptr, qend_ptr,
-                           bt_ptr, bt_stride, qk_scale, HKV: tl.constexpr, GROUP: tl.constexpr,
+                           bt_ptr, bt_stride, qk_scale, window, HKV: tl.constexpr,
+                           GROUP: tl.constexpr,
                            D: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr,
                            BLOCK_N: tl.constexpr, SPAN: tl.constexpr):  # fmt: skip
     """Program (tile of query tokens of one request, kv head): rows are (token, head) pairs;
@@ -109,6 +118,7 @@ def paged_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, req_ptr, row0_pt
     tok = tl.load(row0_ptr + pid) + r // GROUP
     live = (r < (BLOCK_M // GROUP) * GROUP) & (tok < tl.load(qend_ptr + req))
     pos = tl.load(pos_ptr + tok, mask=live, other=-1)
+    lo = tl.maximum(pos - window + 1, 0)
     rows, q = _query_rows(q_ptr, tok, live, hk, r, HKV, GROUP, D)
     last = tl.max(pos, axis=0)
     bt_row = bt_ptr + req.to(tl.int64) * bt_stride
@@ -116,9 +126,9 @@ def paged_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, req_ptr, row0_pt
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, D), tl.float32)
     for span0 in range(0, last + 1, SPAN):
-        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, last, hk, qk_scale,
-                                       HKV, D, PAGE, BLOCK_M, BLOCK_N, SPAN)  # fmt: skip
-        m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s, span0 <= pos)
+        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, lo, last, hk,
+                                       qk_scale, HKV, D, PAGE, BLOCK_M, BLOCK_N, SPAN)  # fmt: skip
+        m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s, (span0 <= pos) & (span0 + SPAN > lo))
     out = tl.math.div_rn(acc, l_i[:, None])
     d = tl.arange(0, D)
     tl.store(o_ptr + rows[:, None] + d[None, :], out.to(o_ptr.dtype.element_ty), mask=live[:, None])
@@ -130,9 +140,9 @@ def _state_offsets(tok, hk, r, HKV: tl.constexpr, GROUP: tl.constexpr):
     return tok.to(tl.int64) * (HKV * GROUP) + hk * GROUP + r % GROUP
 
 
-@triton.jit(do_not_specialize=["bt_stride", "max_spans"])
+@triton.jit(do_not_specialize=["bt_stride", "max_spans", "window"])
 def split_span_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt_ptr, bt_stride,
-                      max_spans, qk_scale, HKV: tl.constexpr, GROUP: tl.constexpr,
+                      max_spans, qk_scale, window, HKV: tl.constexpr, GROUP: tl.constexpr,
                       D: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr,
                       BLOCK_N: tl.constexpr, SPAN: tl.constexpr):  # fmt: skip
     """Decode (one token per request, token r of request r). Program (r, j, kv head) computes
@@ -144,12 +154,13 @@ def split_span_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt
     live = r < GROUP
     tok = tl.zeros((BLOCK_M,), tl.int32) + req
     pos = tl.load(pos_ptr + tok, mask=live, other=-1)
+    lo = tl.maximum(pos - window + 1, 0)
     _, q = _query_rows(q_ptr, tok, live, hk, r, HKV, GROUP, D)
     last = tl.max(pos, axis=0)
     bt_row = bt_ptr + req.to(tl.int64) * bt_stride
     d = tl.arange(0, D)
     for span in range(tl.program_id(1), last // SPAN + 1, tl.num_programs(1)):
-        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN, pos, last, hk,
+        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN, pos, lo, last, hk,
                                        qk_scale, HKV, D, PAGE, BLOCK_M, BLOCK_N, SPAN)  # fmt: skip
         at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)
         tl.store(ms_ptr + at, m_s, mask=live)
@@ -157,17 +168,19 @@ def split_span_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt
         tl.store(accs_ptr + at[:, None] * D + d[None, :], acc_s, mask=live[:, None])
 
 
-@triton.jit(do_not_specialize=["max_spans"])
-def merge_spans_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, max_spans,
+@triton.jit(do_not_specialize=["max_spans", "window"])
+def merge_spans_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, max_spans, window,
                        HKV: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr,
                        BLOCK_M: tl.constexpr, SPAN: tl.constexpr):  # fmt: skip
-    """Program (r, kv head): fold token r's stored span states in span order, then acc / l."""
+    """Program (r, kv head): fold token r's stored span states in span order (the spans with
+    a key in its window), then acc / l."""
     req = tl.program_id(0)
     hk = tl.program_id(1)
     r = tl.arange(0, BLOCK_M)
     live = r < GROUP
     tok = tl.zeros((BLOCK_M,), tl.int32) + req
     pos = tl.load(pos_ptr + tok, mask=live, other=-1)
+    lo = tl.maximum(pos - window + 1, 0)
     d = tl.arange(0, D)
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
@@ -177,7 +190,7 @@ def merge_spans_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, max_spans,
         m_s = tl.load(ms_ptr + at, mask=live, other=float("-inf"))
         l_s = tl.load(ls_ptr + at, mask=live, other=0.0)
         acc_s = tl.load(accs_ptr + at[:, None] * D + d[None, :], mask=live[:, None], other=0.0)
-        m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s, live)
+        m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s, live & (span * SPAN + SPAN > lo))
     out = tl.math.div_rn(acc, l_i[:, None])
     rows = _state_offsets(tok, hk, r, HKV, GROUP) * D
     tl.store(o_ptr + rows[:, None] + d[None, :], out.to(o_ptr.dtype.element_ty), mask=live[:, None])

@@ -1,7 +1,7 @@
 """Paged causal attention on the GPU: one definition for prefill, chunked prefill, decode, mixed.
 
 Invariant: the output row of query token i, head h, depends only on q[i, h], its position t
-and the cached keys/values 0..t of its own request; keys are cut into spans of
+and the cached keys/values 0..t of its own request (lo..t under a sliding window); keys are cut into spans of
 ``meta.span`` keys at absolute positions, each span reduced in tiles of ``KEY_BLOCK`` at
 absolute positions with an online softmax in tile order (denominators by MMA), and the span
 states folded in span order by one merge formula (`_attention_kernel`). So chunking,
@@ -36,6 +36,8 @@ __all__ = [
     "paged_attention",
 ]
 
+# The kernels' window for full attention: above any position (keys max(t - W + 1, 0)..t = 0..t).
+FULL_WINDOW = 1 << 30
 KEY_BLOCK = 64  # key tile width: part of the numerics (tile boundaries at multiples of it)
 # Register cap (ptxas .maxnreg) of decode launches (tiles of DECODE_BLOCK_M rows, head dim
 # <= 128): the compiler's 142 registers fit 3 programs of 4 warps per SM, so a batch-64 decode
@@ -77,9 +79,15 @@ def paged_attention(
     v_cache: torch.Tensor,
     meta: AttentionMeta,
     scale: float,
+    window: int = 0,
 ) -> torch.Tensor:
-    """Causal attention of ``q [N, H, D]`` over the paged cache; returns ``[N, H, D]`` in q.dtype."""
+    """Causal attention of ``q [N, H, D]`` over the paged cache; returns ``[N, H, D]`` in
+    q.dtype. ``window`` > 0: a sliding window, the query at t sees keys max(t - window + 1, 0)
+    ..t; 0: all keys 0..t (the kernels get FULL_WINDOW: the same masks, the same bits)."""
     _check(q, k_cache, v_cache, meta)
+    if not 0 <= window < FULL_WINDOW:
+        raise ValueError(f"attention window must be in [0, {FULL_WINDOW}), got {window}")
+    kernel_window = window or FULL_WINDOW
     if meta.span % KEY_BLOCK:
         raise ValueError(f"attention span {meta.span} is not a multiple of {KEY_BLOCK}")
     out = torch.empty_like(q)
@@ -87,12 +95,13 @@ def paged_attention(
         return out
     splits = decode_splits(meta, k_cache.shape[1])
     if splits:
-        _split_decode(q, k_cache, v_cache, meta, scale, splits, out)
+        _split_decode(q, k_cache, v_cache, meta, scale, splits, out, kernel_window)
         return out
     hkv, d = k_cache.shape[1], k_cache.shape[2]
     paged_attention_kernel[(meta.num_programs, hkv)](
         q, k_cache, v_cache, out, meta.positions, meta.prog_req, meta.prog_row0, meta.query_end,
-        meta.block_tables, meta.block_tables.shape[1], scale * LOG2E, HKV=hkv, GROUP=meta.group,
+        meta.block_tables, meta.block_tables.shape[1], scale * LOG2E, kernel_window, HKV=hkv,
+        GROUP=meta.group,
         D=d, PAGE=meta.block_size, BLOCK_M=meta.block_m, BLOCK_N=KEY_BLOCK, SPAN=meta.span,
         num_warps=meta.num_warps, **_cap(register_cap(meta.block_m, d)),
     )  # fmt: skip
@@ -110,7 +119,10 @@ def decode_splits(meta: AttentionMeta, kv_heads: int) -> int:
     return min(splits, spans) if splits > 1 and spans > 1 else 0
 
 
-def _split_decode(q, k_cache, v_cache, meta: AttentionMeta, scale: float, splits: int, out):
+def _split_decode(
+    q, k_cache, v_cache, meta: AttentionMeta, scale: float, splits: int, out,
+    window: int = FULL_WINDOW,
+):  # fmt: skip
     """Each span's state into a scratch tensor [request, span, head], then the ordered merge."""
     r, heads = meta.num_requests, q.shape[1]
     hkv, d = k_cache.shape[1], k_cache.shape[2]
@@ -121,12 +133,20 @@ def _split_decode(q, k_cache, v_cache, meta: AttentionMeta, scale: float, splits
     facts = dict(HKV=hkv, GROUP=meta.group, D=d, BLOCK_M=meta.block_m, SPAN=meta.span)
     split_span_kernel[(r, splits, hkv)](
         q, k_cache, v_cache, m_s, l_s, acc_s, meta.positions, meta.block_tables,
-        meta.block_tables.shape[1], max_spans, scale * LOG2E, PAGE=meta.block_size,
+        meta.block_tables.shape[1], max_spans, scale * LOG2E, window, PAGE=meta.block_size,
         BLOCK_N=KEY_BLOCK, num_warps=meta.num_warps,
         **facts, **_cap(register_cap(meta.block_m, d)),
     )  # fmt: skip
     merge_spans_kernel[(r, hkv)](
-        out, m_s, l_s, acc_s, meta.positions, max_spans, num_warps=meta.num_warps, **facts
+        out,
+        m_s,
+        l_s,
+        acc_s,
+        meta.positions,
+        max_spans,
+        window,
+        num_warps=meta.num_warps,
+        **facts,
     )
 
 

@@ -119,6 +119,9 @@ class TritonOps(InvariantMoe, TorchPlacement):
     def silu_mul(self, gate_up):
         return rows.silu_mul(gate_up)
 
+    def gelu_mul(self, gate_up):
+        return rows.gelu_mul(gate_up)
+
     def prepare_batch(self, batch: FlatBatch) -> FlatBatch:
         meta = triton_attention.attention_metadata(
             batch.positions, batch.query_start_loc, batch.block_tables, batch.block_size,
@@ -126,8 +129,10 @@ class TritonOps(InvariantMoe, TorchPlacement):
         )  # fmt: skip
         return dataclasses.replace(batch, attn=meta)
 
-    def attention(self, q, k_cache, v_cache, batch: FlatBatch, scale: float) -> torch.Tensor:
-        return triton_attention.paged_attention(q, k_cache, v_cache, batch.attn, scale)
+    def attention(
+        self, q, k_cache, v_cache, batch: FlatBatch, scale: float, window: int = 0
+    ) -> torch.Tensor:
+        return triton_attention.paged_attention(q, k_cache, v_cache, batch.attn, scale, window)
 
 
 def linear_specializations(shapes: list[tuple[str, int, int]]) -> list[str]:

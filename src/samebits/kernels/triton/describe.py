@@ -56,6 +56,8 @@ def describe() -> dict[str, str]:
         "with the qkv split and the K/V store (qkv_rope_store: one program per token, the same "
         "RoPE expression, K/V to the token's slot; evidence: test, certificate)",
         "silu_mul": "triton (row, 1024-column block) program: silu(g)*u fp32, elementwise",
+        "gelu_mul": "triton (row, 1024-column block) program (Gemma's GeGLU, _gelu_kernel.py): "
+        "div_rn(g, 1 + exp(-z))*u, z = g*(K1 + K2*g*g), fp32, elementwise",
         "attention": (
             f"triton paged attention: key tiles of {KEY_BLOCK} at absolute positions, online "
             "softmax in tile order, denominators by MMA (p @ ones), guarded rows, exp2; launch: "

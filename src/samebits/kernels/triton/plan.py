@@ -12,6 +12,7 @@ FAST_CUDA_OPS = {
     "rms_norm": "torch pow/mean/rsqrt (float32)",
     "rope": "torch elementwise (float32)",
     "silu_mul": "torch.nn.functional.silu (bfloat16)",
+    "gelu_mul": "torch.nn.functional.gelu, tanh (bfloat16)",
     "attention": "torch scaled_dot_product_attention per request",
     "final_norm_logits": "torch ops on sampled rows, cuBLAS LM head",
 }

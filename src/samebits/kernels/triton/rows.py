@@ -161,6 +161,23 @@ def _check_qkv_rope_store(qkv, positions, slots, cos, sin, k_cache, v_cache, hea
         raise ValueError("qkv_rope_store: one int64 slot and one position per token")
 
 
+def gelu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """``[M, 2I] -> [M, I]`` in gate_up's dtype: ``gelu_tanh(g) * u`` in fp32 (Gemma's GeGLU;
+    `_gelu_kernel.py`), launched as `silu_mul` is (same blocks and warps)."""
+    from samebits.kernels.triton._gelu_kernel import gelu_mul_kernel
+
+    _require_contiguous("gelu_mul", gate_up)
+    m, two_i = gate_up.shape
+    inner = two_i // 2
+    out = torch.empty((m, inner), device=gate_up.device, dtype=gate_up.dtype)
+    if m == 0:
+        return out
+    block = min(SILU_BLOCK, triton.next_power_of_2(inner))
+    grid = (m, triton.cdiv(inner, block))
+    gelu_mul_kernel[grid](gate_up, out, INNER=inner, BLOCK=block, num_warps=SILU_WARPS)
+    return out
+
+
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """``[M, 2I] -> [M, I]`` in gate_up's dtype: ``silu(g) * u`` in fp32."""
     _require_contiguous("silu_mul", gate_up)

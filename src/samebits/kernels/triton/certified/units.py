@@ -24,6 +24,7 @@ KERNEL_FILES = {
     "fused": "_fused_kernels.py",
     "moe": "_moe_kernels.py",
     "moe_combine": "_moe_kernels.py",
+    "gelu": "_gelu_kernel.py",  # Gemma's GeGLU row kernel (a file of its own)
 }
 # the other kernel files a kind's proofs read, joined to its KERNEL_FILES file: the fused
 # kernel imports _rms_apply from the row kernels, and the op-by-op path it is proved equal to
@@ -46,6 +47,8 @@ def dims_of(cfg) -> dict:
         head_dim=get("head_dim"), vocab=get("vocab_size"),
         head_norm=bool(get("qk_norm", False)), bias=bool(get("attention_bias", False)),
     )  # fmt: skip
+    if get("gemma3") is not None:  # Gemma 3: GeGLU instead of SiLU-and-mul
+        d["act"] = "gelu"
     moe = get("moe")
     if moe is not None and not isinstance(cfg, dict):
         d["moe"] = dict(experts=moe.num_experts, inter=moe.moe_intermediate_size,
@@ -84,6 +87,8 @@ def _moe_shapes(d: dict) -> list[tuple[str, int, int]]:
 
 def silu_widths(d: dict) -> list[int]:
     """The widths the SiLU-and-mul kernel runs at: the dense MLP's and the experts'."""
+    if d.get("act") == "gelu":
+        return []
     widths = [d["inter"]] if _mlp_shapes(d) else []
     return widths + ([d["moe"]["inter"]] if d.get("moe") is not None else [])
 
@@ -102,6 +107,9 @@ def units_for(d: dict, shapes: list[tuple[str, int, int]] | None = None) -> list
     ]
     out += [dict(key=f"rows.silu_mul.{i}", kind="rows", op="silu_mul", inner=i)
             for i in silu_widths(d)]  # fmt: skip
+    if d.get("act") == "gelu":
+        out.append(dict(key=f"gelu.gelu_mul.{d['inter']}", kind="gelu", op="gelu_mul",
+                        inner=d["inter"]))  # fmt: skip
     for heads in sorted({d["heads"], d["kv_heads"]}):
         out.append(dict(key=f"rows.rope.h{heads}.d{hd}", kind="rows", op="rope", heads=heads,
                         head_dim=hd))  # fmt: skip
@@ -267,6 +275,11 @@ def specialization(unit: dict) -> dict:
         return {"op": "combine", "top_k": unit["top_k"], "hidden": unit["hidden"],
                 "block": mg.combine_block(unit["hidden"]), "warps": mg.COMBINE_WARPS,
                 "fp_fusion": mg.COMBINE_FP_FUSION}  # fmt: skip
+    if kind == "gelu":
+        from samebits.kernels.triton import rows
+
+        block = min(rows.SILU_BLOCK, _next_pow2(unit["inner"]))
+        return {"op": "gelu_mul", "inner": unit["inner"], "block": block, "warps": rows.SILU_WARPS}
     if kind == "rows":
         from samebits.kernels.triton import rows
 
