@@ -15,7 +15,7 @@ import torch
 
 from samebits.bits import same_bits
 from samebits.model import YarnRopeScaling, load_model
-from samebits.model.config import RopeScaling, model_config_from_hf
+from samebits.model.config import LinearRopeScaling, RopeScaling, model_config_from_hf
 from samebits.model.presets import PRESETS
 from samebits.model.rope_tables import inverse_frequencies, rope_tables
 
@@ -136,7 +136,17 @@ def test_tables_are_the_same_on_every_build_and_length(scaling):
     assert same_bits(short_cos, cos[:1000]) and same_bits(short_sin, sin[:1000])
 
 
-@pytest.mark.parametrize("rope_type", ["longrope", "dynamic", "linear", "proportional"])
+def test_linear_rope_type_parses_and_divides_every_frequency():
+    """`linear` (Gemma 3's global layers, transformers' rope type): parsed from the config,
+    every inverse frequency divided by the factor."""
+    raw = _raw({}, {"rope_type": "linear", "factor": 2.0}, "rope_parameters")
+    scaling = model_config_from_hf(raw).rope_scaling
+    assert scaling == LinearRopeScaling("linear", 2.0)
+    plain = inverse_frequencies(16, 10000.0, None)
+    assert same_bits(inverse_frequencies(16, 10000.0, scaling), plain / 2.0)
+
+
+@pytest.mark.parametrize("rope_type", ["longrope", "dynamic", "proportional"])
 def test_unsupported_rope_types_are_named(rope_type):
     raw = _raw({}, {"rope_type": rope_type, "factor": 2.0}, "rope_parameters")
     with pytest.raises(ValueError, match=f"rope_type '{rope_type}' is not supported"):
