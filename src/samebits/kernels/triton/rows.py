@@ -166,7 +166,18 @@ def gelu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     `_gelu_kernel.py`), launched as `silu_mul` is (same blocks and warps)."""
     from samebits.kernels.triton._gelu_kernel import gelu_mul_kernel
 
-    _require_contiguous("gelu_mul", gate_up)
+    return _gated(gelu_mul_kernel, "gelu_mul", gate_up)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """``[M, 2I] -> [M, I]`` in gate_up's dtype: ``silu(g) * u`` in fp32."""
+    return _gated(silu_mul_kernel, "silu_mul", gate_up)
+
+
+def _gated(kernel, name: str, gate_up: torch.Tensor) -> torch.Tensor:
+    """One launch of a gated activation kernel: a row per program row, column blocks of
+    ``min(SILU_BLOCK, next_pow2(I))`` (static facts of the width, never of M)."""
+    _require_contiguous(name, gate_up)
     m, two_i = gate_up.shape
     inner = two_i // 2
     out = torch.empty((m, inner), device=gate_up.device, dtype=gate_up.dtype)
@@ -174,18 +185,8 @@ def gelu_mul(gate_up: torch.Tensor) -> torch.Tensor:
         return out
     block = min(SILU_BLOCK, triton.next_power_of_2(inner))
     grid = (m, triton.cdiv(inner, block))
-    gelu_mul_kernel[grid](gate_up, out, INNER=inner, BLOCK=block, num_warps=SILU_WARPS)
+    kernel[grid](gate_up, out, INNER=inner, BLOCK=block, num_warps=SILU_WARPS)
     return out
-
-
-def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """``[M, 2I] -> [M, I]`` in gate_up's dtype: ``silu(g) * u`` in fp32."""
-    _require_contiguous("silu_mul", gate_up)
-    m, two_i = gate_up.shape
-    inner = two_i // 2
-    out = torch.empty((m, inner), device=gate_up.device, dtype=gate_up.dtype)
-    if m == 0:
-        return out
     block = min(SILU_BLOCK, triton.next_power_of_2(inner))
     grid = (m, triton.cdiv(inner, block))
     silu_mul_kernel[grid](gate_up, out, INNER=inner, BLOCK=block, num_warps=SILU_WARPS)
