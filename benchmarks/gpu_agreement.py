@@ -37,11 +37,13 @@ import platform
 import sys
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import leading_matches  # noqa: E402
+from hf_moe import hf_moe_config, hf_routing, is_moe_name, moe_state, our_routing, routing_report  # noqa: E402
 
 DEFAULT_PRESETS = ("tiny-llama", "tiny-qwen3")
 BIG_PRESETS = ("llama-3-8b", "qwen3-8b")
@@ -51,6 +53,8 @@ HF_CLASSES = {
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
     "gemma3_text": "Gemma3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+    "mixtral": "MixtralForCausalLM",
 }
 DEVICE_DTYPE = {"cuda": "bfloat16", "cpu": "float32"}
 LOGITS_PROMPT_LEN = 256
@@ -100,6 +104,8 @@ def to_hf_config(cfg):
         return transformers.Qwen2Config(**common, use_sliding_window=False)
     if cfg.model_type == "qwen3":
         return transformers.Qwen3Config(**common, use_sliding_window=False, attention_bias=False)
+    if cfg.moe is not None:
+        return hf_moe_config(cfg, common)
     raise ValueError(f"no HF class for model_type {cfg.model_type!r}")
 
 
@@ -140,9 +146,11 @@ def check_config_round_trip(cfg) -> None:
         raise AssertionError(f"to_hf_config does not round-trip:\n{cfg}\n!=\n{back}")
 
 
-def hf_model(loaded, device: str, dtype):
+def hf_model(loaded, device: str, dtype, consume: bool = False):
     """transformers' model of `loaded.config`, its parameters being `loaded.weights` (shared
-    tensors, no copy); EOS is off in its generation config (`generate` runs every step)."""
+    tensors, no copy; a mixture of experts' experts are stacked copies, see `hf_moe`, popped
+    from `loaded.weights` with `consume`); EOS is off in its generation config (`generate`
+    runs every step)."""
     import torch
     import transformers
     from transformers.utils import logging as hf_logging
@@ -153,10 +161,13 @@ def hf_model(loaded, device: str, dtype):
         model = cls._from_config(to_hf_config(loaded.config), dtype=dtype)
     # weights of another dtype (a GGUF's float32 dequantization) are rounded to `dtype`, as
     # the invariant plan rounds them; the others are shared, not copied
-    state = {k: v if v.dtype == dtype else v.to(dtype) for k, v in loaded.weights.items()}
-    if loaded.config.tie_word_embeddings:
+    cfg = loaded.config
+    experts = moe_state(loaded, dtype, consume) if cfg.moe is not None else {}
+    state = {k: v if v.dtype == dtype else v.to(dtype) for k, v in loaded.weights.items()
+             if not is_moe_name(k, cfg)}  # fmt: skip
+    if cfg.tie_word_embeddings:
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
-    model.load_state_dict(state, strict=True, assign=True)
+    model.load_state_dict({**state, **experts}, strict=True, assign=True)
     _check_shared(model, state)
     model.eval()
     model.generation_config.eos_token_id = None
@@ -220,19 +231,22 @@ def logits_agreement(ours, ref) -> dict:
     }
 
 
-def greedy_agreement(llm, hf, prompts: list[list[int]], steps: int) -> dict:
+def our_greedy(llm, prompts: list[list[int]], steps: int) -> list[list[int]]:
     from samebits.sampling import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=steps, ignore_eos=True)
-    outs = llm.generate(prompts, params)
+    return [list(out.outputs[0].token_ids) for out in llm.generate(prompts, params)]
+
+
+def greedy_agreement(ours: list[list[int]], hf, prompts: list[list[int]], steps: int) -> dict:
+    """Our greedy runs (`our_greedy`) against HF's on the same prompts."""
     per_prompt = []
-    for prompt, out in zip(prompts, outs, strict=True):
-        ours = list(out.outputs[0].token_ids)
+    for prompt, mine in zip(prompts, ours, strict=True):
         ref = hf_greedy(hf, prompt, steps)
         per_prompt.append(
             {
-                "prompt_len": len(prompt), "equal": ours == ref,
-                "leading_matches": leading_matches(ours, ref), "samebits": ours, "hf": ref,
+                "prompt_len": len(prompt), "equal": mine == ref,
+                "leading_matches": leading_matches(mine, ref), "samebits": mine, "hf": ref,
             }
         )  # fmt: skip
     return {"all_equal": all(p["equal"] for p in per_prompt), "prompts": per_prompt}
@@ -300,7 +314,6 @@ def run_preset(
         config = with_yarn(preset, yarn)
         loaded = random_model(config, seed=seed, device=device, dtype=getattr(torch, dtype_name))
     check_config_round_trip(loaded.config)
-    hf = hf_model(loaded, device, getattr(torch, dtype_name))
     max_model_len = max(MAX_MODEL_LEN, context + 256)
     deployment = build_deployment(
         loaded, "invariant", max_model_len=max_model_len, device=device, dtype=dtype_name
@@ -309,19 +322,29 @@ def run_preset(
     built_s = time.monotonic() - start
     vocab = loaded.config.vocab_size
     ids = random_prompt(vocab, context, seed=seed)
-    ours, theirs = cold_logits(deployment, ids, all_rows=True), hf_logits(hf, ids)
-    logits = logits_agreement(ours, theirs)
+    # (MoE) the routing of the very forward whose logits are compared
+    ours, routed = our_routing(deployment, partial(cold_logits, deployment, ids, all_rows=True))
     prompts = [random_prompt(vocab, n, seed=seed + 1 + i) for i, n in enumerate(GREEDY_PROMPT_LENS)]
     if real:
         prompts = [loaded.tokenizer.encode(t, add_special_tokens=True) for t in TEXT_PROMPTS]
+    our_runs, fingerprint = our_greedy(llm, prompts, GREEDY_STEPS), deployment.fingerprint
+    del llm, deployment  # HF runs after: one model in memory at a time (a 30B-A3B is 61 GB)
+    _free(device)
+    consume = loaded.config.moe is not None and not fp32_reference
+    hf = hf_model(loaded, device, getattr(torch, dtype_name), consume=consume)
+    theirs = hf_logits(hf, ids)
+    logits = logits_agreement(ours, theirs)
     result = {
         "preset": preset, "model": loaded.name, "device": device, "dtype": dtype_name,
         "rope_scaling": str(loaded.config.rope_scaling), "context": context,
-        "fingerprint": deployment.fingerprint, "build_s": round(built_s, 1),
-        "logits": logits, "greedy": greedy_agreement(llm, hf, prompts, GREEDY_STEPS),
+        "fingerprint": fingerprint, "build_s": round(built_s, 1),
+        "logits": logits, "greedy": greedy_agreement(our_runs, hf, prompts, GREEDY_STEPS),
         "rel_max_diff_within_target": logits["rel_max_diff"] < REL_DIFF_TARGET,
     }  # fmt: skip
-    del llm, deployment, hf
+    if loaded.config.moe is not None:
+        k = loaded.config.moe.num_experts_per_tok
+        result["routing"] = routing_report(routed, hf_routing(hf, ids, k), k)
+    del hf
     _free(device)
     if fp32_reference:
         add_fp32_reference(result, loaded, device, ids, prompts, ours, theirs)

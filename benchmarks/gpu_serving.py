@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import os
 import random
 import sys
@@ -100,16 +101,11 @@ def decode_step_ms(llm, batch: int, steps: int = 16, streamed: bool = False) -> 
     """Median wall time of an engine step once `batch` requests are all decoding. FINAL_ONLY
     requests, as (b)'s (`LLM.generate`; digests on the device), or with `streamed` CUMULATIVE
     ones (what the server's streams see: each step's digests hashed on the host)."""
-    from samebits import SamplingParams
     from samebits.outputs import RequestOutputKind
 
     engine = llm.engine
-    params = SamplingParams(max_tokens=steps + 4, temperature=0.0, ignore_eos=True, seed=0)
     kind = RequestOutputKind.CUMULATIVE if streamed else RequestOutputKind.FINAL_ONLY
-    for i in range(batch):
-        engine.add_request(f"step-{i}", [5 + i % 50] * 64, params, output_kind=kind)
-    while any(len(t) < 64 for t in _computed(engine)):
-        engine.step()
+    _start_decoding(engine, batch, steps + 4, kind)
     times = []
     for _ in range(steps):
         start = time.perf_counter()
@@ -118,6 +114,37 @@ def decode_step_ms(llm, batch: int, steps: int = 16, streamed: bool = False) -> 
     while engine.has_unfinished_requests():
         engine.step()
     return sorted(times)[len(times) // 2]
+
+
+def _start_decoding(engine, batch: int, max_tokens: int, kind) -> None:
+    """`batch` requests of 64 prompt tokens added and stepped until all of them decode."""
+    from samebits import SamplingParams
+
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True, seed=0)
+    for i in range(batch):
+        engine.add_request(f"step-{i}", [5 + i % 50] * 64, params, output_kind=kind)
+    while any(len(t) < 64 for t in _computed(engine)):
+        engine.step()
+
+
+def moe_step_roofline(llm, step_ms: float, batch: int = 64) -> dict | None:
+    """`moe_roofline.roofline` of the batch-`batch` decode step (None for a dense model): the
+    experts one step of that batch touches (the `decode_step_ms` setup, one eager step)."""
+    from moe_roofline import roofline, routed_experts
+
+    from samebits.model.checkpoint import expected_weight_shapes
+    from samebits.outputs import RequestOutputKind
+
+    engine = llm.engine
+    cfg = engine.runner.model.cfg
+    if cfg.moe is None:
+        return None
+    _start_decoding(engine, batch, 8, RequestOutputKind.FINAL_ONLY)
+    experts = routed_experts(llm)
+    while engine.has_unfinished_requests():
+        engine.step()
+    weights = sum(2 * math.prod(shape) for shape in expected_weight_shapes(cfg).values())
+    return roofline(cfg, experts, step_ms, weights)
 
 
 def graph_replay_ms(llm, bucket: int = 64, reps: int = 20) -> float | None:
@@ -194,17 +221,14 @@ def other_digests(llm, jobs) -> dict:
         engine.update_runtime_config(device_digests=before)
 
 
-def hf_throughput(loaded, jobs, device: str, cache: str = "dynamic") -> dict:
+def hf_throughput(model, jobs, device: str, cache: str = "dynamic") -> dict:
     """HF transformers `generate` on the same weights, one static batch (workload b).
 
     `cache` "dynamic" is eager HF (its default cache); "static" is HF's static KV cache, whose
     forward transformers compiles by itself on cuda: that run is made twice, the first
     (compile included) reported as `first_wall_s`, the second as the figure."""
     import torch
-    from gpu_agreement import hf_model
 
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    model = hf_model(loaded, device, dtype)
     ids = torch.tensor([p for p, _ in jobs], device=device)
     new = jobs[0][1]
     kw = {"cache_implementation": "static"} if cache == "static" else {}
@@ -273,6 +297,7 @@ def run_plan(loaded, plan: str, args: argparse.Namespace, jobs_a, jobs_b, eager:
            "decode_step_ms_b64": decode_step_ms(llm, 64),
            "decode_step_ms_b64_streamed": decode_step_ms(llm, 64, streamed=True),
            "graph_replay_ms_b64": graph_replay_ms(llm, 64)}  # fmt: skip
+    out["moe_roofline_b64"] = moe_step_roofline(llm, out["decode_step_ms_b64"])
     if plan == "invariant":
         llm.engine.update_runtime_config(async_scheduling=False)
         out["b_tok_s_sync_scheduling"] = run_engine(llm, jobs_b)["tok_s"]
@@ -295,9 +320,10 @@ def run_plan(loaded, plan: str, args: argparse.Namespace, jobs_a, jobs_b, eager:
 
 def _only_b(llm, build_s: float, jobs_b) -> dict:
     """`--only-b`: workload (b) and the batch-64 decode step, nothing else."""
-    b = run_engine(llm, jobs_b)
+    b, step_ms = run_engine(llm, jobs_b), decode_step_ms(llm, 64)
     return {"build_s": build_s, "b_tok_s": b["tok_s"], "b_wall_s": b["wall_s"],
-            "decode_step_ms_b64": decode_step_ms(llm, 64), "graphs": graph_facts(llm)}  # fmt: skip
+            "decode_step_ms_b64": step_ms, "moe_roofline_b64": moe_step_roofline(llm, step_ms),
+            "graphs": graph_facts(llm)}  # fmt: skip
 
 
 def step_profile(llm, batch: int, steps: int = 8, top: int = 30) -> list[str]:
@@ -469,19 +495,35 @@ def run(args: argparse.Namespace) -> dict:
             result[key] = run_plan(loaded, plan, args, jobs_a, jobs_b, eager)
             release()
             print(key, json.dumps(result[key]), flush=True)
-    for cache in () if args.no_hf else args.hf_caches.split(","):
-        key = "hf" if cache == "dynamic" else f"hf_{cache}"
-        result[key] = _guarded_hf(loaded, jobs_b, args.device, cache)
-        release()
-        print(key, json.dumps(result[key]), flush=True)
+    caches = () if args.no_hf else tuple(args.hf_caches.split(","))
+    if caches:
+        result.update(hf_runs(loaded, jobs_b, args.device, caches))
     return result
 
 
-def _guarded_hf(loaded, jobs, device: str, cache: str) -> dict:
+def hf_runs(loaded, jobs, device: str, caches: Sequence[str]) -> dict:
+    """HF `generate` of workload (b) per cache mode, on one HF model of the same weights
+    (built last: a mixture of experts' stacked experts consume `loaded`'s, see `hf_moe`)."""
+    import torch
+    from gpu_agreement import hf_model
+
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model = hf_model(loaded, device, dtype, consume=loaded.config.moe is not None)
+    out = {}
+    for cache in caches:
+        key = "hf" if cache == "dynamic" else f"hf_{cache}"
+        out[key] = _guarded_hf(model, jobs, device, cache)
+        print(key, json.dumps(out[key]), flush=True)
+    del model
+    release()
+    return out
+
+
+def _guarded_hf(model, jobs, device: str, cache: str) -> dict:
     """`hf_throughput`, or the error it raised (an HF cache mode failing is a result, not a
     reason to lose the run)."""
     try:
-        return hf_throughput(loaded, jobs, device, cache)
+        return hf_throughput(model, jobs, device, cache)
     except Exception as exc:  # noqa: BLE001 - reported in the JSON
         return {"cache": cache, "error": f"{type(exc).__name__}: {exc}"}
 
@@ -514,9 +556,15 @@ def summary(r: dict) -> dict:
 
 
 def _hf_ratios(r: dict) -> dict:
+    """Invariant (b) over HF's, and (MoE) each plan's batch-64 step against its roofline."""
     inv = r["invariant"]
-    return {f"invariant_over_{key}_b": inv["b_tok_s"] / r[key]["tok_s"]
-            for key in ("hf", "hf_static") if "tok_s" in r.get(key, {})}  # fmt: skip
+    out = {f"invariant_over_{key}_b": inv["b_tok_s"] / r[key]["tok_s"]
+           for key in ("hf", "hf_static") if "tok_s" in r.get(key, {})}  # fmt: skip
+    for plan in ("invariant", "fast"):
+        moe = r.get(plan, {}).get("moe_roofline_b64")
+        if moe:
+            out[f"{plan}_b64_step_of_expert_roofline"] = moe["fraction_of_expert_roofline"]
+    return out
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
