@@ -44,6 +44,9 @@ CASES = {
          [("get_weather", '{"city": "Oslo"}')]),
         ('<tool_call>{"name": "f", "arguments": ' + HARD + '}</tool_call>', None, [("f", HARD)]),
         ("a <tool_call", "a <tool_call", []),
+        # a missing close: the next block still starts a call
+        ('<tool_call>{"name": "a", "arguments": {}} <tool_call>{"name": "b", "arguments": {}}'
+         "</tool_call>", None, [("a", "{}"), ("b", "{}")]),
     ],
     "llama3_json": [
         ('{"name": "get_weather", "parameters": {"city": "Oslo"}}', None,

@@ -2,8 +2,8 @@
 `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`, anywhere in the text.
 
 A block is a call from its head on (`{"name": "<name>", "arguments": {`): its arguments are
-the model's text of that object, and the block runs to its `</tool_call>` (or the end of the
-output). A block in another shape is read whole at its `</tool_call>`: a call if its body is
+the model's text of that object, and the block runs to its `</tool_call>` (or the next
+`<tool_call>`, or the end of the output). A block in another shape is read whole at its `</tool_call>`: a call if its body is
 a call object, else text, as is an unclosed one. Content is the text outside the calls, less
 the whitespace-only pieces after a call (the newlines between calls are not content).
 """
@@ -57,8 +57,7 @@ def _block(out: Reading, piece: int, at: int) -> tuple[int, bool]:
         out.content(piece, at)
         args_end = value_end(text, head)
         out.call(name, head, args_end)
-        close = text.find(CLOSE, args_end) if args_end >= 0 else -1
-        return (-1 if close < 0 else close + len(CLOSE)), True
+        return _call_end(text, args_end), True
     close = text.find(CLOSE, head_at) if head == NO else -1
     if close < 0:  # undecided, or never closed: held, or text at the end
         out.content(piece, len(text) if out.final else at)
@@ -68,3 +67,14 @@ def _block(out: Reading, piece: int, at: int) -> tuple[int, bool]:
         out.content(piece, at)
         out.calls.append(call)
     return close + len(CLOSE), call is not None
+
+
+def _call_end(text: str, args_end: int) -> int:
+    """Where a call whose arguments end at `args_end` ends: after its `</tool_call>`, at the
+    next `<tool_call>` if that comes first (a missing close), -1 while neither is there."""
+    if args_end < 0:
+        return -1
+    close, reopen = text.find(CLOSE, args_end), text.find(OPEN, args_end)
+    if reopen >= 0 and (close < 0 or reopen < close):
+        return reopen
+    return -1 if close < 0 else close + len(CLOSE)
