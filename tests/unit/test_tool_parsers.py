@@ -143,6 +143,30 @@ def test_stream_pieces_join_to_the_whole_parse_at_every_split(parser, text, cont
     assert not caplog.records  # the stream never found its sent pieces contradicted
 
 
+@pytest.mark.parametrize(("parser", "text", "content", "calls"), ALL)
+def test_stream_fed_token_by_token_joins_to_the_whole_parse(parser, text, content, calls):
+    """As the server feeds it: the text the incremental detokenizer releases per token of
+    the tiny byte-level tokenizer (multi-byte characters whole, markers split anywhere)."""
+    from samebits.detokenizer import IncrementalDetokenizer
+    from tiny_models import train_tiny_tokenizer
+
+    backend = train_tiny_tokenizer()
+    ids = backend.encode(text, add_special_tokens=False).ids
+    detok, stream, pieces = (
+        IncrementalDetokenizer(backend, False),
+        ToolCallStream(get_parser(parser)),
+        [],
+    )
+    for token in ids:
+        detok.append(token)
+        pieces += stream.update(detok.text)
+    detok.flush()
+    pieces += stream.finish(detok.text)
+    whole = get_parser(parser).parse(detok.text)
+    assert detok.text == text  # the tiny tokenizer round-trips every case
+    assert assemble(pieces) == (whole.content or "", [[c.name, c.arguments] for c in whole.calls])
+
+
 def test_scan_prefix_order():
     a, b = ToolCall("f", '{"a'), ToolCall("f", '{"a": 1}')
     assert Scan("x", (a,)).is_prefix_of(Scan("xy", (b, a)))
