@@ -169,29 +169,34 @@ class ChatFlavor:
         if k is not None and delta.logprobs is not None:
             logprobs = chat_logprobs(list(delta.token_ids), list(delta.logprobs), k, tokenizer)
         final = delta.finish_reason is not None
-        bodies, finish_reason = (
-            [{"content": added} if added or not final else {}],
-            delta.finish_reason,
-        )
-        if choice.tool_stream is not None:
-            stream = choice.tool_stream
-            text = parser_text(choice, tokenizer)
-            pieces = stream.finish(text) if final else stream.update(text)
-            bodies = [_tool_delta(choice, piece) for piece in pieces]
-            finish_reason = _tool_finish(finish_reason, bool(stream.calls_sent))
+        bodies, finish_reason = _delta_bodies(choice, added, delta, tokenizer)
         tokens, digests = list(delta.token_ids), list(delta.logits_digests)
         out = []
         for i, body in enumerate(bodies):
-            last = i == len(bodies) - 1
+            first, last = i == 0, i == len(bodies) - 1
             out.append({
                 "index": choice.index,
                 "delta": body,
-                "logprobs": logprobs if i == 0 else None,
+                "logprobs": logprobs if first else None,
                 "finish_reason": finish_reason if last else None,
-                "samebits": extension(choice, tokens if i == 0 else [],
-                                      digests if i == 0 else [], audit, final and last),
+                "samebits": extension(choice, tokens if first else [],
+                                      digests if first else [], audit, final and last),
             })  # fmt: skip
         return out
+
+
+def _delta_bodies(
+    choice: Choice, added: str, delta: Delta, tokenizer: Any
+) -> tuple[list[dict[str, Any]], str | None]:
+    """(the `delta` bodies of one engine delta, its finish reason): the added text, or the
+    tool stream's pieces."""
+    final = delta.finish_reason is not None
+    if choice.tool_stream is None:
+        return [{"content": added} if added or not final else {}], delta.finish_reason
+    stream, text = choice.tool_stream, parser_text(choice, tokenizer)
+    pieces = stream.finish(text) if final else stream.update(text)
+    finish_reason = _tool_finish(delta.finish_reason, bool(stream.calls_sent))
+    return [_tool_delta(choice, piece) for piece in pieces], finish_reason
 
 
 def parser_text(choice: Choice, tokenizer: Any) -> str:
