@@ -184,8 +184,13 @@ def test_auto_parses_a_call_the_model_writes(qwen):
     assert whole.message.content == "Checking. "
     expected = [("get_time", {"zone": 3}), ("get_weather", {"city": "Oslo", "unit": "c"})]
     assert check_calls(whole) == expected
-    streamed = _assemble(chat(qwen, seed=3, extra_body=extra, max_tokens=400, stream=True))
-    assert streamed == _message_of(whole)
+    chunks = list(chat(qwen, seed=3, extra_body=extra, max_tokens=400, stream=True))
+    assert _assemble(chunks) == _message_of(whole)
+    assert list(_check_call_deltas(chunks)) == [0, 1]  # two calls: index 0, then 1
+    state = ChatCompletionStreamState()
+    for chunk in chunks:
+        state.handle_chunk(chunk)
+    assert _message_of(state.get_final_completion().choices[0]) == _message_of(whole)
 
 
 @pytest.mark.parametrize("which", ["llama", "qwen"])
