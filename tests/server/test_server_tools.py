@@ -14,6 +14,7 @@ import httpx
 import openai
 import pytest
 from harness import RunningServer
+from openai.lib.streaming.chat import ChatCompletionStreamState
 
 from samebits.audit import AuditLogWriter, read_log
 from samebits.audit.chain import GENESIS_HASH, canonical_json, seal_entry
@@ -183,8 +184,13 @@ def test_auto_parses_a_call_the_model_writes(qwen):
     assert whole.message.content == "Checking. "
     expected = [("get_time", {"zone": 3}), ("get_weather", {"city": "Oslo", "unit": "c"})]
     assert check_calls(whole) == expected
-    streamed = _assemble(chat(qwen, seed=3, extra_body=extra, max_tokens=400, stream=True))
-    assert streamed == _message_of(whole)
+    chunks = list(chat(qwen, seed=3, extra_body=extra, max_tokens=400, stream=True))
+    assert _assemble(chunks) == _message_of(whole)
+    assert list(_check_call_deltas(chunks)) == [0, 1]  # two calls: index 0, then 1
+    state = ChatCompletionStreamState()
+    for chunk in chunks:
+        state.handle_chunk(chunk)
+    assert _message_of(state.get_final_completion().choices[0]) == _message_of(whole)
 
 
 @pytest.mark.parametrize("which", ["llama", "qwen"])
@@ -195,6 +201,65 @@ def test_stream_assembles_the_same_message(which, kwargs, request):
     whole = chat(server, seed=11, **kwargs).choices[0]
     assert check_calls(whole)
     assert _assemble(chat(server, seed=11, stream=True, **kwargs)) == _message_of(whole)
+
+
+@pytest.mark.parametrize("which", ["llama", "qwen", "mistral"])
+def test_streamed_calls_arrive_as_openai_sends_them(which, request):
+    """A forced call streams as OpenAI streams calls: a first delta (index, id, type, name,
+    arguments ""), then argument fragments as the tokens come; the openai package's own
+    accumulator (`ChatCompletionStreamState`) assembles the whole response's calls."""
+    server = request.getfixturevalue(which)
+    body = dict(tool_choice=NAMED, seed=12,
+                logit_bias={str(server.engine.tokenizer.eos_token_ids[0]): 50})  # fmt: skip
+    whole = chat(server, **body).choices[0]
+    assert check_calls(whole, ("get_weather",))
+    state, chunks = ChatCompletionStreamState(), []
+    for chunk in chat(server, stream=True, **body):
+        state.handle_chunk(chunk)
+        chunks.append(chunk)
+    assembled = state.get_final_completion().choices[0]
+    assert _message_of(assembled) == _message_of(whole)
+    assert assembled.message.tool_calls[0].id.startswith("call_")
+    fragments = _check_call_deltas(chunks)
+    assert len(fragments) == 1 and len(fragments[0]) >= 3, fragments  # token by token
+    assert "".join(fragments[0]) == whole.message.tool_calls[0].function.arguments
+    assert [c.choices[0].finish_reason for c in chunks][-1] == "tool_calls"
+
+
+def _check_call_deltas(chunks) -> dict[int, list[str]]:
+    """Each call's argument fragments, checking the deltas' shape on the way."""
+    fragments: dict[int, list[str]] = {}
+    for chunk in chunks:
+        deltas = chunk.choices[0].delta.tool_calls or []
+        assert len({d.index for d in deltas}) == len(deltas)
+        for delta in deltas:
+            if delta.index not in fragments:  # the first delta of a call
+                assert delta.index == len(fragments) and delta.id.startswith("call_")
+                assert delta.type == "function" and delta.function.name
+                assert delta.function.arguments == ""
+                fragments[delta.index] = []
+            else:
+                assert delta.id is None and delta.function.name is None
+                assert delta.function.arguments
+                fragments[delta.index].append(delta.function.arguments)
+    return fragments
+
+
+def test_auto_with_parallel_tool_calls_false_keeps_the_first_call(qwen):
+    """Under auto the model may write several calls; `parallel_tool_calls: false` returns
+    the first (vLLM drops the others the same way), streamed or not."""
+    call = '<tool_call>\n{"name": "get_time", "arguments": {"zone": 3}}\n</tool_call>'
+    two = call + "\n" + call.replace('"zone": 3', '"zone": -4')
+    body = dict(seed=3, max_tokens=400, parallel_tool_calls=False,
+                extra_body={"guided_regex": "Checking\\. " + _regex_literal(two)})  # fmt: skip
+    whole = chat(qwen, **body).choices[0]
+    assert whole.message.content == "Checking. "
+    assert check_calls(whole) == [("get_time", {"zone": 3})]
+    chunks = list(chat(qwen, stream=True, **body))
+    assert _assemble(chunks) == _message_of(whole)
+    assert list(_check_call_deltas(chunks)) == [0]
+    both = chat(qwen, **{**body, "parallel_tool_calls": True}).choices[0]
+    assert check_calls(both) == [("get_time", {"zone": 3}), ("get_time", {"zone": -4})]
 
 
 def test_mistral_call_then_eos_is_parsed(mistral):
@@ -289,6 +354,9 @@ def test_audit_log_of_tool_requests_verifies_and_an_edit_fails(which, request, t
     report = verify_log(read_log(server.log_path), verifier)
     assert report.exit_code == 0, [r.message for r in report.failed_results]
     assert len(report.results) == report.num_requests >= len(tooled) > 0
+    streamed = next(e for e in tooled if e["tools"]["tool_choice"] == "required")
+    [passed] = [r for r in report.results if r.seq == streamed["seq"]]
+    assert passed.ok and passed.num_tokens == len(streamed["output_token_ids"]) > 0
     forged = tmp_path / "forged.jsonl"
     wider = grammar.replace('"maxLength":6', '"maxLength":60')
     assert wider != grammar
@@ -305,6 +373,18 @@ def test_audit_log_of_tool_requests_verifies_and_an_edit_fails(which, request, t
         assert report.chain_issues == [] and report.exit_code == 1, fragment
         [failed] = report.failed_results
         assert failed.seq == named["seq"] and fragment in failed.message, (fragment, failed)
+    # the streamed request's entry edited: its grammar widened, or its tools narrowed
+    streamed_grammar = streamed["sampling_params"]["structured_outputs"]["grammar"]
+    for fragment, edit in {
+        "logged grammar is not": lambda r: _with_grammar(
+            r, streamed_grammar.replace('"maxLength":6', '"maxLength":60')
+        ),
+        "not the one the logged tools": lambda r: _with_tools(r, _wider(r["tools"]["tools"])),
+    }.items():
+        forged.write_text(_resealed(entries, streamed["seq"], edit))
+        report = verify_log(read_log(forged), verifier)
+        [failed] = report.failed_results
+        assert failed.seq == streamed["seq"] and fragment in failed.message, (fragment, failed)
 
 
 def _with_grammar(record: dict, grammar: str) -> None:

@@ -9,11 +9,11 @@ import json
 
 import pytest
 
-from samebits.tools.calls import ToolCall
+from samebits.tools.calls import Scan, ToolCall
 from samebits.tools.grammar import call_grammar
 from samebits.tools.parsers import PARSERS, default_parser_name, get_parser
 from samebits.tools.spec import ToolChoice, ToolSpecError, parse_tool_choice, parse_tools
-from samebits.tools.stream import ToolCallStream
+from samebits.tools.stream import CallDelta, StreamPiece, ToolCallStream
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 TOOLS = parse_tools([
@@ -22,47 +22,65 @@ TOOLS = parse_tools([
 ])  # fmt: skip
 
 HERMES_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+HARD = '{"q": "a \\"b\\" \\\\ \\u00e9 é 😀 {x] </tool_call> [TOOL_CALLS]", "n": [1, {"m": []}]}'
+# (text, content, [(name, arguments: the model's text of them, character for character)])
 CASES = {
     "hermes": [
-        (HERMES_CALL, None, [("get_weather", {"city": "Oslo"})]),
+        (HERMES_CALL, None, [("get_weather", '{"city": "Oslo"}')]),
         ("Let me check.\n" + HERMES_CALL + "\n" + HERMES_CALL.replace("Oslo", "Rome"),
-         "Let me check.\n", [("get_weather", {"city": "Oslo"}), ("get_weather", {"city": "Rome"})]),
-        ('<tool_call>{"name": "now", "parameters": {}}</tool_call> done', " done", [("now", {})]),
+         "Let me check.\n", [("get_weather", '{"city": "Oslo"}'), ("get_weather", '{"city": "Rome"}')]),
+        ('<tool_call>{"name": "now", "parameters": {}}</tool_call> done', " done", [("now", "{}")]),
         ("no call here", "no call here", []),
         ("<tool_call>{not json}</tool_call>", "<tool_call>{not json}</tool_call>", []),
         ('<tool_call>{"arguments": {}}</tool_call>', '<tool_call>{"arguments": {}}</tool_call>', []),
-        ('<tool_call>\n{"name": "now", "arguments": {', '<tool_call>\n{"name": "now", "arguments": {', []),
+        # a call is a call from its head on: cut short, its arguments are what was written
+        ('<tool_call>\n{"name": "now", "arguments": {"a": "x', None, [("now", '{"a": "x')]),
+        ('<tool_call>\n{"name": "no', '<tool_call>\n{"name": "no', []),
         ('<tool_call>{"name": "now", "arguments": [1]}</tool_call>',
          '<tool_call>{"name": "now", "arguments": [1]}</tool_call>', []),
+        # another shape is read whole at its close: keys swapped, arguments re-serialized
+        ('<tool_call>{"arguments": {"a":1}, "name": "now"}</tool_call>', None, [("now", '{"a": 1}')]),
+        ("x\n<tool_call>{bad}</tool_call>\n" + HERMES_CALL + "\n \n", "x\n<tool_call>{bad}</tool_call>\n",
+         [("get_weather", '{"city": "Oslo"}')]),
+        ('<tool_call>{"name": "f", "arguments": ' + HARD + '}</tool_call>', None, [("f", HARD)]),
+        ("a <tool_call", "a <tool_call", []),
+        # a missing close: the next block still starts a call
+        ('<tool_call>{"name": "a", "arguments": {}} <tool_call>{"name": "b", "arguments": {}}'
+         "</tool_call>", None, [("a", "{}"), ("b", "{}")]),
     ],
     "llama3_json": [
         ('{"name": "get_weather", "parameters": {"city": "Oslo"}}', None,
-         [("get_weather", {"city": "Oslo"})]),
+         [("get_weather", '{"city": "Oslo"}')]),
         ('<|python_tag|>{"name": "now", "parameters": {}}; {"name": "now", "arguments": {}}', None,
-         [("now", {}), ("now", {})]),
-        ('{"name": "now", "parameters": "{\\"a\\": 1}"}', None, [("now", {"a": 1})]),
+         [("now", "{}"), ("now", "{}")]),
+        ('{"name": "now", "parameters": "{\\"a\\": 1}"}', None, [("now", '{"a": 1}')]),
         ("Hello there", "Hello there", []),
-        ('{"name": "now", "parameters": {}} trailing', '{"name": "now", "parameters": {}} trailing', []),
+        ('{"name": "now", "parameters": {}} trailing', " trailing", [("now", "{}")]),
         ('{"city": "Oslo"}', '{"city": "Oslo"}', []),
-        ('{"name": "now", "parameters": {', '{"name": "now", "parameters": {', []),
+        ('{"name": "now", "parameters": {', None, [("now", "{")]),
+        ('{"name": "now", "parameters": {}};', None, [("now", "{}")]),
+        ('{"name": "f", "parameters": ' + HARD + '}', None, [("f", HARD)]),
+        ("<|python_", "<|python_", []),
         ("", None, []),
     ],
     "mistral": [
         ('[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Oslo"}}]', None,
-         [("get_weather", {"city": "Oslo"})]),
+         [("get_weather", '{"city": "Oslo"}')]),
         ('Sure [TOOL_CALLS] [{"name": "now", "arguments": {}}, {"name": "now", "arguments": {}}]',
-         "Sure ", [("now", {}), ("now", {})]),
+         "Sure ", [("now", "{}"), ("now", "{}")]),
         ("[TOOL_CALLS] not json", "[TOOL_CALLS] not json", []),
-        ('[TOOL_CALLS][{"name": "now"}, 3]', '[TOOL_CALLS][{"name": "now"}, 3]', []),
-        ('[TOOL_CALLS][{"name": "now", "arguments": {}}] extra',
-         '[TOOL_CALLS][{"name": "now", "arguments": {}}] extra', []),
+        ('[TOOL_CALLS][3, {"name": "now"}]', '[TOOL_CALLS][3, {"name": "now"}]', []),
+        ('[TOOL_CALLS][{"name": "now", "arguments": {}}] extra', " extra", [("now", "{}")]),
         ("plain", "plain", []),
-        ('[TOOL_CALLS]get_weather[ARGS]{"city": "Oslo"}', None, [("get_weather", {"city": "Oslo"})]),
+        ("plain [TOOL_", "plain [TOOL_", []),
+        ('[TOOL_CALLS]get_weather[ARGS]{"city": "Oslo"}', None, [("get_weather", '{"city": "Oslo"}')]),
         ('ok [TOOL_CALLS]now[ARGS]{}[TOOL_CALLS]get_weather[ARGS]{"city": "Rome"}\n', "ok ",
-         [("now", {}), ("get_weather", {"city": "Rome"})]),
+         [("now", "{}"), ("get_weather", '{"city": "Rome"}')]),
         ("[TOOL_CALLS]now{}", "[TOOL_CALLS]now{}", []),
-        ("[TOOL_CALLS]now[ARGS]{} tail", "[TOOL_CALLS]now[ARGS]{} tail", []),
+        ("[TOOL_CALLS]now[ARGS]{} tail", " tail", [("now", "{}")]),
         ("[TOOL_CALLS]now[ARGS][1]", "[TOOL_CALLS]now[ARGS][1]", []),
+        ("[TOOL_CALLS]f[ARGS]" + HARD, None, [("f", HARD)]),
+        ('[TOOL_CALLS][{"name": "f", "arguments": ' + HARD + "}]", None, [("f", HARD)]),
     ],
 }  # fmt: skip
 ALL = [(name, *case) for name, cases in CASES.items() for case in cases]
@@ -72,40 +90,141 @@ ALL = [(name, *case) for name, cases in CASES.items() for case in cases]
 def test_parse_whole_output(parser, text, content, calls):
     parsed = get_parser(parser).parse(text)
     assert parsed.content == content
-    assert [(c.name, json.loads(c.arguments)) for c in parsed.calls] == calls
+    assert [(c.name, c.arguments) for c in parsed.calls] == calls
+
+
+def test_hard_arguments_are_one_json_object():
+    assert json.loads(HARD)["q"] == 'a "b" \\ é é 😀 {x] </tool_call> [TOOL_CALLS]'
 
 
 @pytest.mark.parametrize(("parser", "text", "content", "calls"), ALL)
-def test_stream_pieces_join_to_the_whole_parse_at_every_split(parser, text, content, calls):
+def test_scan_of_a_prefix_is_a_prefix_of_every_later_scan(parser, text, content, calls):
+    """The stream's invariant, at every split point (every character: any tokenization)."""
+    fmt = get_parser(parser)
+    scans = [fmt.scan(text[:end], final=False) for end in range(len(text) + 1)]
+    scans.append(fmt.scan(text, final=True))
+    for before, after in zip(scans, scans[1:], strict=False):
+        assert before.is_prefix_of(after), (before, after)
+
+
+def assemble(pieces) -> tuple[str, list[list[str]]]:
+    """Content and [name, arguments] per call, as a client merges deltas by index; checks
+    OpenAI's shape: a call's first delta has its name and arguments "", later ones only
+    fragments, one delta per call index in a piece."""
+    content, calls = "", []
+    for piece in pieces:
+        content += piece.content
+        assert len({d.index for d in piece.calls}) == len(piece.calls)
+        for delta in piece.calls:
+            if delta.name is not None:
+                assert delta.index == len(calls) and delta.arguments == ""
+                calls.append([delta.name, ""])
+            else:
+                assert delta.arguments and delta.index < len(calls)
+                calls[delta.index][1] += delta.arguments
+    return content, calls
+
+
+def stream_pieces(parser: str, text: str, step: int, max_calls=None) -> list:
+    stream = ToolCallStream(get_parser(parser), max_calls)
+    pieces = []
+    for end in range(step, len(text), step):
+        pieces += stream.update(text[:end])
+    return pieces + stream.finish(text)
+
+
+@pytest.mark.parametrize(("parser", "text", "content", "calls"), ALL)
+def test_stream_pieces_join_to_the_whole_parse_at_every_split(parser, text, content, calls, caplog):
     whole = get_parser(parser).parse(text)
-    for step in (1, 2, 5):
-        stream = ToolCallStream(get_parser(parser))
-        got_content, got_calls = "", []
-        for end in range(step, len(text), step):
-            piece = stream.update(text[:end])
-            got_content += piece.content
-            got_calls += piece.calls
-        piece = stream.finish(text)
-        got_content += piece.content
-        got_calls += piece.calls
+    for step in (1, 2, 3, 7, len(text) + 1):
+        got_content, got_calls = assemble(stream_pieces(parser, text, step))
         assert got_content == (whole.content or "")
-        assert [i for i, _ in got_calls] == list(range(len(whole.calls)))
-        assert tuple(c for _, c in got_calls) == whole.calls
+        assert got_calls == [[c.name, c.arguments] for c in whole.calls]
+    assert not caplog.records  # the stream never found its sent pieces contradicted
 
 
-def test_hermes_stream_sends_a_call_when_it_closes_and_holds_a_partial_marker():
+@pytest.mark.parametrize(("parser", "text", "content", "calls"), ALL)
+def test_stream_fed_token_by_token_joins_to_the_whole_parse(parser, text, content, calls):
+    """As the server feeds it: the text the incremental detokenizer releases per token of
+    the tiny byte-level tokenizer (multi-byte characters whole, markers split anywhere)."""
+    from samebits.detokenizer import IncrementalDetokenizer
+    from tiny_models import train_tiny_tokenizer
+
+    backend = train_tiny_tokenizer()
+    ids = backend.encode(text, add_special_tokens=False).ids
+    detok, stream, pieces = (
+        IncrementalDetokenizer(backend, False),
+        ToolCallStream(get_parser(parser)),
+        [],
+    )
+    for token in ids:
+        detok.append(token)
+        pieces += stream.update(detok.text)
+    detok.flush()
+    pieces += stream.finish(detok.text)
+    whole = get_parser(parser).parse(detok.text)
+    assert detok.text == text  # the tiny tokenizer round-trips every case
+    assert assemble(pieces) == (whole.content or "", [[c.name, c.arguments] for c in whole.calls])
+
+
+def test_scan_prefix_order():
+    a, b = ToolCall("f", '{"a'), ToolCall("f", '{"a": 1}')
+    assert Scan("x", (a,)).is_prefix_of(Scan("xy", (b, a)))
+    assert Scan("").is_prefix_of(Scan("", (b, b)))
+    assert not Scan("x", (b,)).is_prefix_of(Scan("x", (a,)))  # arguments shrank
+    assert not Scan("x", (a,)).is_prefix_of(Scan("x", (ToolCall("g", '{"a'),)))  # renamed
+    assert not Scan("x", (a, a)).is_prefix_of(Scan("x", (b, a)))  # an earlier call changed
+    assert not Scan("x").is_prefix_of(Scan("y"))
+    assert not Scan("", (a,)).is_prefix_of(Scan(""))
+
+
+@pytest.mark.parametrize("parser", sorted(PARSERS))
+def test_stream_sends_arguments_as_they_are_written(parser):
+    """Each update sends the new argument characters: nothing held inside the arguments."""
+    prefix = {
+        "hermes": '<tool_call>\n{"name": "f", "arguments": ',
+        "llama3_json": '{"name": "f", "parameters": ',
+        "mistral": "[TOOL_CALLS]f[ARGS]",
+    }
+    text = prefix[parser] + HARD
+    stream = ToolCallStream(get_parser(parser))
+    assert stream.update(text[: len(prefix[parser]) - 1]) == [StreamPiece("")]
+    start = len(prefix[parser])
+    first = stream.update(text[: start + 1])
+    assert first == [
+        StreamPiece("", (CallDelta(0, "f", ""),)),
+        StreamPiece("", (CallDelta(0, None, "{"),)),
+    ]
+    for end in range(start + 2, len(text) + 1):
+        assert stream.update(text[:end]) == [StreamPiece("", (CallDelta(0, None, text[end - 1]),))]
+    assert stream.finish(text) == [StreamPiece("")]
+
+
+def test_hermes_stream_holds_a_partial_marker_and_streams_content_and_calls():
     stream = ToolCallStream(get_parser("hermes"))
-    assert stream.update("Hi <tool").content == "Hi "
-    assert stream.update("Hi <tool_call>{").calls == ()
+    assert stream.update("Hi <tool") == [StreamPiece("Hi ")]
+    assert stream.update("Hi <tool_call>\n{") == [StreamPiece("")]
+    assert stream.update('Hi <tool_call>\n{"name": "get_weather", "arguments": {"ci') == [
+        StreamPiece("", (CallDelta(0, "get_weather", ""),)),
+        StreamPiece("", (CallDelta(0, None, '{"ci'),)),
+    ]  # fmt: skip
     piece = stream.update("Hi " + HERMES_CALL)
-    assert piece.calls == ((0, ToolCall("get_weather", '{"city": "Oslo"}')),)
-    assert stream.update("Hi " + HERMES_CALL + " more").content == ""  # after a call: held
+    assert piece == [StreamPiece("", (CallDelta(0, None, 'ty": "Oslo"}'),))]
+    assert stream.update("Hi " + HERMES_CALL + "\n") == [StreamPiece("")]  # after a call: held
+    assert stream.update("Hi " + HERMES_CALL + "\nok") == [StreamPiece("\nok")]
+    assert stream.calls_sent == (ToolCall("get_weather", '{"city": "Oslo"}'),)
+
+
+def test_a_stream_limited_to_one_call_drops_the_others_as_the_whole_parse_does():
+    text = "Let me check.\n" + HERMES_CALL + "\n" + HERMES_CALL.replace("Oslo", "Rome")
+    content, calls = assemble(stream_pieces("hermes", text, 3, max_calls=1))
+    assert content == "Let me check.\n" and calls == [["get_weather", '{"city": "Oslo"}']]
 
 
 def test_whitespace_only_content_is_none_and_never_streamed():
     stream = ToolCallStream(get_parser("hermes"))
-    assert stream.update("\n\n").content == ""
-    assert stream.finish("\n\n" + HERMES_CALL).content == ""
+    assert stream.update("\n\n") == [StreamPiece("")]
+    assert [p.content for p in stream.finish("\n\n" + HERMES_CALL)] == ["", ""]
     assert get_parser("hermes").parse("\n" + HERMES_CALL + "\n").content is None
 
 

@@ -166,10 +166,11 @@ class OpenAIService:
             async for choice, added, delta in gen.events():
                 final = delta.finish_reason is not None
                 audit = await self.recorder.record(choice, call) if final else None
-                piece = flavor.chunk_choice(
+                pieces = flavor.chunk_choices(
                     choice, added, delta, meta.num_logprobs, self.tokenizer, audit
                 )
-                yield self._chunk(meta, flavor, [piece])
+                for piece in pieces:
+                    yield self._chunk(meta, flavor, [piece])
             if meta.include_usage:
                 yield self._chunk(meta, flavor, [], usage=self._usage(gen))
             yield "data: [DONE]\n\n"
@@ -224,7 +225,7 @@ class OpenAIService:
 def _tool_stream(tools: ToolPlan | None) -> ToolCallStream | None:
     if tools is None or tools.parser is None:
         return None
-    return ToolCallStream(tools.parser)
+    return tools.stream()
 
 
 def _prompt_tokens(gen: Generation) -> int:

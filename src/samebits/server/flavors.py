@@ -1,9 +1,11 @@
 """What differs between /v1/completions and /v1/chat/completions: prompts and JSON shapes.
 
 Chat with a tool parser: the message carries `tool_calls` (the parse of the whole output) and
-`content` (the text outside the calls, or null); a streamed choice sends content and whole
-calls as `ToolCallStream` settles them, so the client assembles the same message. A choice
-that stopped ("stop") with at least one call finishes with "tool_calls".
+`content` (the text outside the calls, or null); a streamed choice sends content, each call's
+first delta and its argument fragments as `ToolCallStream` settles them (an engine delta may
+become two chunks: a call's first delta, then the arguments it already has), so the client
+assembles the same message. A choice that stopped ("stop") with at least one call finishes
+with "tool_calls".
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from samebits.server.responses import (
     join_logprobs,
 )
 from samebits.server.tools import ToolPlan, call_id, tool_plan
-from samebits.tools.stream import StreamPiece
+from samebits.tools.calls import ToolCall
+from samebits.tools.stream import CallDelta, StreamPiece
 
 
 class CompletionFlavor:
@@ -73,6 +76,12 @@ class CompletionFlavor:
 
     def opening_chunks(self, choices: list[Choice]) -> list[dict]:
         return []
+
+    def chunk_choices(
+        self, choice: Choice, added: str, delta: Delta, k: int | None, tokenizer: Any, audit: Any
+    ) -> list[dict]:
+        """The chunk choices of one engine delta (one)."""
+        return [self.chunk_choice(choice, added, delta, k, tokenizer, audit)]
 
     def chunk_choice(
         self, choice: Choice, added: str, delta: Delta, k: int | None, tokenizer: Any, audit: Any
@@ -125,7 +134,7 @@ class ChatFlavor:
         message: dict[str, Any] = {"role": "assistant", "content": choice.text}
         finish_reason = choice.finish_reason
         if choice.tools is not None and choice.tools.parser is not None:
-            parsed = choice.tools.parser.parse(parser_text(choice, tokenizer))
+            parsed = choice.tools.parse(parser_text(choice, tokenizer))
             message["content"] = parsed.content
             if parsed.calls:
                 message["tool_calls"] = [
@@ -151,29 +160,43 @@ class ChatFlavor:
             for c in choices
         ]
 
-    def chunk_choice(
+    def chunk_choices(
         self, choice: Choice, added: str, delta: Delta, k: int | None, tokenizer: Any, audit: Any
-    ) -> dict:
+    ) -> list[dict]:
+        """The chunk choices of one engine delta: one, or with tools one per stream piece
+        (the first carries the delta's tokens and logprobs, the last its finish)."""
         logprobs = None
         if k is not None and delta.logprobs is not None:
             logprobs = chat_logprobs(list(delta.token_ids), list(delta.logprobs), k, tokenizer)
         final = delta.finish_reason is not None
-        body, finish_reason = {"content": added} if added or not final else {}, delta.finish_reason
-        if choice.tool_stream is not None:
-            stream = choice.tool_stream
-            text = parser_text(choice, tokenizer)
-            piece = stream.finish(text) if final else stream.update(text)
-            body = _tool_delta(choice, piece)
-            finish_reason = _tool_finish(finish_reason, bool(stream.calls_sent))
-        return {
-            "index": choice.index,
-            "delta": body,
-            "logprobs": logprobs,
-            "finish_reason": finish_reason,
-            "samebits": extension(
-                choice, list(delta.token_ids), list(delta.logits_digests), audit, final
-            ),
-        }
+        bodies, finish_reason = _delta_bodies(choice, added, delta, tokenizer)
+        tokens, digests = list(delta.token_ids), list(delta.logits_digests)
+        out = []
+        for i, body in enumerate(bodies):
+            first, last = i == 0, i == len(bodies) - 1
+            out.append({
+                "index": choice.index,
+                "delta": body,
+                "logprobs": logprobs if first else None,
+                "finish_reason": finish_reason if last else None,
+                "samebits": extension(choice, tokens if first else [],
+                                      digests if first else [], audit, final and last),
+            })  # fmt: skip
+        return out
+
+
+def _delta_bodies(
+    choice: Choice, added: str, delta: Delta, tokenizer: Any
+) -> tuple[list[dict[str, Any]], str | None]:
+    """(the `delta` bodies of one engine delta, its finish reason): the added text, or the
+    tool stream's pieces."""
+    final = delta.finish_reason is not None
+    if choice.tool_stream is None:
+        return [{"content": added} if added or not final else {}], delta.finish_reason
+    stream, text = choice.tool_stream, parser_text(choice, tokenizer)
+    pieces = stream.finish(text) if final else stream.update(text)
+    finish_reason = _tool_finish(delta.finish_reason, bool(stream.calls_sent))
+    return [_tool_delta(choice, piece) for piece in pieces], finish_reason
 
 
 def parser_text(choice: Choice, tokenizer: Any) -> str:
@@ -191,15 +214,21 @@ def _tool_finish(finish_reason: str | None, has_calls: bool) -> str | None:
 
 
 def _tool_delta(choice: Choice, piece: StreamPiece) -> dict[str, Any]:
-    """A chunk's delta: new content, new whole calls (index, id, type, name, arguments)."""
+    """A chunk's delta: new content; per call, its first delta (index, id, type, name,
+    arguments "") or an arguments fragment (index, arguments), as OpenAI streams calls."""
     body: dict[str, Any] = {}
     if piece.content:
         body["content"] = piece.content
     if piece.calls:
-        body["tool_calls"] = [
-            {"index": i, **call.to_openai(call_id(choice.request_id, i))} for i, call in piece.calls
-        ]
+        body["tool_calls"] = [_call_delta(choice, d) for d in piece.calls]
     return body
+
+
+def _call_delta(choice: Choice, delta: CallDelta) -> dict[str, Any]:
+    if delta.name is None:
+        return {"index": delta.index, "function": {"arguments": delta.arguments}}
+    call = ToolCall(delta.name, delta.arguments)
+    return {"index": delta.index, **call.to_openai(call_id(choice.request_id, delta.index))}
 
 
 Flavor = CompletionFlavor | ChatFlavor

@@ -16,9 +16,11 @@ from typing import Any
 
 from samebits.server.errors import bad_request
 from samebits.structured import StructuredOutputsParams
+from samebits.tools.calls import ParsedOutput
 from samebits.tools.grammar import call_grammar, special_tag_ids
 from samebits.tools.parsers import PARSERS, ToolParser, default_parser_name, get_parser
 from samebits.tools.spec import Tool, ToolChoice, ToolSpecError, parse_tool_choice, parse_tools
+from samebits.tools.stream import ToolCallStream
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,23 @@ class ToolPlan:
     parallel: bool
     parser: ToolParser | None
     grammar: StructuredOutputsParams | None
+
+    @property
+    def max_calls(self) -> int | None:
+        """1 under `parallel_tool_calls: false`: a grammar allows one call; under `auto` the
+        calls after the first are dropped (vLLM's `maybe_filter_parallel_tool_calls`)."""
+        return None if self.parallel else 1
+
+    def parse(self, text: str) -> ParsedOutput:
+        """The whole output's content and calls (at most `max_calls`)."""
+        assert self.parser is not None, "tool_choice none has no parser"
+        parsed = self.parser.parse(text)
+        return ParsedOutput(parsed.content, parsed.calls[: self.max_calls])
+
+    def stream(self) -> ToolCallStream:
+        """A stream of this plan's calls: its pieces join to `parse` of the whole output."""
+        assert self.parser is not None, "tool_choice none has no parser"
+        return ToolCallStream(self.parser, self.max_calls)
 
     @property
     def keeps_special_tokens(self) -> bool:

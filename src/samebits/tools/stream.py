@@ -1,10 +1,12 @@
-"""Streaming a tool-calling output: which content and which calls a partial output has
-settled, so a stream's pieces join to exactly the whole output's parse.
+"""Streaming a tool-calling output as OpenAI's chat chunks carry it: content deltas, and per
+call a first delta `(index, name, arguments "")` then argument fragments as the model writes
+them. The stream sends what the parser's scan of the partial output settles
+(`ToolParser.scan`), and the whole response is the final scan of the same text, so the
+stream's pieces join to exactly the whole output's parse (content and every call's
+`arguments`, character for character).
 
-Content goes out as soon as the parser says no continuation can make it part of a call
-(and it holds non-whitespace: whitespace-only content is no content); a call goes out
-whole, once no continuation can change it (Hermes: its closing tag; the other formats: the
-end of the output). At the end, `finish` sends what the whole parse adds.
+Content goes out once it holds non-whitespace (whitespace-only content is no content); a
+partial marker (`<tool_c`) is held until the text says whether it starts a call.
 """
 
 from __future__ import annotations
@@ -12,62 +14,78 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from samebits.tools.calls import ToolCall
+from samebits.tools.calls import Scan, ToolCall
 from samebits.tools.parsers.base import ToolParser
 
 logger = logging.getLogger("samebits.tools")
 
 
 @dataclass(frozen=True)
+class CallDelta:
+    """One call's part of a chunk: `name` set on its first delta only (with `arguments`
+    ""), then `arguments` fragments."""
+
+    index: int
+    name: str | None
+    arguments: str
+
+
+@dataclass(frozen=True)
 class StreamPiece:
-    """What one step adds: `content` text and `calls` as (index, call)."""
+    """One chunk's worth: `content` text and `calls`, at most one delta per call index."""
 
     content: str
-    calls: tuple[tuple[int, ToolCall], ...]
+    calls: tuple[CallDelta, ...] = ()
 
 
 class ToolCallStream:
-    """One choice's stream state. Invariant: the content and calls sent so far are a
-    prefix of the parse of any continuation of the text seen."""
+    """One choice's stream state. Invariant: the content and calls sent so far are a prefix
+    of the parse of any continuation of the text seen. `max_calls` (1 under
+    `parallel_tool_calls: false`) drops the calls past it, as the whole response does."""
 
-    def __init__(self, parser: ToolParser) -> None:
+    def __init__(self, parser: ToolParser, max_calls: int | None = None) -> None:
         self.parser = parser
+        self.max_calls = max_calls
+        self.sent = Scan("")
         self.content_sent = ""
-        self.calls_sent: list[ToolCall] = []
-        self._seen = 0  # length of the text of the previous update
 
-    def update(self, text: str) -> StreamPiece:
-        """The new settled pieces of the partial output `text` (all text so far, extending
-        the previous one's)."""
-        held = text[: self.parser.content_end(text)]
-        content = held[len(self.content_sent) :] if held.strip() else ""
-        self.content_sent += content
-        calls = self._new_calls(self.parser.early_calls(text)) if self._call_ended(text) else ()
-        self._seen = len(text)
-        return StreamPiece(content, calls)
+    @property
+    def calls_sent(self) -> tuple[ToolCall, ...]:
+        return self.sent.calls
 
-    def _call_ended(self, text: str) -> bool:
-        """Whether the text added since the last update completes a `call_end` (the
-        whole-text parse then runs once per call, not once per token)."""
-        end = self.parser.call_end
-        return end is not None and end in text[max(0, self._seen - len(end) + 1) :]
+    def update(self, text: str) -> list[StreamPiece]:
+        """The new pieces of the partial output `text` (all text so far, extending the
+        previous one's): one piece, two when a call starts (its first delta, then the
+        arguments it already has)."""
+        return self._step(self.parser.scan(text, final=False))
 
-    def finish(self, text: str) -> StreamPiece:
+    def finish(self, text: str) -> list[StreamPiece]:
         """The rest of the whole output `text`'s parse."""
-        parsed = self.parser.parse(text)
-        full = parsed.content or ""
-        if not full.startswith(self.content_sent):  # a parser broke its invariant
-            logger.warning("tool stream: content sent is not a prefix of the parse")
-            return StreamPiece("", ())
-        content = full[len(self.content_sent) :]
-        self.content_sent = full
-        return StreamPiece(content, self._new_calls(parsed.calls))
+        return self._step(self.parser.scan(text, final=True))
 
-    def _new_calls(self, calls: tuple[ToolCall, ...]) -> tuple[tuple[int, ToolCall], ...]:
-        sent = len(self.calls_sent)
-        if tuple(calls[:sent]) != tuple(self.calls_sent):
-            logger.warning("tool stream: calls sent are not a prefix of the parse")
-            return ()
-        new = calls[sent:]
-        self.calls_sent.extend(new)
-        return tuple(enumerate(new, start=sent))
+    def _step(self, scan: Scan) -> list[StreamPiece]:
+        scan = Scan(scan.content, scan.calls[: self.max_calls])
+        if not self.sent.is_prefix_of(scan):  # a parser broke its invariant: send nothing
+            logger.warning("tool stream: what was sent is not a prefix of the parse")
+            return [StreamPiece("")]
+        content = scan.content[len(self.content_sent) :] if scan.content.strip() else ""
+        self.content_sent += content
+        first, then = self._call_deltas(scan.calls)
+        self.sent = scan
+        pieces = [StreamPiece(content, first)]
+        return pieces + [StreamPiece("", then)] if then else pieces
+
+    def _call_deltas(
+        self, calls: tuple[ToolCall, ...]
+    ) -> tuple[tuple[CallDelta, ...], tuple[CallDelta, ...]]:
+        """(fragments of calls already started and first deltas of new ones, the new ones'
+        arguments so far)."""
+        first, then = [], []
+        for index, call in enumerate(calls):
+            if index < len(self.sent.calls):
+                fragment = call.arguments[len(self.sent.calls[index].arguments) :]
+                first += [CallDelta(index, None, fragment)] if fragment else []
+                continue
+            first.append(CallDelta(index, call.name, ""))
+            then += [CallDelta(index, None, call.arguments)] if call.arguments else []
+        return tuple(first), tuple(then)

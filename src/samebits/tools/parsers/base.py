@@ -1,37 +1,34 @@
-"""What every tool-call parser offers: whole-output parsing, the stream's safe points, and
-its grammar pieces (see `samebits.tools.grammar`)."""
+"""What every tool-call parser offers: a scan of a partial or whole output (the stream and
+the whole response read the same scan) and its grammar pieces (see
+`samebits.tools.grammar`)."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 
-from samebits.tools.calls import ParsedOutput, ToolCall
+from samebits.tools.calls import ParsedOutput, Scan
 from samebits.tools.spec import Tool
 
 
 class ToolParser(ABC):
-    """A wire format. Invariants the stream relies on, for any text `t` and extension
-    `t + s`: `t[:content_end(t)]` is a prefix of `parse(t + s).content or ""` whenever it
-    holds non-whitespace, and `early_calls(t)` is a prefix of `parse(t + s).calls`."""
+    """A wire format. Invariant the stream relies on, for any text `t` and extension `t + s`:
+    `scan(t, final=False)` is a prefix of `scan(t + s, final)` (`Scan.is_prefix_of`): content
+    is sent once no continuation can make it part of a call, a call once its head (the
+    name, then the start of an arguments object) is read, and its arguments as they come."""
 
     name: str = ""
     markers: tuple[str, ...] = ()  # text that may be one special token (grammar, decoding)
     needs_special_tokens: bool = False  # its marker is a special token decoding would drop
-    call_end: str | None = None  # text ending a call that `early_calls` can settle
 
     @abstractmethod
+    def scan(self, text: str, final: bool) -> Scan:
+        """What the output `text` settles (`final`: the whole output; text that never
+        became a call is content then)."""
+
     def parse(self, text: str) -> ParsedOutput:
         """The content and calls of a whole output; malformed calls stay text."""
-
-    @abstractmethod
-    def content_end(self, text: str) -> int:
-        """How much of a partial output is content whatever follows."""
-
-    def early_calls(self, text: str) -> tuple[ToolCall, ...]:
-        """Calls of a partial output that no continuation can change (default: none). Only
-        called when `call_end` is set, and only when new text holds a `call_end`."""
-        return ()
+        return self.scan(text, final=True).parsed()
 
     @abstractmethod
     def call_rule(self, tool: Tool, tags: Mapping[str, int]) -> str:

@@ -5,8 +5,9 @@
 
 `[TOOL_CALLS]` (and `[ARGS]`) are special tokens in those tokenizers, so the output is
 decoded with special tokens kept. Text before the first marker is content; if what follows
-it is not calls in one of the formats (and nothing else but whitespace), the whole output is
-content. A forced output uses v11 when the tokenizer has `[ARGS]` as a special token, else v3.
+it is not a call in one of the formats, the whole output is content; text after the calls
+that is not one more call is content (a call, once its head is read, is sent and stays a
+call). A forced output uses v11 when the tokenizer has `[ARGS]` as a special token, else v3.
 """
 
 from __future__ import annotations
@@ -14,9 +15,18 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from samebits.tools.calls import ParsedOutput, ToolCall, call_from_object, content_or_none
+from samebits.tools.calls import Scan
 from samebits.tools.grammar import arguments_rule, literal, tag
 from samebits.tools.parsers.base import ToolParser, held_prefix_end
+from samebits.tools.scan import (
+    MORE,
+    Reading,
+    read_call_object,
+    read_literal,
+    read_one_of,
+    skip_ws,
+    value_end,
+)
 from samebits.tools.spec import Tool
 
 MARKER, ARGS = "[TOOL_CALLS]", "[ARGS]"
@@ -28,18 +38,18 @@ class MistralParser(ToolParser):
     markers = (MARKER, ARGS)
     needs_special_tokens = True
 
-    def parse(self, text: str) -> ParsedOutput:
+    def scan(self, text: str, final: bool) -> Scan:
+        out = Reading(text, final)
         at = text.find(MARKER)
         if at < 0:
-            return ParsedOutput.text(text)
-        rest = text[at + len(MARKER) :]
-        calls = _array_calls(rest) if rest.lstrip().startswith("[") else _v11_calls(rest)
-        if not calls:
-            return ParsedOutput.text(text)
-        return ParsedOutput(content_or_none(text[:at]), calls)
-
-    def content_end(self, text: str) -> int:
-        return held_prefix_end(text, MARKER)
+            out.content(0, len(text) if final else held_prefix_end(text, MARKER))
+            return out.result()
+        out.content(0, at)
+        pos = skip_ws(text, at + len(MARKER))
+        after = _array(out, pos + 1, at) if text.startswith("[", pos) else _v11(out, at)
+        if after >= 0:  # else the scan ended inside the calls
+            out.content(after, len(text))
+        return out.result()
 
     def call_rule(self, tool: Tool, tags: Mapping[str, int]) -> str:
         if ARGS in tags:
@@ -55,31 +65,43 @@ class MistralParser(ToolParser):
         return f'{tag(MARKER, tags)} "[" call{more} "]"'
 
 
-def _array_calls(rest: str) -> tuple[ToolCall, ...]:
-    try:
-        items, end = json.JSONDecoder().raw_decode(rest.lstrip())
-    except json.JSONDecodeError:
-        return ()
-    if rest.lstrip()[end:].strip() or not isinstance(items, list):
-        return ()
-    calls = [call_from_object(item, ARG_KEYS) for item in items]
-    if not calls or any(c is None for c in calls):
-        return ()
-    return tuple(c for c in calls if c is not None)
+def _array(out: Reading, pos: int, after: int) -> int:
+    """The v3 array's calls from `pos` on: where the text after them starts (`after` if
+    none came), or `MORE` when the scan ends inside (held, or an open call)."""
+    text = out.text
+    while True:
+        end, called = read_call_object(out, skip_ws(text, pos), ARG_KEYS)
+        if end == MORE and (called or not out.final):
+            return MORE
+        if end < 0:
+            return after
+        after, pos = end, skip_ws(text, end)
+        sep = read_one_of(text, pos, (",", "]"))
+        if sep == MORE and not out.final:
+            return MORE
+        if sep < 0 or text[pos] == "]":
+            return max(after, sep)
+        pos = sep
 
 
-def _v11_calls(rest: str) -> tuple[ToolCall, ...]:
-    calls = []
-    for piece in rest.split(MARKER):
-        name, sep, args = piece.partition(ARGS)
-        if not sep:
-            return ()
-        try:
-            value, end = json.JSONDecoder().raw_decode(args.lstrip())
-        except json.JSONDecodeError:
-            return ()
-        call = call_from_object({"name": name.strip(), "arguments": value})
-        if call is None or args.lstrip()[end:].strip():
-            return ()
-        calls.append(call)
-    return tuple(calls)
+def _v11(out: Reading, at: int) -> int:
+    """The v11 calls `[TOOL_CALLS]name[ARGS]{...}` from the marker at `at` on: as `_array`."""
+    text, after, pos = out.text, at, at
+    while True:
+        args_at = text.find(ARGS, pos + len(MARKER))
+        name = text[pos + len(MARKER) : max(args_at, 0)].strip()
+        start = skip_ws(text, args_at + len(ARGS)) if args_at >= 0 else len(text)
+        if start == len(text):
+            return after if out.final else MORE
+        if not name or MARKER in name or text[start] != "{":
+            return after
+        args_end = value_end(text, start)
+        out.call(name, start, args_end)
+        if args_end < 0:
+            return MORE
+        after, pos = args_end, skip_ws(text, args_end)
+        found = read_literal(text, pos, MARKER)
+        if found == MORE and not out.final:
+            return MORE
+        if found < 0:
+            return after
