@@ -104,8 +104,7 @@ NOT_YET = {
         "linear.qkv.6144x5120", "linear.gate_up.28672x5120", "linear.lm_head.131072x5120",
         "linear.down.5120x14336", "fused.linear_add_rms_norm.down.5120x14336",
     },
-    "published:llama-3.2-3b": {"attention.h24.kv8.d128", "attention.split_kv.h24.kv8.d128",
-                               *_K_3072},
+    "published:llama-3.2-3b": _K_3072,  # attention h24 kv8 d128: per-shape certificates
     "published:qwen2.5-7b": {
         "attention.h28.kv4.d128", "attention.split_kv.h28.kv4.d128", "linear.qkv.4608x3584.bias",
         "linear.o.3584x3584", "linear.gate_up.37888x3584", "linear.down.3584x18944",
