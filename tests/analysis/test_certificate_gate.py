@@ -247,10 +247,11 @@ def test_reference_path_change_makes_the_fused_unit_stale(tmp_path, monkeypatch)
     that text changes, the gate calls the unit stale (other units are unaffected)."""
     from samebits.kernels.triton.certified import reference
 
-    key = "rows.qkv_rope_store.h4.kv2.d16"
+    unit = dict(key="rows.qkv_rope_store.h4.kv2.d16", kind="rows", op="qkv_rope_store",
+                heads=4, kv_heads=2, head_dim=16)  # fmt: skip
+    key = U.symbolic_unit(unit)["key"]  # its head class's certificate (h3-4.kv2.d16)
     src = gate.SHIPPED_DIR / f"{key}.json"
     (tmp_path / src.name).write_bytes(src.read_bytes())
-    unit = json.loads(src.read_text())["unit"]
     assert gate.check_unit(unit, tmp_path)[0] is None
     monkeypatch.setattr(reference, "SOURCE", reference.SOURCE + "\n# changed\n")
     problem = gate.check_unit(unit, tmp_path)[0]

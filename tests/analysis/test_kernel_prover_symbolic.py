@@ -19,6 +19,7 @@ from samebits.kernels.triton.certified import units as U  # noqa: E402
 KDIR = Path(__file__).resolve().parents[2] / "src" / "samebits" / "kernels" / "triton"
 LINEAR = (KDIR / "_linear_kernels.py").read_text()
 ROWS = (KDIR / "_row_kernels.py").read_text()
+GELU = (KDIR / "_gelu_kernel.py").read_text()
 
 
 def mutate(text: str, old: str, new: str) -> str:
@@ -102,20 +103,43 @@ def test_linear_n_class_split_grid_is_proved():
 # --- shape mutants -----------------------------------------------------------------------
 
 
-def test_a_mask_dropping_the_last_partial_n_tile_is_refuted_for_symbolic_n():
-    """The store mask keeps only full BLOCK_N tiles: correct at N = 4096 (a multiple of every
-    tile width: the per-shape proof passes), wrong for the class."""
-    text = mutate(LINEAR, "mask = (rm[:, None] < M) & (rn[None, :] < N)",
-                  "mask = (rm[:, None] < M) & (rn[None, :] < N // 32 * 32)")  # fmt: skip
-    fixed = _by_name(
-        S.linear_specs("u", shapes=[("qkv", 4096, 128)]), ".batch.ranges-bm16-bn32-w4-s6"
-    )
-    assert run(fixed, text, "_linear_kernels.py").ok
-    sym = _by_name(S.symbolic_unit_specs(_linear_class("qkv", 4096, 128)),
-                   ".batch.ranges-bm16-bn32-w4-s6")  # fmt: skip
-    res = run(sym, text, "_linear_kernels.py")
+# the same shape mutant in three kernels: a mask that keeps only full tiles (drops the last
+# partial one); each is proved at a shape that is a multiple of the tile, refuted for the class
+_PARTIAL_TILE_MUTANTS = {
+    "linear-n": (LINEAR, "_linear_kernels.py", "mask = (rm[:, None] < M) & (rn[None, :] < N)",
+                 "mask = (rm[:, None] < M) & (rn[None, :] < N // 32 * 32)", "y"),
+    "silu": (ROWS, "_row_kernels.py", "    mask = cols < INNER\n    g",
+             "    mask = cols < INNER // BLOCK * BLOCK\n    g", "out"),
+    "gelu": (GELU, "_gelu_kernel.py", "    mask = cols < INNER\n",
+             "    mask = cols < INNER // BLOCK * BLOCK\n", "out"),
+}  # fmt: skip
+
+
+def _partial_tile_specs(which: str):
+    """(per-shape spec at a tile multiple, class spec) of a partial-tile mutant."""
+    if which == "linear-n":
+        name = ".batch.ranges-bm16-bn32-w4-s6"
+        fixed = _by_name(S.linear_specs("u", shapes=[("qkv", 4096, 128)]), name)
+        return fixed, _by_name(S.symbolic_unit_specs(_linear_class("qkv", 4096, 128)), name)
+    if which == "silu":
+        return _fixed_row_spec("silu_mul", 2048), _row_spec("silu_mul", 3000)
+    (fixed,) = S.gelu_specs("u", 2048)
+    (sym,) = S.symbolic_unit_specs(U.symbolic_unit(dict(kind="gelu", op="gelu_mul", inner=3000)))
+    return fixed, sym
+
+
+@pytest.mark.parametrize("which", sorted(_PARTIAL_TILE_MUTANTS))
+def test_a_mask_dropping_the_last_partial_tile_is_refuted_for_a_symbolic_shape(which):
+    """The store mask keeps only full tiles (BLOCK_N of the linear's N; the column block of
+    SiLU / GeGLU): correct at N = 4096 / width 2048 (multiples of every tile: the per-shape
+    proof passes), refuted for the class (width 3000: an element of the last block unwritten)."""
+    text, name, old, new, out = _PARTIAL_TILE_MUTANTS[which]
+    text = mutate(text, old, new)
+    fixed, sym = _partial_tile_specs(which)
+    assert run(fixed, text, name).ok
+    res = run(sym, text, name)
     assert res.status == "refuted", (res.status, res.unsupported)
-    assert "does not write this element of y" in res.counterexample["reason"]
+    assert f"does not write this element of {out}" in res.counterexample["reason"]
 
 
 def test_a_row_mask_of_the_block_not_the_width_is_rejected_for_symbolic_width():
@@ -126,14 +150,6 @@ def test_a_row_mask_of_the_block_not_the_width_is_rejected_for_symbolic_width():
     res = run(_row_spec("rms_norm", 64), text, "_row_kernels.py")
     assert not res.ok and res.status in ("refuted", "rejected-unsupported"), res.status
     assert res.counterexample or "stays in its row" in res.unsupported
-
-
-def test_silu_dropping_the_last_partial_column_block_is_refuted():
-    text = mutate(ROWS, "    mask = cols < INNER\n", "    mask = cols < INNER // BLOCK * BLOCK\n")
-    assert run(_fixed_row_spec("silu_mul", 2048), text, "_row_kernels.py").ok
-    res = run(_row_spec("silu_mul", 3000), text, "_row_kernels.py")
-    assert res.status == "refuted", (res.status, res.unsupported)
-    assert "does not write this element of out" in res.counterexample["reason"]
 
 
 def test_a_kernel_correct_only_when_k_is_a_multiple_of_128_is_refuted():
@@ -148,6 +164,76 @@ def test_a_kernel_correct_only_when_k_is_a_multiple_of_128_is_refuted():
     res = run(_by_name(S.linear_specs("u", shapes=[("qkv", 64, 192)]), pair), text,
               "_linear_kernels.py")  # fmt: skip
     assert res.status == "refuted", (res.status, res.unsupported)
+
+
+# --- head classes (rope, qkv_rope_store, head_rms_norm: HEADS symbolic) ----------------
+
+
+def _head_class(op: str, heads: int, d: int = 16, kv: int = 2) -> dict:
+    unit = dict(kind="rows", op=op, heads=heads, head_dim=d)
+    return U.symbolic_unit({**unit, "kv_heads": kv} if op == "qkv_rope_store" else unit)
+
+
+def test_head_classes_follow_the_launch_code():
+    """rope / qkv_rope_store: heads of one BLOCK_H = next_pow2(heads); head_rms_norm (whose
+    kernel never sees the head count): 1..HEADS_MAX; head_dim and kv_heads are in the key."""
+    a, b = _head_class("rope", 24, 128), _head_class("rope", 32, 128)
+    assert a == b and a["key"] == "rows.rope.h17-32.d128"
+    assert _head_class("rope", 8, 128)["key"] == "rows.rope.h5-8.d128"
+    q = _head_class("qkv_rope_store", 28, 128, 4)
+    assert q["key"] == "rows.qkv_rope_store.h17-32.kv4.d128"
+    assert U.symbolic_specialization(q)["block_v"] == 512  # kv * head_dim, fixed
+    assert (
+        _head_class("head_rms_norm", 16, 256)["key"] == f"rows.head_rms_norm.h1-{U.HEADS_MAX}.d256"
+    )
+    assert _head_class("rope", U.HEADS_MAX + 1) is None
+    # the op-by-op copy of q needs one BLOCK = next_pow2(heads * head_dim) over the class
+    assert _head_class("qkv_rope_store", 9, 80, 3) is None
+    g = U.symbolic_unit(dict(kind="gelu", op="gelu_mul", inner=15360))
+    assert g["key"] == f"gelu.gelu_mul.w513-{U.N_MAX}" and g["kind"] == "gelu"
+
+
+@pytest.mark.parametrize(("op", "heads"), [("rope", 3), ("head_rms_norm", 2),
+                                           ("qkv_rope_store", 3)])  # fmt: skip
+def test_head_class_is_proved(op, heads):
+    specs = S.symbolic_unit_specs(_head_class(op, heads))
+    assert len(specs) == (2 if op == "qkv_rope_store" else 1)
+    for spec in specs:
+        assert spec.goal.shape["HEADS"][0] <= heads <= spec.goal.shape["HEADS"][1]
+        res = run(spec, ROWS, "_row_kernels.py")
+        assert res.ok, (spec.name, res.status, res.unsupported, res.counterexample)
+
+
+def test_gelu_width_class_is_proved():
+    (spec,) = S.symbolic_unit_specs(U.symbolic_unit(dict(kind="gelu", op="gelu_mul", inner=3000)))
+    res = run(spec, GELU, "_gelu_kernel.py")
+    assert res.ok, (res.status, res.unsupported, res.counterexample)
+
+
+def _fixed_head_spec(op: str, heads: int):
+    dims = dict(hidden=64, inter=64, heads=heads, kv_heads=2, head_dim=16, head_norm=False)
+    specs = S.row_specs("u", dims)
+    return next(s for s in specs if s.name == f"u.{op}.batch")
+
+
+@pytest.mark.parametrize(("op", "old", "new", "reason"), [
+    ("rope", "    _rope_heads(row, row, c, s, h, i, HEADS, HALF)",
+     "    _rope_heads(row, row, c, s, h, i, BLOCK_H, HALF)", "(in-place race)"),
+    ("qkv_rope_store", "_rope_heads(row + HEADS * 2 * HALF, k_ptr + slot",
+     "_rope_heads(row + BLOCK_H * 2 * HALF, k_ptr + slot", "k_cache: reads qkv at different"),
+])  # fmt: skip
+def test_a_head_count_rounded_up_to_the_block_is_refuted_for_symbolic_heads(op, old, new, reason):
+    """BLOCK_H where HEADS belongs (the rotated heads, or where k starts in the qkv row):
+    correct when the head count is a power of two (the per-shape proof at 4 heads passes),
+    wrong at 3 heads of the class h3-4 (rope: the next token's row; qkv: q's last head read
+    as k, the same for every batch: the equivalence with the op-by-op path refutes it)."""
+    text = mutate(ROWS, old, new)
+    fixed = _fixed_head_spec("rope_q" if op == "rope" else "qkv_rope_store", 4)
+    assert run(fixed, text, "_row_kernels.py").ok
+    spec = S.symbolic_unit_specs(_head_class(op, 3))[-1]  # qkv: the op-by-op equivalence
+    res = run(spec, text, "_row_kernels.py")
+    assert res.status == "refuted", (res.status, res.unsupported)
+    assert reason in res.counterexample["reason"]
 
 
 # --- int32 obligations (class proofs: M <= units.M_MAX, shapes in their bounds) ----------

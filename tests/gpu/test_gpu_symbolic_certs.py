@@ -44,6 +44,8 @@ def test_gpu_published_shape_deploys_certified(cuda, case, gpu_record):
     units = U.units_for(U.dims_of(loaded.config))
     by_class = [u["key"] for u in units if not (gate.SHIPPED_DIR / f"{u['key']}.json").exists()]
     assert by_class, "expected units covered only by their class certificate"
+    # RoPE and the q/k norm at these head counts: head classes (HEADS symbolic)
+    assert {"rows.rope.h32.d128", "rows.head_rms_norm.h8.d128"} <= set(by_class), by_class
     llm = LLM(engine=LLMEngine.from_deployment(dep, max_num_seqs=4, num_kv_blocks=128))
     params = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True, seed=0)
     prompts = ["The capital of France is", "def fibonacci(n):", "one two three " * 5]

@@ -151,11 +151,18 @@ def shape_symbol(name: str) -> Lin:
 
 
 def _width(w) -> Lin:
-    """A goal width: a constant, the name of a symbolic shape integer, or ``"c*NAME"``."""
+    """A goal width: a constant, or a sum (``+``) of terms ``c*NAME``, ``NAME`` (symbolic shape
+    integers) and integer constants, e.g. ``"128*HEADS+2048"``."""
     if not isinstance(w, str):
         return T.const(w)
-    coef, _, name = w.rpartition("*")
-    return shape_symbol(name).scale(int(coef) if coef else 1)
+    out = T.ZERO
+    for term in w.split("+"):
+        coef, _, name = term.strip().rpartition("*")
+        if name.isdigit() and not coef:
+            out = out.add(T.const(int(name)))
+        else:
+            out = out.add(shape_symbol(name).scale(int(coef) if coef else 1))
+    return out
 
 
 def _shape_facts(goal: Goal) -> list:

@@ -549,12 +549,15 @@ def symbolic_linear_specs(sym: dict) -> list[Spec]:
 def symbolic_row_specs(sym: dict) -> list[Spec]:
     """Goal 1 of a row kernel with its width a shape symbol bounded by the class
     (``units.width_class``): every width of the class launches the same BLOCK and warps."""
+    if sym["op"] in _units.HEAD_CLASS_OPS:
+        return symbolic_head_specs(sym)
     w = shape_symbol("WIDTH")
     shape = {"WIDTH": (sym["lo"], sym["hi"])}
     op, block = sym["op"], sym["block"]
-    if op == "silu_mul":
+    kfile = _units.KERNEL_FILES[sym["kind"]]
+    if op in ("silu_mul", "gelu_mul"):
         goal = Goal(BATCH, {"out": "WIDTH"}, {"gu": "2*WIDTH"}, shape=shape, int32=_INT32)
-        make = lambda m: _sym_silu_calls(block, w, m)  # noqa: E731
+        make = lambda m: _sym_gated_calls(op, block, w, m)  # noqa: E731
     else:
         add = op == "add_rms_norm"
         cols = {"out": "WIDTH", "res": "WIDTH"} if add else {"out": "WIDTH"}
@@ -564,7 +567,70 @@ def symbolic_row_specs(sym: dict) -> list[Spec]:
     m = _m_symbol()
     desc = {"unit": sym["key"], "op": op, "width": f"symbolic, {sym['lo']}..{sym['hi']}",
             "block": block, "M": "symbolic (left) vs 1 (right)"}  # fmt: skip
-    return [Spec(f"{sym['key']}.batch", "_row_kernels.py", goal, make(m), make(1), m, desc)]
+    return [Spec(f"{sym['key']}.batch", kfile, goal, make(m), make(1), m, desc)]
+
+
+def symbolic_head_specs(sym: dict) -> list[Spec]:
+    """A head class (``units.head_class``): the specs of `row_specs` / `qkv_rope_store_specs`
+    with the head count the shape symbol HEADS (the kernels' constexpr HEADS, the widths of
+    the goal's rows ``head_dim * HEADS``), bounded by the class; head_dim (and kv_heads) fixed."""
+    op, d, hs = sym["op"], sym["head_dim"], shape_symbol("HEADS")
+    shape = {"HEADS": (sym["lo"], sym["hi"])}
+    w = f"{d}*HEADS"
+    desc = {"unit": sym["key"], "op": op, "heads": f"symbolic, {sym['lo']}..{sym['hi']}",
+            "head_dim": d}  # fmt: skip
+    if op == "qkv_rope_store":
+        return _sym_qkv_specs(sym, hs, shape, desc)
+    if op == "rope":
+        goal = Goal(BATCH, {"x": w}, {"x": w, "pos": 1}, shape=shape, int32=_INT32)
+        make = lambda m: _with_args(rope_calls(sym["block_h"], d, m), HEADS=hs)  # noqa: E731
+    else:  # head_rms_norm: rows are (token, head) pairs, in place; the batch row is a token
+        goal = Goal(BATCH, {"x": w}, {"x": w}, shape=shape, int32=_INT32)
+        make = lambda m: rms_calls(d, _sym_times(m, hs), False, in_place=True)  # noqa: E731
+    m = _m_symbol()
+    return [Spec(f"{sym['key']}.batch", "_row_kernels.py", goal, make(m), make(1), m,
+                 {**desc, "M": "symbolic (left) vs 1 (right)"})]  # fmt: skip
+
+
+def _sym_times(m, hs: Lin) -> Lin:
+    """The grid M * HEADS of head_rms_norm (a product of two integers when M is symbolic)."""
+    return T.mul(m if isinstance(m, Lin) else Lin((), m), hs)
+
+
+def _sym_qkv_specs(sym: dict, hs: Lin, shape: dict, desc: dict) -> list[Spec]:
+    """`qkv_rope_store_specs` with HEADS symbolic: the q row ``head_dim * HEADS`` wide, the qkv
+    row ``head_dim * HEADS + 2 * kv_heads * head_dim``; the op-by-op path's copies at the
+    symbolic offsets and widths, BLOCK = next_pow2(head_dim * heads) of the class."""
+    d, kv, bh = sym["head_dim"], sym["kv_heads"], sym["block_h"]
+    kw = kv * d
+    q, qkv = f"{d}*HEADS", f"{d}*HEADS+{2 * kw}"
+    batch = Goal(BATCH, {"q": q}, {"qkv": qkv, "pos": 1, "slot": 1},
+                 {"k_cache": ("slot", kw), "v_cache": ("slot", kw)}, shape=shape, int32=_INT32)  # fmt: skip
+    equiv = Goal(LAUNCH, {"q": q}, {}, {"k_cache": ("slot", kw), "v_cache": ("slot", kw)},
+                 "qkv-rope-store", shape=shape, int32=_INT32)  # fmt: skip
+
+    def fused(m):
+        return _with_args(qkv_rope_store_calls(bh, kv, d, m), HEADS=hs)
+
+    def per_op(m):
+        calls = per_op_qkv_calls(bh, kv, d, m)
+        qw, stride = hs.scale(d), hs.scale(d).add(T.const(2 * kw))
+        block_q = _next_pow2(sym["hi"] * d)
+        _with_args(calls[:2], SRC_STRIDE=stride)
+        _with_args(calls[:1], WIDTH=qw, BLOCK=block_q)
+        _with_args(calls[1:2], OFFSET=qw)
+        _with_args(calls[2:3], HEADS=hs)
+        _with_args(calls[5:6], SRC_STRIDE=stride, OFFSET=qw.add(T.const(kw)))
+        return calls
+
+    m, m2 = _m_symbol(), _m_symbol()
+    return [
+        Spec(f"{sym['key']}.batch", "_row_kernels.py", batch, fused(m), fused(1), m,
+             {**desc, "kv_heads": kv, "M": "symbolic (left) vs 1 (right)"}),
+        Spec(f"{sym['key']}.equiv.per-op", "_row_kernels.py", equiv, fused(m2), per_op(m2), m2,
+             {**desc, "kv_heads": kv, "M": "symbolic", "right": "op by op: split, rope_kernel "
+              "(q, k), index_copy_ (k, v) (reference.py)"}),
+    ]  # fmt: skip
 
 
 def _with_args(calls: list[KernelCall], **args) -> list[KernelCall]:
@@ -573,13 +639,14 @@ def _with_args(calls: list[KernelCall], **args) -> list[KernelCall]:
     return calls
 
 
-def _sym_silu_calls(block: int, w: Lin, m) -> list[KernelCall]:
-    """`rows.silu_mul`'s launch for a symbolic inner width: grid (M, cdiv(INNER, BLOCK))."""
+def _sym_gated_calls(op: str, block: int, w: Lin, m) -> list[KernelCall]:
+    """`rows.silu_mul` / `rows.gelu_mul`'s launch (`rows._gated`) for a symbolic inner width:
+    grid (M, cdiv(INNER, BLOCK))."""
     from samebits.kernels.triton.rows import SILU_WARPS
 
     mm = m if isinstance(m, Lin) else Lin((), m)
     args = dict(gu_ptr=ArrayArg("gu", ACT), out_ptr=ArrayArg("out", ACT), INNER=w, BLOCK=block)
-    return [KernelCall("silu_mul_kernel", (mm, CDiv(w, block)), args, SILU_WARPS)]
+    return [KernelCall(f"{op}_kernel", (mm, CDiv(w, block)), args, SILU_WARPS)]
 
 
 def symbolic_fused_specs(sym: dict) -> list[Spec]:

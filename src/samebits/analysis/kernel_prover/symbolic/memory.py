@@ -123,9 +123,10 @@ class _Digits:
 
 
 def radix_witness(st: Store, target: Lin, flat: bool = False) -> dict | None:
-    """The writer of ``target`` when the store's offset is ``X * W + B`` with ``W`` a symbolic
-    shape integer (a row-major index over rows of a symbolic width): ``target`` is read as
-    ``R * W + C`` with ``R`` the sum of its products with ``W`` (``sum c_j X_j``) and ``C`` the
+    """The writer of ``target`` when the store's offset is ``c * X * W + B`` with ``W`` a
+    symbolic shape integer (a row-major index over rows of a symbolic width ``c * W``, e.g.
+    ``head_dim * HEADS``): ``target`` is read as ``R * c * W + C`` with ``R`` the sum of its
+    products with ``W`` divided by ``c`` (``sum c_j / c X_j``) and ``C`` the
     rest, or with ``flat`` (an index such as the ordered sum's ``i``) ``R + C div W`` and
     ``C mod W``; the digits of ``X`` come from ``R``, those of ``B`` from ``C`` (mixed-radix
     indices, `witness`). The caller checks the result (`_active`: the store is active there
@@ -133,17 +134,19 @@ def radix_witness(st: Store, target: Lin, flat: bool = False) -> dict | None:
     wv = set(st.wvars)
     hi = [(k, c, _shape_product(T.atom(k))) for k, c in st.offset.terms]
     hi = [(k, c, sp) for k, c, sp in hi if sp is not None and _holds_any(sp[1], wv)]
-    if len(hi) != 1 or hi[0][1] != 1:
+    if len(hi) != 1 or hi[0][1] < 1:
         return None
-    k_hi, _, (w, x) = hi[0]
-    low = st.offset.add(Lin(((k_hi, 1),), 0), -1)
+    k_hi, ch, (w, x) = hi[0]  # the offset's row term ch * X * W: rows ch * W wide
+    low = st.offset.add(Lin(((k_hi, ch),), 0), -1)
     r, col = T.ZERO, target
     for k, c in target.terms:
         sp = _shape_product(T.atom(k))
         if sp is not None and sp[0].eq(w):
-            r, col = r.add(sp[1].scale(c)), col.add(Lin(((k, c),), 0), -1)
+            if c % ch:
+                return None
+            r, col = r.add(sp[1].scale(c // ch)), col.add(Lin(((k, c),), 0), -1)
     if flat:
-        wl = Lin.var(w)
+        wl = Lin.var(w).scale(ch)
         r, col = r.add(T.floordiv(col, wl)), T.mod(col, wl)
     xv = tuple(k for k, _ in x.terms if k in wv)
     lv = tuple(k for k in st.wvars if k not in xv)

@@ -114,6 +114,8 @@ def _class_problem(unit: dict, sym: dict, rec: dict, value: int | None = 0) -> s
         return f"stale: {', '.join(changed)} changed since it was proved"
     if rec.get("specialization") != U.symbolic_specialization(sym):
         return "stale: the launches / constexprs the engine uses changed"
+    if _stale_reference(rec):  # a head class of the fused qkv kernel: the op-by-op path
+        return "stale: certified/reference.py (the op-by-op path) changed"
     bounds = rec.get(U.SHAPE_RECORD) or {}
     goals = [c.get("goal", {}).get("shape") for c in rec["certificates"]]
     if len(bounds) != 1 or any(g != bounds for g in goals):

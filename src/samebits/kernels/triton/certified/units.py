@@ -408,15 +408,47 @@ def symbolic_unit(unit: dict) -> dict | None:
             return None
         return dict(key=f"rows.{unit['op']}.w{lo}-{hi}", kind="rows", op=unit["op"],
                     symbolic="width", lo=lo, hi=hi, block=block)  # fmt: skip
-    if unit["kind"] == "rows" and unit["op"] == "silu_mul":
+    if unit["kind"] in ("rows", "gelu") and unit["op"] in ("silu_mul", "gelu_mul"):
         from samebits.kernels.triton.rows import SILU_BLOCK
 
         block, lo, hi = width_class(unit["inner"], SILU_BLOCK)
         if not lo <= unit["inner"] <= hi:
             return None
-        return dict(key=f"rows.silu_mul.w{lo}-{hi}", kind="rows", op="silu_mul",
-                    symbolic="width", lo=lo, hi=hi, block=block)  # fmt: skip
+        return dict(key=f"{unit['kind']}.{unit['op']}.w{lo}-{hi}", kind=unit["kind"],
+                    op=unit["op"], symbolic="width", lo=lo, hi=hi, block=block)  # fmt: skip
+    if unit["kind"] == "rows" and unit["op"] in HEAD_CLASS_OPS:
+        return head_class(unit)
     return None
+
+
+# row kernels whose class makes the head count symbolic (HEADS; head_dim and, for the fused
+# qkv kernel, the KV head count stay concrete): rope and the fused qkv split + RoPE + K/V store
+# over BLOCK_H = next_pow2(heads); head_rms_norm (one program per (token, head), the kernel
+# never sees the head count) over 1..HEADS_MAX
+HEAD_CLASS_OPS = ("rope", "qkv_rope_store", "head_rms_norm")
+HEADS_MAX = 1 << 10  # the most heads a head class covers (stated bound)
+
+
+def head_class(unit: dict) -> dict | None:
+    """The class of a rope / qkv_rope_store / head_rms_norm unit: heads in one BLOCK_H class
+    (head_rms_norm: 1..HEADS_MAX), head_dim (and kv_heads) fixed. None where a block the launch
+    derives from the head count (`qkv_rope_store`: the op-by-op path's copy of q, BLOCK =
+    next_pow2(heads * head_dim)) is not constant over the class."""
+    op, h, d = unit["op"], unit["heads"], unit["head_dim"]
+    if op == "head_rms_norm":
+        lo, hi, block = 1, HEADS_MAX, None
+    else:
+        block, lo, hi = width_class(h)
+    if not lo <= h <= hi or h > HEADS_MAX:
+        return None
+    if op == "qkv_rope_store" and _next_pow2(lo * d) != _next_pow2(hi * d):
+        return None
+    kv = f".kv{unit['kv_heads']}" if op == "qkv_rope_store" else ""
+    out = dict(key=f"rows.{op}.h{lo}-{hi}{kv}.d{d}", kind="rows", op=op, symbolic="heads",
+               lo=lo, hi=hi, head_dim=d, block_h=block)  # fmt: skip
+    if op == "qkv_rope_store":
+        out["kv_heads"] = unit["kv_heads"]
+    return out
 
 
 def _linear_class(unit: dict) -> dict | None:
@@ -483,15 +515,40 @@ def symbolic_specialization(sym: dict) -> dict:
                 "grid_launches": [launch_name(la) for la in grid_launches(plan)],
                 "block": sym["block"], "warps": rows.row_num_warps(sym["block"]),
                 "ordered_sum": [ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS], "m_max": M_MAX}  # fmt: skip
-    if sym["op"] == "silu_mul":
-        return {"op": "silu_mul", "width": [sym["lo"], sym["hi"]], "block": sym["block"],
+    if sym["op"] in ("silu_mul", "gelu_mul"):
+        return {"op": sym["op"], "width": [sym["lo"], sym["hi"]], "block": sym["block"],
                 "warps": rows.SILU_WARPS, "m_max": M_MAX}  # fmt: skip
+    if sym["op"] in HEAD_CLASS_OPS:
+        return _head_class_specialization(sym)
     return {"op": sym["op"], "width": [sym["lo"], sym["hi"]], "block": sym["block"],
             "warps": rows.row_num_warps(sym["block"]), "m_max": M_MAX}  # fmt: skip
 
 
+def _head_class_specialization(sym: dict) -> dict:
+    """A head class as the engine launches every member: `rows.rope` / `rows.qkv_rope_store`
+    (BLOCK_H, BLOCK_KV, BLOCK_D, BLOCK_V, warps) or `rows.head_rms_norm` (the rms_norm launch
+    at width head_dim, one program per (token, head))."""
+    from samebits.kernels.triton import rows
+
+    d, heads = sym["head_dim"], [sym["lo"], sym["hi"]]
+    if sym["op"] == "head_rms_norm":
+        block = _next_pow2(d)
+        return {"op": "head_rms_norm", "heads": heads, "width": d, "block": block,
+                "warps": rows.row_num_warps(block), "m_max": M_MAX}  # fmt: skip
+    out = {"op": sym["op"], "heads": heads, "half": d // 2, "block_h": sym["block_h"],
+           "block_d": _next_pow2(d // 2), "warps": rows.ROPE_WARPS, "m_max": M_MAX}  # fmt: skip
+    if sym["op"] == "qkv_rope_store":
+        kv = sym["kv_heads"]
+        out.update(kv_heads=kv, block_kv=_next_pow2(kv), block_v=_next_pow2(kv * d),
+                   block_q=_next_pow2(sym["hi"] * d))  # fmt: skip
+    return out
+
+
 def shape_value(unit: dict, sym: dict) -> int:
-    """The concrete unit's value of the class's shape integer (N, or the row width)."""
+    """The concrete unit's value of the class's shape integer (N, the row width, or the head
+    count of a head class); a head class also needs the unit's head_dim (and kv_heads)."""
     if sym["kind"] in ("linear", "fused"):
         return unit["n"]
+    if sym.get("symbolic") == "heads":
+        return unit["heads"]
     return unit["width"] if "width" in unit else unit["inner"]
