@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import math
 
 import numpy as np
 import pytest
@@ -397,4 +396,3 @@ def test_bad_inputs_raise():
         rows.silu_mul(np.zeros((1, 3), np.uint16))
     with pytest.raises(ValueError):
         rmoe.route(np.zeros((2, 4), F), 5, True)
-    assert math.isfinite(1.0)

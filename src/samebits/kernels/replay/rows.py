@@ -204,17 +204,17 @@ def qkv_rope_store(qkv, positions, cos, sin, heads: int, kv_heads: int):
 
 def _halves(gate_up) -> tuple[np.ndarray, np.ndarray]:
     gu = np.asarray(gate_up)
-    if gu.dtype != np.uint16 or gu.ndim != 2 or gu.shape[1] % 2:
-        raise ValueError(f"replay: gate_up must be bf16 bits [M, 2I], got {gu.shape}")
+    if gu.dtype not in (np.uint16, np.float32) or gu.ndim != 2 or gu.shape[1] % 2:
+        raise ValueError(f"replay: gate_up must be bf16 bits or fp32 [M, 2I], got {gu.shape}")
     inner = gu.shape[1] // 2
     return widen(gu[:, :inner]), widen(gu[:, inner:])
 
 
-def silu_mul(gate_up) -> np.ndarray:
+def silu_mul(gate_up, out_dtype: str = "bfloat16") -> np.ndarray:
     """The soft-exp SiLU kernel: ``div_rn(g, 1 + softexp(-g)) * u``, bf16 bits [M, I]."""
     g, u = _halves(gate_up)
     silu = div_rn(g, add_f32(np.float32(1.0), softexp(add_f32(np.float32(0.0), -g))))
-    return cast(mul_f32(silu, u), "bfloat16")
+    return cast(mul_f32(silu, u), out_dtype)
 
 
 def gelu_neg_z(g: np.ndarray) -> np.ndarray:
@@ -224,8 +224,8 @@ def gelu_neg_z(g: np.ndarray) -> np.ndarray:
     return fma_f32(-q, g, np.float32(0.0))
 
 
-def gelu_mul(gate_up) -> np.ndarray:
+def gelu_mul(gate_up, out_dtype: str = "bfloat16") -> np.ndarray:
     """The soft-exp GeGLU kernel: ``div_rn(g, 1 + softexp(-z)) * u``, bf16 bits [M, I]."""
     g, u = _halves(gate_up)
     gelu = div_rn(g, add_f32(np.float32(1.0), softexp(gelu_neg_z(g))))
-    return cast(mul_f32(gelu, u), "bfloat16")
+    return cast(mul_f32(gelu, u), out_dtype)
