@@ -39,6 +39,12 @@ KERNELS = (
      dict(WIDTH=4096, BLOCK=4096, ADD_RESIDUAL=True), 8),
     ("_row_kernels", "silu_mul_kernel", {"gu_ptr": "*bf16", "out_ptr": "*bf16"},
      dict(INNER=14336, BLOCK=1024), 4),
+    ("_softexp_gated", "silu_mul_softexp_kernel", {"gu_ptr": "*bf16", "out_ptr": "*bf16"},
+     dict(INNER=14336, BLOCK=1024), 4),
+    ("_softexp_gated", "gelu_mul_softexp_kernel", {"gu_ptr": "*bf16", "out_ptr": "*bf16"},
+     dict(INNER=15360, BLOCK=1024), 4),
+    ("_gelu_kernel", "gelu_mul_kernel", {"gu_ptr": "*bf16", "out_ptr": "*bf16"},
+     dict(INNER=15360, BLOCK=1024), 4),
     ("_row_kernels", "rope_kernel", {"x_ptr": "*bf16", "pos_ptr": "*i64"},
      dict(HEADS=32, HALF=64, BLOCK_H=32, BLOCK_D=128), 4),
     ("_attention_kernel", "paged_attention_kernel",
@@ -69,7 +75,12 @@ def compile_one(module: str, name: str, ptrs: dict, consts: dict, warps: int) ->
 
     mod = importlib.import_module(f"samebits.kernels.triton.{module}")
     fn = getattr(mod, name)
-    src = ASTSource(fn=fn, signature=_signature(fn, ptrs, consts), constexprs=consts)
+    sig = _signature(fn, ptrs, consts)
+    # pointers 16-byte aligned, as the JIT specializes torch allocations: the layouts (and so
+    # the reduction trees and vector loads) are those the GPU compiles
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
+             if sig[n].startswith("*")}  # fmt: skip
+    src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
     sass = None
     tool = rlc._cuobjdump()
