@@ -187,7 +187,3 @@ def _gated(kernel, name: str, gate_up: torch.Tensor) -> torch.Tensor:
     grid = (m, triton.cdiv(inner, block))
     kernel[grid](gate_up, out, INNER=inner, BLOCK=block, num_warps=SILU_WARPS)
     return out
-    block = min(SILU_BLOCK, triton.next_power_of_2(inner))
-    grid = (m, triton.cdiv(inner, block))
-    silu_mul_kernel[grid](gate_up, out, INNER=inner, BLOCK=block, num_warps=SILU_WARPS)
-    return out
