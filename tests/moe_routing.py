@@ -46,3 +46,23 @@ def check_biased_routing(counts: list[torch.Tensor], top_k: int) -> int:
     assert counts and all(int(c[FAVOURED]) == n for c, n in zip(counts, tokens, strict=True))
     assert all(int(c[e]) == 0 for c in counts for e in SHUNNED)
     return max(tokens)
+
+
+def router_logits(n: int, experts: int, seed: int, device: str = "cpu") -> torch.Tensor:
+    """Random float32 router logits [n, E] whose first rows hold the hard cases: a tie among
+    many experts at the top, most logits below the exp floor, -inf logits, every expert tied,
+    a huge spread, signed zeros."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn((n, experts), generator=g) * 4.0
+    x[0, : experts // 2] = 1.25  # a tie among many experts at the top
+    if n > 1:
+        x[1] = torch.linspace(-200.0, 3.0, experts)  # most below the exp floor
+    if n > 2:
+        x[2, ::3] = float("-inf")
+    if n > 3:
+        x[3] = 0.0  # every expert tied
+    if n > 4:
+        x[4] = torch.randn(experts, generator=g) * 1e4  # huge spread
+    if n > 5:
+        x[5, 1::2] = -0.0  # signed zeros
+    return x.to(device)

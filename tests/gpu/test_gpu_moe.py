@@ -246,3 +246,26 @@ def test_gpu_grouped_experts_replay_from_a_cuda_graph(experts_30b, gpu_record):
         ref = expert_outputs(x, ids, list(grouped), ops.silu_mul)
         assert bool((_bits(out) == _bits(ref)).all()), kind
     gpu_record("grouped experts in a CUDA graph", "3 routings replayed, bitwise equal to eager")
+
+
+@pytest.mark.parametrize("experts, top_k", [(128, 8), (8, 2), (60, 4)])
+def test_gpu_router_kernel_equals_the_torch_route(cuda, experts, top_k, gpu_record):
+    """The one-launch router (`kernels/triton/moe_router.py`) against `kernels.moe.route`'s
+    torch ops on the GPU and on the CPU: ids equal, weights equal as int32 views, for decode-
+    and prefill-sized batches with ties, -inf, floor and huge-spread rows."""
+    import torch
+
+    from moe_routing import router_logits
+    from samebits.kernels.moe import route
+    from samebits.kernels.triton import moe_router
+
+    for n, normalize in ((1, True), (64, True), (4099, False)):
+        logits = router_logits(n, experts, seed=n + experts, device="cuda")
+        ids, w = moe_router.route(logits, top_k, normalize)
+        for ref_ids, ref_w in (route(logits, top_k, normalize),
+                               route(logits.cpu(), top_k, normalize)):  # fmt: skip
+            assert torch.equal(ids.cpu(), ref_ids.cpu())
+            assert torch.equal(_bits(w).cpu(), _bits(ref_w).cpu())
+    gpu_record(
+        f"router kernel E={experts} k={top_k}", "ids and weight bits equal to torch (GPU, CPU)"
+    )

@@ -105,6 +105,7 @@ def _with_moe_ops(fields: dict, name: str, moe: bool) -> dict:
     extra = FAST_MOE_OPS if name == "fast" else INVARIANT_MOE_OPS
     if name != "fast" and fields.get("device") == "cuda":  # the GPU's grouped expert launch
         from samebits.kernels.triton.moe_grouped import GROUPED_DESCRIPTION
+        from samebits.kernels.triton.moe_router import ROUTER_DESCRIPTION
 
-        extra = dict(extra, moe_experts=GROUPED_DESCRIPTION)
+        extra = dict(extra, moe_router=ROUTER_DESCRIPTION, moe_experts=GROUPED_DESCRIPTION)
     return dict(fields, ops={**fields["ops"], **extra})

@@ -21,7 +21,7 @@ from samebits.kernels.moe import InvariantMoe
 from samebits.kernels.placement import TorchPlacement
 from samebits.kernels.plan import KernelPlan
 from samebits.kernels.triton import attention as triton_attention
-from samebits.kernels.triton import rows
+from samebits.kernels.triton import moe_router, rows
 from samebits.kernels.triton.linear import TritonLinear, choose_launch
 from samebits.kernels.triton.moe_grouped import GroupedExperts, combine, grouped_outputs
 
@@ -62,6 +62,11 @@ class TritonOps(InvariantMoe, TorchPlacement):
         b = None if bias is None else bias.to(device=self.device, dtype=torch.float32)
         out = torch.float32 if role in FLOAT32_ROLES else self.act_dtype
         return QualifiedLinear(w, b, role, out)
+
+    def moe_route(self, logits, top_k: int, normalize: bool):
+        """Softmax, top-k and renormalization in one launch (`moe_router`): the bits of
+        `InvariantMoe.moe_route`."""
+        return moe_router.route(logits, top_k, normalize)
 
     def moe_group(self, experts):
         """The experts with stacked weights for the grouped launch (`moe_grouped`)."""
