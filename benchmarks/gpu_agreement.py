@@ -13,7 +13,9 @@ tied embeddings: lm_head is the embedding tensor). Reported per model:
   against samebits `SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)`: equal or
   not, and the length of the common leading run;
 - with the float32 reference (default on cuda): both against HF in float32 on the same
-  weights (widened exactly), logits and greedy runs, to tell which side's rounding is larger.
+  weights (widened exactly), logits and greedy runs, to tell which side's rounding is larger;
+  for a mixture of experts the same HF model computes it widened one layer at a time
+  (`widened`: a 30B-A3B in float32 would not fit beside anything).
 
 Random weights give logits ~N(0, 1) over the vocabulary (see random_init), so near-ties are
 common and a greedy divergence after some steps is expected from bfloat16 rounding alone;
@@ -37,6 +39,7 @@ import platform
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
@@ -259,16 +262,52 @@ def add_fp32_reference(result: dict, loaded, device: str, ids, prompts, ours_log
 
     wide = dataclasses.replace(loaded, weights={k: v.float() for k, v in loaded.weights.items()})
     hf32 = hf_model(wide, device, torch.float32)
-    ref = hf_logits(hf32, ids)
+    compare_with_reference(result, hf32, ids, prompts, ours_logits, hf_logits_)
+    del hf32, wide
+
+
+def compare_with_reference(result: dict, ref_model, ids, prompts, ours_logits, hf_logits_):
+    """`result` gains both sides' logits against `ref_model`'s and each greedy run's leading
+    matches with the reference's run."""
+    ref = hf_logits(ref_model, ids)
     result["logits_vs_fp32"] = {
         "samebits": logits_agreement(ours_logits, ref),
         "hf": logits_agreement(hf_logits_, ref),
     }
     for prompt, row in zip(prompts, result["greedy"]["prompts"], strict=True):
-        row["hf_fp32"] = ref_run = hf_greedy(hf32, prompt, GREEDY_STEPS)
+        row["hf_fp32"] = ref_run = hf_greedy(ref_model, prompt, GREEDY_STEPS)
         row["samebits_leading_vs_fp32"] = leading_matches(row["samebits"], ref_run)
         row["hf_leading_vs_fp32"] = leading_matches(row["hf"], ref_run)
-    del hf32, wide
+
+
+@contextmanager
+def widened(model, low_dtype):
+    """The HF model `model` (weights in `low_dtype`) computing in float32 with peak memory of
+    one float32 decoder layer: each layer is widened just before its forward and narrowed
+    after (exact both ways: its weights are `low_dtype` values); the embeddings, final norm and
+    lm_head stay widened inside the block. So it computes what the model built in float32 on
+    the widened weights computes (test: `tests/unit/test_bench_widened.py`), where that model
+    does not fit (a 30B-A3B: 122 GB)."""
+    import torch
+
+    def widen(module, _args):
+        module.to(torch.float32)
+
+    def narrow(module, _args, _out):
+        module.to(low_dtype)
+
+    hooks = [h for layer in model.model.layers
+             for h in (layer.register_forward_pre_hook(widen), layer.register_forward_hook(narrow))]  # fmt: skip
+    whole = (model.model.embed_tokens, model.model.norm, model.lm_head)
+    for module in whole:
+        module.to(torch.float32)
+    try:
+        yield model
+    finally:
+        for h in hooks:
+            h.remove()
+        for module in whole:
+            module.to(low_dtype)
 
 
 def with_yarn(preset: str, yarn: str | None):
@@ -330,8 +369,9 @@ def run_preset(
     our_runs, fingerprint = our_greedy(llm, prompts, GREEDY_STEPS), deployment.fingerprint
     del llm, deployment  # HF runs after: one model in memory at a time (a 30B-A3B is 61 GB)
     _free(device)
-    consume = loaded.config.moe is not None and not fp32_reference
-    hf = hf_model(loaded, device, getattr(torch, dtype_name), consume=consume)
+    moe = loaded.config.moe is not None
+    low = getattr(torch, dtype_name)
+    hf = hf_model(loaded, device, low, consume=moe)
     theirs = hf_logits(hf, ids)
     logits = logits_agreement(ours, theirs)
     result = {
@@ -341,12 +381,16 @@ def run_preset(
         "logits": logits, "greedy": greedy_agreement(our_runs, hf, prompts, GREEDY_STEPS),
         "rel_max_diff_within_target": logits["rel_max_diff"] < REL_DIFF_TARGET,
     }  # fmt: skip
-    if loaded.config.moe is not None:
+    if moe:
         k = loaded.config.moe.num_experts_per_tok
         result["routing"] = routing_report(routed, hf_routing(hf, ids, k), k)
+    if fp32_reference and moe:  # layer by layer: a float32 MoE model may not fit beside it
+        with widened(hf, low):
+            compare_with_reference(result, hf, ids, prompts, ours, theirs)
+        result["fp32_reference"] = "layer-wise widened (`widened`)"
     del hf
     _free(device)
-    if fp32_reference:
+    if fp32_reference and not moe:
         add_fp32_reference(result, loaded, device, ids, prompts, ours, theirs)
     del loaded
     _free(device)

@@ -27,7 +27,7 @@
 #   ops        benchmarks/gpu_ops.py
 #   moeserve   gpu_serving.py --preset qwen3-30b-a3b --only-b (issue 26: (b) per plan, HF eager and
 #              static cache, the batch-64 step against the roofline of the experts it touches)
-#   moeagree   gpu_agreement.py on the 30B-A3B shape (bf16, routing; the tiny MoE units are not shipped)
+#   moeagree   gpu_agreement.py on the 30B-A3B shape (bf16, routing, the layer-wise float32 reference)
 #   moegrouped the grouped MoE expert kernel's GPU tests (30B-A3B expert shapes, eager and CUDA
 #              graph) and benchmarks/moe_grouped.py (grouped vs per-expert vs torch, batch 1/16/64)
 #   agree      benchmarks/gpu_agreement.py
@@ -91,7 +91,7 @@ for job in "$@"; do
               --out "$OUT/server_rate_sweep_$plan.json" 2>&1 | tail -12; done ;;
     ops) timeout 300 python3 benchmarks/gpu_ops.py --out "$OUT/gpu_ops.json" 2>&1 | tail -70 ;;
     moeserve) timeout 580 python3 benchmarks/gpu_serving.py --preset qwen3-30b-a3b --only-b --out "$OUT/gpu_serving_moe.json" 2>&1 | grep -v "^after" | tail -14 ;;
-    moeagree) timeout 400 python3 benchmarks/gpu_agreement.py --presets qwen3-30b-a3b --no-fp32-reference --out "$OUT/gpu_agreement_moe.json" 2>&1 | tail -12 ;;
+    moeagree) timeout 500 python3 benchmarks/gpu_agreement.py --presets qwen3-30b-a3b --out "$OUT/gpu_agreement_moe.json" 2>&1 | tail -12 ;;
     moegrouped) SAMEBITS_GPU_RESULTS="$OUT" timeout 300 python3 -m pytest -q -m gpu tests/gpu/test_gpu_moe.py -k grouped -p no:cacheprovider --durations=5 2>&1 | tail -20
                 timeout 240 python3 benchmarks/moe_grouped.py --out "$OUT" 2>&1 | tail -25 ;;
     agree) timeout 300 python3 benchmarks/gpu_agreement.py --presets tiny-llama tiny-qwen2 tiny-qwen3 llama-3-8b qwen3-8b --out "$OUT/gpu_agreement.json" 2>&1 | tail -30 ;;
