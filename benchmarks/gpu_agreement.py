@@ -301,9 +301,13 @@ def widened(model, low_dtype):
     whole = (model.model.embed_tokens, model.model.norm, model.lm_head)
     for module in whole:
         module.to(torch.float32)
+    # experts as transformers' own loop (its grouped_mm kernels are bf16-only on some builds)
+    impl = getattr(model.config, "_experts_implementation", None)
+    model.config._experts_implementation = "eager"
     try:
         yield model
     finally:
+        model.config._experts_implementation = impl
         for h in hooks:
             h.remove()
         for module in whole:
