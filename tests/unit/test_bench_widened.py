@@ -42,3 +42,4 @@ def test_widened_model_equals_the_float32_model(request, arch):
     assert np.array_equal(wide.view(np.int32), ref.view(np.int32))
     assert not np.array_equal(narrow.view(np.int32), ref.view(np.int32))  # bf16 compute differs
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert getattr(model.config, "_experts_implementation", None) != "eager"  # restored
