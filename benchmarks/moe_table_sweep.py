@@ -61,7 +61,7 @@ def main() -> None:
     args = p.parse_args()
     rows = []
     for (bp, bt, warps), n in itertools.product(
-        itertools.product((32, 64, 128, 256), (32, 64, 128), (1, 2, 4, 8)), (1, 16, 64, 256)
+        itertools.product((64, 128, 256), (64, 128), (2, 4, 8)), (1, 16, 64, 256)
     ):
         mg.TABLE_BLOCK_P, mg.TABLE_BLOCK_T, mg.TABLE_WARPS = bp, bt, warps
         ids = _ids(n)
