@@ -396,3 +396,31 @@ def test_bad_inputs_raise():
         rows.silu_mul(np.zeros((1, 3), np.uint16))
     with pytest.raises(ValueError):
         rmoe.route(np.zeros((2, 4), F), 5, True)
+
+
+def test_softexp_kernel_scaling_equals_the_replay_scaling():
+    """The kernel's integer k (the bits of t minus those of 1.5 * 2^23) and its scaling (an
+    exponent add into e, then one multiply) give the replay's bits (k = n converted; two
+    multiplies) on a dense grid of [-110, 95] and around every integer multiple of ln 2."""
+    from samebits.kernels.replay import softexp as sx
+
+    rng = np.random.default_rng(7)
+    x = np.concatenate([np.linspace(-110, 95, 2_000_001, dtype=F),
+                        (np.arange(-151, 130) * np.log(2.0)).astype(F) + rng.uniform(
+                            -1e-3, 1e-3, 281).astype(F)]).astype(F)  # fmt: skip
+    xc = np.minimum(np.maximum(x, sx.X_LO), sx.X_HI)
+    t = sx.fma_f32(xc, sx.LOG2E, sx.SHIFT)
+    n = sx.add_f32(t, -sx.SHIFT)
+    k = t.view(np.int32) - np.int32(0x4B400000)
+    assert np.array_equal(k, n.astype(np.int32))
+    r = sx.fma_f32(n, sx.NEG_LN2_HI, xc)
+    r = sx.fma_f32(n, sx.NEG_LN2_LO, r)
+    p = sx.fma_f32(sx.POLY[0], r, sx.POLY[1])
+    for c in sx.POLY[2:]:
+        p = sx.fma_f32(p, r, c)
+    e = sx.add_f32(sx.fma_f32(p, sx.mul_f32(r, r), r), sx.ONE)
+    k1 = k >> 1
+    scaled = (e.view(np.int32) + (k1 << 23)).view(F)
+    assert np.array_equal(scaled, sx.mul_f32(e, sx._pow2(k1)))  # the exponent add is exact
+    y = sx.mul_f32(scaled, sx._pow2(k - k1))
+    assert np.array_equal(bits(y), bits(softexp(x)))

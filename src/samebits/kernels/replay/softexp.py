@@ -1,5 +1,5 @@
 """The GPU plan's fp32 arithmetic on the CPU, bit for bit: ``fma.rn.f32`` and the software exp
-of `kernels/triton/_softexp.py` (its definition is that file's docstring).
+``softexp`` of `kernels/triton/_row_kernels.py` (its definition is that function's docstring).
 
 numpy float32 has no fused multiply-add, so :func:`fma_f32` is an exactly rounded
 construction in float64 (no C compiler needed, so no fallback to announce): the product of
@@ -90,7 +90,11 @@ def _pow2(k: np.ndarray) -> np.ndarray:
 
 
 def softexp(x) -> np.ndarray:
-    """`_softexp.softexp`: exp(x) in fp32 by its fixed sequence, bit for bit."""
+    """`_row_kernels.softexp`: exp(x) in fp32 by its fixed sequence, bit for bit. The kernel
+    takes the integer k from the bits of ``t`` and scales by an exponent add then one
+    multiply; here k = n converted and ``(e * 2^(k - k1)) * 2^k1``: the same values (k = n
+    exactly; both scalings are one exact step then one rounding of e * 2^k; tests compare the
+    two on the interpreter)."""
     x = f32(x)
     nan = np.isnan(x)
     xc = np.minimum(np.maximum(np.where(nan, np.float32(0), x), X_LO), X_HI)

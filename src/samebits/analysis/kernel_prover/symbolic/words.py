@@ -121,6 +121,8 @@ def select(dims, c: Tile, a: Tile, b: Tile, vc, va, vb, where: str, as_float) ->
     if "float" in (a.kind, b.kind):
         dt = max([t.dtype for t in (a, b) if t.kind == "float"], key=lambda d: FLOAT_RANK[d])
         x, y, kind = as_float(a, va, dt), as_float(b, vb, dt), "float"
+    elif a.kind == PRED and b.kind == PRED:
+        dt, x, y, kind = "i1", va, vb, PRED
     elif {a.kind, b.kind} <= {"int", WORD}:
         dt = int_dtype(a, b)
         x, y, kind = as_word(a, va, dt, where), as_word(b, vb, dt, where), WORD
