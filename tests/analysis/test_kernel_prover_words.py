@@ -91,3 +91,15 @@ def test_operand_order_of_a_float_comparison_is_part_of_the_operation():
         "    return tl.where(tl.where(tl.num_programs(0) > 1, x != y, y != x), x, y)",
     )
     assert res.status == "refuted", (res.status, res.unsupported)
+
+
+def test_the_soft_exp2_is_modelled():
+    """`_softexp2.softexp2` (not launched yet) inside the SiLU kernel: within the modelled
+    subset, so the attention kernel can adopt it without new front-end constructs."""
+    soft2 = (KDIR / "_softexp2.py").read_text()
+    helpers = soft2[soft2.index("@triton.jit") :]
+    text = ROWS.replace(SILU, "    silu = tl.math.div_rn(g, 1.0 + softexp2(-g))\n")
+    spec = _silu_batch()
+    src = KernelSource.parse(text + "\n\n" + helpers, "_row_kernels.py")
+    res = prove(src, spec.goal, spec.left, spec.right, spec.m_left)
+    assert "softexp2(-g)" in text and res.ok, (res.status, res.unsupported, res.counterexample)

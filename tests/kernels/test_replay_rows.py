@@ -424,3 +424,36 @@ def test_softexp_kernel_scaling_equals_the_replay_scaling():
     assert np.array_equal(scaled, sx.mul_f32(e, sx._pow2(k1)))  # the exponent add is exact
     y = sx.mul_f32(scaled, sx._pow2(k - k1))
     assert np.array_equal(bits(y), bits(softexp(x)))
+
+
+# --- the soft exp2 (kernels/triton/_softexp2.py; not launched yet) ---------------------
+
+
+def test_softexp2_accuracy_within_1_ulp():
+    from samebits.kernels.replay.softexp import softexp2
+
+    rng = np.random.default_rng(11)
+    x = np.concatenate([np.linspace(-152, 129, 2_000_001, dtype=F),
+                        rng.uniform(-1, 1, 500_000).astype(F)])  # fmt: skip
+    y = softexp2(x).astype(np.float64)
+    ref = np.exp2(x.astype(np.float64))
+    normal = (ref > 2.0**-126) & (ref < 3.4e38)
+    ulp = np.spacing(ref[normal].astype(F)).astype(np.float64)
+    assert (np.abs(y[normal] - ref[normal]) / ulp).max() <= 1.0
+    sub = ref <= 2.0**-126  # subnormal results: within one subnormal ulp (no flush to zero)
+    assert (np.abs(y[sub] - ref[sub]) <= 2.0**-149).all() and (y[sub & (ref > 2.0**-149)] > 0).all()
+
+
+def test_softexp2_edges():
+    from samebits.kernels.replay.softexp import softexp2
+
+    x = np.array([0.0, -0.0, -np.inf, np.inf, -151.5, -200.0, 128.0, 300.0, -149.0, 1.0, -1.0,
+                  0.5, 127.0], F)  # fmt: skip
+    y = softexp2(x)
+    assert bits(y[:2]).tolist() == [bits(F(1.0))[()]] * 2
+    assert bits(y[[2, 4, 5]]).tolist() == [0, 0, 0]  # +0, never -0 (exp2(-inf - m) = +0)
+    assert np.isposinf(y[[3, 6, 7]]).all()
+    assert bits(y[8]) == 1 and y[9] == 2 and y[10] == 0.5 and y[12] == F(2.0**127)
+    assert y[11] == F(np.sqrt(2.0))  # correctly rounded here
+    nan = np.array([0x7FC00001, 0xFFC12345], np.uint32).view(F)
+    assert np.array_equal(bits(softexp2(nan)), bits(nan))

@@ -21,10 +21,11 @@ from triton.runtime import interpreter
 from triton.runtime.interpreter import TensorHandle
 
 from samebits.kernels.replay import rows as rrows
-from samebits.kernels.replay.softexp import fma_f32, softexp
+from samebits.kernels.replay.softexp import fma_f32, softexp, softexp2
 from samebits.kernels.triton._gelu_kernel import gelu_mul_kernel
 from samebits.kernels.triton._row_kernels import silu_mul_kernel
 from samebits.kernels.triton._row_kernels import softexp as tl_softexp
+from samebits.kernels.triton._softexp2 import softexp2 as tl_softexp2
 
 
 @pytest.fixture(autouse=True)
@@ -76,3 +77,22 @@ def test_gelu_kernel_equals_replay():
     gelu_mul_kernel[(5, 2)](gu, out, INNER=1500, BLOCK=1024)
     want = rrows.gelu_mul(gu.numpy(), "float32")
     assert np.array_equal(_bits(out), want)
+
+
+@triton.jit
+def _softexp2_kernel(x_ptr, y_ptr, N: tl.constexpr, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + i, mask=i < N, other=0.0)
+    tl.store(y_ptr + i, tl_softexp2(x), mask=i < N)
+
+
+def test_triton_softexp2_equals_replay():
+    rng = np.random.default_rng(1)
+    x = np.concatenate([rng.uniform(-160, 135, 4000), np.linspace(-151, 128, 3000),
+                        rng.uniform(-1, 1, 1000),
+                        [0.0, -0.0, np.inf, -np.inf, 1e-45, -149.0, 127.5]]).astype(np.float32)  # fmt: skip
+    xt = torch.from_numpy(x)
+    y = torch.empty_like(xt)
+    _softexp2_kernel[(triton.cdiv(len(x), 1024),)](xt, y, N=len(x), BLOCK=1024)
+    assert np.array_equal(_bits(y), softexp2(x).view(np.uint32))
+    assert not np.array_equal(_bits(y), np.exp2(x).astype(np.float32).view(np.uint32))
