@@ -96,3 +96,29 @@ def test_triton_softexp2_equals_replay():
     _softexp2_kernel[(triton.cdiv(len(x), 1024),)](xt, y, N=len(x), BLOCK=1024)
     assert np.array_equal(_bits(y), softexp2(x).view(np.uint32))
     assert not np.array_equal(_bits(y), np.exp2(x).astype(np.float32).view(np.uint32))
+
+
+def _speed_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "softexp_speed.py"
+    spec = importlib.util.spec_from_file_location("softexp_speed", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_softexp_speed_script_smoke():
+    """benchmarks/softexp_speed.py on the interpreter: the launched SiLU / GeGLU and a launch
+    variant give the replay's bits (NaN canonicalized), and its comparison sees a flipped bit."""
+    b = _speed_script()
+    res = b.run((1, 3), (768,), ((256, 4),), "cpu", True)
+    assert len(res["bits"]) == 8 and res["mismatching"] == 0, res["bits"]
+    gu = b.inputs(np.random.default_rng(0), 2, 768, "cpu", True)
+    want = rrows.silu_mul(gu.numpy(), "float32")
+    from samebits.kernels.triton import rows
+
+    out = rows.silu_mul(gu)
+    assert b.mismatches(out, want, True) == 0
+    assert b.mismatches(out, want ^ np.uint32(1), True) == want.size
