@@ -125,6 +125,8 @@ def _tl_load(p, e, args, kw):
     like = Tile("float", (), None, ptr.dtype) if ptr.dtype in FLOAT_RANK else None
     if other is not None:
         parts.append(p.lift(other, like))
+        if parts[-1].kind in (W.WORD, W.PRED):
+            raise Unsupported(p.where(e), "tl.load other= a data-dependent value: not modelled")
     dims, vals = p.broadcast(parts, e)
     array, idx = vals[0]
     m = vals[1] if mask is not None else True
