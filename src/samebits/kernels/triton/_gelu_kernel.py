@@ -3,7 +3,7 @@ gelu_pytorch_tanh), g | u the two halves of a gate_up row.
 
 gelu_tanh(g) = 0.5 g (1 + tanh(c (g + 0.044715 g^3))) = g * sigmoid(z) with
 z = g (K1 + K2 g^2), K1 = 2 sqrt(2 / pi), K2 = 0.044715 K1; computed in fp32 as
-div_rn(g, 1 + softexp(-z)) with q = fma(g * g, K2, K1) and -z = fma(-q, g, +0) (the roundings
+div_rn(g, 1 + softexp(-z)) with -z = fma(-q, g, +0), -q = fma(g * g, -K2, -K1) (the roundings
 of the compiled code, stated; softexp is the software exp of `_row_kernels.py`, definition in
 its docstring; softexp(-z) -> inf for very negative z gives -0, the limit). Every element is
 a function of its own g and u: no reduction, so the row, the batch and the launch
@@ -29,8 +29,8 @@ def gelu_mul_kernel(gu_ptr, out_ptr, INNER: tl.constexpr, BLOCK: tl.constexpr):
     mask = cols < INNER
     g = tl.load(gu_ptr + row * (2 * INNER) + cols, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(gu_ptr + row * (2 * INNER) + INNER + cols, mask=mask, other=0.0).to(tl.float32)
-    # -z = -(g * (K1 + K2 g^2)), with the two roundings the compiled code has, stated:
-    # q = fma(g*g, K2, K1), -z = fma(-q, g, +0) (no contraction left to the compiler)
-    q = tl.fma(g * g, 0.07135481627260025, 1.5957691216057308)
-    gelu = tl.math.div_rn(g, 1.0 + softexp(tl.fma(-q, g, 0.0)))
+    # -z = -(g * (K1 + K2 g^2)) with its two roundings stated (no contraction left to the
+    # compiler): nq = fma(g*g, -K2, -K1) (= -fma(g*g, K2, K1) exactly), -z = fma(nq, g, +0)
+    nq = tl.fma(g * g, -0.07135481627260025, -1.5957691216057308)
+    gelu = tl.math.div_rn(g, 1.0 + softexp(tl.fma(nq, g, 0.0)))
     tl.store(out_ptr + row * INNER + cols, (gelu * u).to(out_ptr.dtype.element_ty), mask=mask)
