@@ -1,18 +1,16 @@
 """The GPU plan's row kernels vs their CPU replay (samebits.kernels.replay.rows / .moe), as
-bits, and the soft-exp SiLU/GeGLU candidates' speed against the tl.exp kernels (issue 27).
+bits (issue 27). The soft-exp SiLU / GeGLU speed: benchmarks/softexp_speed.py.
 
 Usage (on the H200, from the repo root):
     PYTHONPATH=$PWD/src python benchmarks/replay_rows_check.py --out $OUT/replay_rows.json
 
 Kernels (M in {1, 3, 64}, random rows plus an edge row: +-0, subnormals, +-inf, NaN, huge and
 tiny values): rms_norm (fp32 and bf16 input), add_rms_norm, sum_add_rms_norm (S = 2, 4),
-head_rms_norm, rope, qkv_rope_store, the soft-exp silu_mul / gelu_mul candidates
-(`_softexp_gated.py`), the tl.exp silu_mul (expected to differ: its ex2.approx has no CPU
-definition; counted for the record), MoE route (torch ops on the GPU) and moe_combine_kernel.
+head_rms_norm, rope, qkv_rope_store, silu_mul / gelu_mul (the launched soft-exp kernels),
+MoE route (torch ops on the GPU) and moe_combine_kernel.
 Shapes: Llama-3-8B (hidden 4096, 32/8 heads x 128, inter 14336), tiny (hidden 256, 4/2 heads
 x 64, inter 768), head dims 16 / 64 / 128. Output: mismatching elements per (kernel, shape,
-M); exit status 0 when every replayed kernel matches. Speed: silu_mul / gelu_mul tl.exp vs
-soft exp, M = 64 and 4096 rows of the 8B width (CUDA events, median of 20).
+M); exit status 0 when every replayed kernel matches.
 """
 
 from __future__ import annotations
@@ -154,20 +152,14 @@ def check_gated(ck: Check, rng, inner: int, tag: str):
 
     from samebits.kernels.replay import rows as rr
     from samebits.kernels.triton import rows
-    from samebits.kernels.triton._softexp_gated import (
-        gelu_mul_softexp_kernel,
-        silu_mul_softexp_kernel,
-    )
 
     for m in MS:
         gu = torch.from_numpy(_rows(rng, m, 2 * inner, edge=True) * 4).cuda().bfloat16()
         bits = _u16(gu)
-        for name, kern, ref in (("silu_mul.softexp", silu_mul_softexp_kernel, rr.silu_mul),
-                                ("gelu_mul.softexp", gelu_mul_softexp_kernel, rr.gelu_mul)):  # fmt: skip
-            out = rows._gated(kern, name, gu)
+        for name, launch, ref in (("silu_mul", rows.silu_mul, rr.silu_mul),
+                                  ("gelu_mul", rows.gelu_mul, rr.gelu_mul)):  # fmt: skip
+            out = launch(gu)
             ck.add(name, tag, m, _diff(_u16(out), ref(bits)), out.numel())
-        out = rows.silu_mul(gu)  # tl.exp (ex2.approx): not replayable, for the record
-        ck.add("silu_mul.tl_exp", tag, m, _diff(_u16(out), rr.silu_mul(bits)), out.numel(), False)
 
 
 def check_moe(ck: Check, rng):
@@ -190,35 +182,6 @@ def check_moe(ck: Check, rng):
             ck.add("moe_combine", f"k{k}.h{h}", m, _diff(_u16(y).reshape(want.shape), want), m * h)
 
 
-def speed(rows_m: int, inner: int = 14336) -> dict:
-    import torch
-
-    from samebits.kernels.triton import rows
-    from samebits.kernels.triton._gelu_kernel import gelu_mul_kernel
-    from samebits.kernels.triton._softexp_gated import (
-        gelu_mul_softexp_kernel,
-        silu_mul_softexp_kernel,
-    )
-
-    gu = torch.randn((rows_m, 2 * inner), device="cuda").bfloat16()
-    out = {}
-    for name, kern in (("silu.tl_exp", rows.silu_mul_kernel), ("silu.softexp", silu_mul_softexp_kernel),
-                       ("gelu.tl_exp", gelu_mul_kernel), ("gelu.softexp", gelu_mul_softexp_kernel)):  # fmt: skip
-        for _ in range(3):
-            rows._gated(kern, name, gu)
-        times = []
-        for _ in range(20):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            rows._gated(kern, name, gu)
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) * 1e3)
-        out[name] = float(np.median(times))
-    print(f"speed M={rows_m}: " + ", ".join(f"{k} {v:.1f} us" for k, v in out.items()), flush=True)
-    return out
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -235,9 +198,8 @@ def main() -> int:
     for inner, tag in ((14336, "8b.inter"), (768, "tiny.inter")):
         check_gated(ck, rng, inner, tag)
     check_moe(ck, rng)
-    sp = {m: speed(m) for m in (64, 4096)}
     bad = [r for r in ck.results if r["replayed"] and r["mismatches"] != 0]
-    result = dict(results=ck.results, speed_us=sp, replayed_mismatching=len(bad),
+    result = dict(results=ck.results, replayed_mismatching=len(bad),
                   wall_s=time.time() - t0)  # fmt: skip
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(f"{len(bad)} replayed (kernel, shape, M) cases mismatch; {time.time() - t0:.1f} s")

@@ -362,3 +362,57 @@ def test_split_span_of_another_position_is_refuted():
                   "_attend_span(q, k_ptr, v_ptr, bt_row, (span // 2) * SPAN, pos")  # fmt: skip
     assert_refuted(attention("split-bm16-p32", text), "update by an iteration both run",
                    "reads v at different indices")  # fmt: skip
+
+
+# --- the software exp of the gated activations (data-dependent integers and predicates) ---
+
+SILU_CALL = "    silu = tl.math.div_rn(g, 1.0 + softexp(-g))"
+OTHER_ROW_G = (
+    "    g2 = tl.load(gu_ptr + (row ^ 1) * (2 * INNER) + cols, mask=mask, other=0.0)"
+    ".to(tl.float32)\n"
+)
+
+
+def _silu_batch():
+    return _spec(S.row_specs("tiny"), "tiny.silu_mul.batch")
+
+
+def test_launched_silu_with_softexp_is_proved():
+    res = run(_silu_batch(), ROWS, "_row_kernels.py")
+    assert res.ok, (res.status, res.unsupported, res.counterexample)
+
+
+def test_softexp_of_another_rows_element_is_refuted():
+    text = mutate(ROWS, SILU_CALL, OTHER_ROW_G + "    silu = tl.math.div_rn(g, 1.0 + softexp(-g2))")
+    assert_refuted(run(_silu_batch(), text, "_row_kernels.py"), "right-outside-row")
+
+
+def test_a_select_whose_condition_reads_another_row_is_refuted():
+    # the NaN select of softexp on the neighbour row's value: a data-dependent condition
+    text = mutate(
+        ROWS, SILU_CALL,
+        OTHER_ROW_G + "    silu = tl.math.div_rn(g, 1.0 + tl.where(g2 != g2, g, softexp(-g)))",
+    )  # fmt: skip
+    cex = assert_refuted(run(_silu_batch(), text, "_row_kernels.py"), "right-outside-row")
+    assert "select" in repr(cex) or "fcmp" in repr(cex)
+
+
+def test_an_exponent_split_following_the_batch_size_is_refuted():
+    # softexp's integer k1 = k >> 1 shifted by a batch-dependent amount (the grid's rows)
+    text = mutate(
+        ROWS, "    k1 = k >> 1\n", "    k1 = k >> tl.minimum(tl.num_programs(0) - 1, 1)\n"
+    )
+    cex = assert_refuted(run(_silu_batch(), text, "_row_kernels.py"), "integer operands differ")
+    assert cex["element_and_programs"].get("L.M", 2) != 1
+
+
+def test_two_bitwise_equal_formulations_chosen_by_batch_are_refuted():
+    """The scaling ``e * 2^k`` by an exponent add (the launched one) or by two multiplies
+    (the same bits, by IEEE arithmetic) chosen by M: the prover assumes no identity between
+    different operations, so it refuses (sound, not complete)."""
+    text = mutate(
+        ROWS, "    y = scaled * _pow2(k - k1)\n",
+        "    y = tl.where(tl.num_programs(0) > 1, scaled * _pow2(k - k1),"
+        " (e * _pow2(k - k1)) * _pow2(k1))\n",
+    )  # fmt: skip
+    assert_refuted(run(_silu_batch(), text, "_row_kernels.py"), "different operations")

@@ -28,7 +28,12 @@ def mutate(text: str, old: str, new: str) -> str:
 
 
 def run(spec, text: str, name: str):
-    return prove(KernelSource.parse(text, name), spec.goal, spec.left, spec.right, spec.m_left)
+    """Prove ``spec`` against ``text``, joined to the shipped files of ``spec.also_files``
+    (GeGLU's kernel imports the row kernels' softexp)."""
+    src = KernelSource.parse(text, name).join(
+        [KernelSource.parse((KDIR / f).read_text(), f) for f in spec.also_files]
+    )
+    return prove(src, spec.goal, spec.left, spec.right, spec.m_left)
 
 
 def _by_name(specs, suffix: str):

@@ -396,3 +396,64 @@ def test_bad_inputs_raise():
         rows.silu_mul(np.zeros((1, 3), np.uint16))
     with pytest.raises(ValueError):
         rmoe.route(np.zeros((2, 4), F), 5, True)
+
+
+def test_softexp_kernel_scaling_equals_the_replay_scaling():
+    """The kernel's integer k (the bits of t minus those of 1.5 * 2^23) and its scaling (an
+    exponent add into e, then one multiply) give the replay's bits (k = n converted; two
+    multiplies) on a dense grid of [-110, 95] and around every integer multiple of ln 2."""
+    from samebits.kernels.replay import softexp as sx
+
+    rng = np.random.default_rng(7)
+    x = np.concatenate([np.linspace(-110, 95, 2_000_001, dtype=F),
+                        (np.arange(-151, 130) * np.log(2.0)).astype(F) + rng.uniform(
+                            -1e-3, 1e-3, 281).astype(F)]).astype(F)  # fmt: skip
+    xc = np.minimum(np.maximum(x, sx.X_LO), sx.X_HI)
+    t = sx.fma_f32(xc, sx.LOG2E, sx.SHIFT)
+    n = sx.add_f32(t, -sx.SHIFT)
+    k = t.view(np.int32) - np.int32(0x4B400000)
+    assert np.array_equal(k, n.astype(np.int32))
+    r = sx.fma_f32(n, sx.NEG_LN2_HI, xc)
+    r = sx.fma_f32(n, sx.NEG_LN2_LO, r)
+    p = sx.fma_f32(sx.POLY[0], r, sx.POLY[1])
+    for c in sx.POLY[2:]:
+        p = sx.fma_f32(p, r, c)
+    e = sx.add_f32(sx.fma_f32(p, sx.mul_f32(r, r), r), sx.ONE)
+    k1 = k >> 1
+    scaled = (e.view(np.int32) + (k1 << 23)).view(F)
+    assert np.array_equal(scaled, sx.mul_f32(e, sx._pow2(k1)))  # the exponent add is exact
+    y = sx.mul_f32(scaled, sx._pow2(k - k1))
+    assert np.array_equal(bits(y), bits(softexp(x)))
+
+
+# --- the soft exp2 (kernels/triton/_softexp2.py; not launched yet) ---------------------
+
+
+def test_softexp2_accuracy_within_1_ulp():
+    from samebits.kernels.replay.softexp import softexp2
+
+    rng = np.random.default_rng(11)
+    x = np.concatenate([np.linspace(-152, 129, 2_000_001, dtype=F),
+                        rng.uniform(-1, 1, 500_000).astype(F)])  # fmt: skip
+    y = softexp2(x).astype(np.float64)
+    ref = np.exp2(x.astype(np.float64))
+    normal = (ref > 2.0**-126) & (ref < 3.4e38)
+    ulp = np.spacing(ref[normal].astype(F)).astype(np.float64)
+    assert (np.abs(y[normal] - ref[normal]) / ulp).max() <= 1.0
+    sub = ref <= 2.0**-126  # subnormal results: within one subnormal ulp (no flush to zero)
+    assert (np.abs(y[sub] - ref[sub]) <= 2.0**-149).all() and (y[sub & (ref > 2.0**-149)] > 0).all()
+
+
+def test_softexp2_edges():
+    from samebits.kernels.replay.softexp import softexp2
+
+    x = np.array([0.0, -0.0, -np.inf, np.inf, -151.5, -200.0, 128.0, 300.0, -149.0, 1.0, -1.0,
+                  0.5, 127.0], F)  # fmt: skip
+    y = softexp2(x)
+    assert bits(y[:2]).tolist() == [bits(F(1.0))[()]] * 2
+    assert bits(y[[2, 4, 5]]).tolist() == [0, 0, 0]  # +0, never -0 (exp2(-inf - m) = +0)
+    assert np.isposinf(y[[3, 6, 7]]).all()
+    assert bits(y[8]) == 1 and y[9] == 2 and y[10] == 0.5 and y[12] == F(2.0**127)
+    assert y[11] == F(np.sqrt(2.0))  # correctly rounded here
+    nan = np.array([0x7FC00001, 0xFFC12345], np.uint32).view(F)
+    assert np.array_equal(bits(softexp2(nan)), bits(nan))

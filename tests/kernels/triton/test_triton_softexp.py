@@ -1,13 +1,14 @@
-"""The Triton soft exp (`_softexp.softexp`) and the soft-exp SiLU kernel on the CPU
-interpreter, bit for bit against the CPU replay (`replay.softexp`, `replay.rows.silu_mul`).
+"""The Triton soft exp (`_row_kernels.softexp`) and the launched SiLU / GeGLU kernels on the
+CPU interpreter, bit for bit against the CPU replay (`replay.softexp`, `replay.rows.silu_mul`,
+`replay.rows.gelu_mul`).
 
 The stock interpreter computes ``tl.fma`` as ``a * b + c`` in fp32 (two roundings); here it is
 made the exact fma (`replay.softexp.fma_f32`, itself tested against the C library's fmaf), so
 the test checks that the kernel source states the replay's sequence (constants, order, range
-reduction, scaling, NaN select). What it cannot show: the contractions the GPU compiler adds
-(the interpreter contracts nothing; the soft-exp kernels' PTX has none beyond the stated
-``tl.fma``s except GeGLU's ``fma(g*g, K2, K1)`` and its ``0 - z``, which is why GeGLU is left
-to the GPU check), and the GPU's NaN bits."""
+reduction, scaling, NaN select; GeGLU's two fmas are written in the kernel). What it cannot
+show: contractions the GPU compiler would add (the interpreter contracts nothing; the PTX of
+the soft-exp kernels had none beyond the stated ``tl.fma``s: benchmarks/ptx_survey_aot.py),
+and the GPU's NaN bits: benchmarks/softexp_speed.py checks the GPU bits."""
 
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ from triton.runtime import interpreter
 from triton.runtime.interpreter import TensorHandle
 
 from samebits.kernels.replay import rows as rrows
-from samebits.kernels.replay.softexp import fma_f32, softexp
-from samebits.kernels.triton._softexp import softexp as tl_softexp
-from samebits.kernels.triton._softexp_gated import silu_mul_softexp_kernel
+from samebits.kernels.replay.softexp import fma_f32, softexp, softexp2
+from samebits.kernels.triton._gelu_kernel import gelu_mul_kernel
+from samebits.kernels.triton._row_kernels import silu_mul_kernel
+from samebits.kernels.triton._row_kernels import softexp as tl_softexp
+from samebits.kernels.triton._softexp2 import softexp2 as tl_softexp2
 
 
 @pytest.fixture(autouse=True)
@@ -56,11 +59,66 @@ def test_triton_softexp_equals_replay():
     assert not np.array_equal(_bits(y), plain.view(np.uint32))
 
 
-def test_softexp_silu_kernel_equals_replay():
+def test_silu_kernel_equals_replay():
     g = torch.Generator().manual_seed(3)
     gu = (torch.randn((5, 2 * 1500), generator=g) * 6).bfloat16().float()
     gu[0, :4] = torch.tensor([0.0, -0.0, 200.0, -200.0])
     out = torch.empty((5, 1500))
-    silu_mul_softexp_kernel[(5, 2)](gu, out, INNER=1500, BLOCK=1024)
+    silu_mul_kernel[(5, 2)](gu, out, INNER=1500, BLOCK=1024)
     want = rrows.silu_mul(gu.numpy(), "float32")
     assert np.array_equal(_bits(out), want)
+
+
+def test_gelu_kernel_equals_replay():
+    g = torch.Generator().manual_seed(4)
+    gu = (torch.randn((5, 2 * 1500), generator=g) * 6).bfloat16().float()
+    gu[0, :6] = torch.tensor([0.0, -0.0, 200.0, -200.0, 12.0, -12.0])
+    out = torch.empty((5, 1500))
+    gelu_mul_kernel[(5, 2)](gu, out, INNER=1500, BLOCK=1024)
+    want = rrows.gelu_mul(gu.numpy(), "float32")
+    assert np.array_equal(_bits(out), want)
+
+
+@triton.jit
+def _softexp2_kernel(x_ptr, y_ptr, N: tl.constexpr, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + i, mask=i < N, other=0.0)
+    tl.store(y_ptr + i, tl_softexp2(x), mask=i < N)
+
+
+def test_triton_softexp2_equals_replay():
+    rng = np.random.default_rng(1)
+    x = np.concatenate([rng.uniform(-160, 135, 4000), np.linspace(-151, 128, 3000),
+                        rng.uniform(-1, 1, 1000),
+                        [0.0, -0.0, np.inf, -np.inf, 1e-45, -149.0, 127.5]]).astype(np.float32)  # fmt: skip
+    xt = torch.from_numpy(x)
+    y = torch.empty_like(xt)
+    _softexp2_kernel[(triton.cdiv(len(x), 1024),)](xt, y, N=len(x), BLOCK=1024)
+    assert np.array_equal(_bits(y), softexp2(x).view(np.uint32))
+    assert not np.array_equal(_bits(y), np.exp2(x).astype(np.float32).view(np.uint32))
+
+
+def _speed_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "softexp_speed.py"
+    spec = importlib.util.spec_from_file_location("softexp_speed", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_softexp_speed_script_smoke():
+    """benchmarks/softexp_speed.py on the interpreter: the launched SiLU / GeGLU and a launch
+    variant give the replay's bits (NaN canonicalized), and its comparison sees a flipped bit."""
+    b = _speed_script()
+    res = b.run((1, 3), (768,), ((256, 4),), "cpu", True)
+    assert len(res["bits"]) == 8 and res["mismatching"] == 0, res["bits"]
+    gu = b.inputs(np.random.default_rng(0), 2, 768, "cpu", True)
+    want = rrows.silu_mul(gu.numpy(), "float32")
+    from samebits.kernels.triton import rows
+
+    out = rows.silu_mul(gu)
+    assert b.mismatches(out, want, True) == 0
+    assert b.mismatches(out, want ^ np.uint32(1), True) == want.size

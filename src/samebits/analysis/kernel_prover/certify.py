@@ -41,7 +41,11 @@ ASSUMPTIONS = {
     "exp, exp2, casts, tl.dot atoms, layout reductions) is a deterministic function of its "
     "operands: equal operands give equal results; nothing else about floats is assumed but "
     "IEEE 754 on zeros: +0.0 + +0.0, +0.0 - +0.0, +0.0 * +0.0 and a cast of +0.0 are +0.0 "
-    "(exact in every format; the masked lanes of a row block)",
+    "(exact in every format; the masked lanes of a row block). Likewise every operation on "
+    "data-dependent integers and predicates (bit casts, float <-> int conversions, integer "
+    "adds / shifts on such integers, float comparisons, selects on such predicates: "
+    "symbolic/words.py) is a deterministic function of its operands, with no identity "
+    "between different operations",
     "tl.dot-k-atom-chain": f"tl.dot(a, b, acc) computes each output element as a left-to-right "
     f"chain over k-atoms of {DOT_ATOM}: acc = DOT{DOT_ATOM}(acc, a[m, k0:k0+{DOT_ATOM}], "
     f"b[k0:k0+{DOT_ATOM}, n]) for k0 = 0, {DOT_ATOM}, ... in order; independent of BLOCK_M, "

@@ -242,7 +242,7 @@ def gelu_specs(model: str, inner: int) -> list[Spec]:
     goal = Goal(BATCH, {"out": inner}, {"gu": 2 * inner})
     desc = {"model": model, "op": "gelu_mul", "inner": inner, "M": "symbolic (left) vs 1 (right)"}
     return [Spec(f"{model}.gelu_mul.batch", "_gelu_kernel.py", goal, gelu_calls(inner, m),
-                 gelu_calls(inner, 1), m, desc)]  # fmt: skip
+                 gelu_calls(inner, 1), m, desc, _units.ALSO_FILES["gelu"])]  # fmt: skip
 
 
 def rope_calls(heads: int, d: int, m) -> list[KernelCall]:
@@ -567,7 +567,8 @@ def symbolic_row_specs(sym: dict) -> list[Spec]:
     m = _m_symbol()
     desc = {"unit": sym["key"], "op": op, "width": f"symbolic, {sym['lo']}..{sym['hi']}",
             "block": block, "M": "symbolic (left) vs 1 (right)"}  # fmt: skip
-    return [Spec(f"{sym['key']}.batch", kfile, goal, make(m), make(1), m, desc)]
+    also = _units.ALSO_FILES.get(sym["kind"], ())
+    return [Spec(f"{sym['key']}.batch", kfile, goal, make(m), make(1), m, desc, also)]
 
 
 def symbolic_head_specs(sym: dict) -> list[Spec]:

@@ -1,5 +1,6 @@
 """The GPU plan's row kernels on the CPU, bit for bit (kernels/triton/_row_kernels.py,
-_fused_kernels.py, the soft-exp gated kernels, kernels/moe.py routing and combine).
+_fused_kernels.py, the soft-exp SiLU / GeGLU of _row_kernels.py / _gelu_kernel.py,
+kernels/moe.py routing and combine).
 
 Values in and out: bf16 as uint16 bits, fp32 as float32 (or uint32 bits). Definitions read
 from the sm_90 compilation (TTGIR / PTX, Triton 3.6; benchmarks/ptx_survey_aot.py and
@@ -211,21 +212,21 @@ def _halves(gate_up) -> tuple[np.ndarray, np.ndarray]:
 
 
 def silu_mul(gate_up, out_dtype: str = "bfloat16") -> np.ndarray:
-    """The soft-exp SiLU kernel: ``div_rn(g, 1 + softexp(-g)) * u``, bf16 bits [M, I]."""
+    """`silu_mul_kernel`: ``div_rn(g, 1 + softexp(-g)) * u``, bf16 bits [M, I]."""
     g, u = _halves(gate_up)
     silu = div_rn(g, add_f32(np.float32(1.0), softexp(add_f32(np.float32(0.0), -g))))
     return cast(mul_f32(silu, u), out_dtype)
 
 
 def gelu_neg_z(g: np.ndarray) -> np.ndarray:
-    """``-(g * (K1 + K2 * (g * g)))`` as compiled (PTX): ``q = fma(g*g, K2, K1)``, then the
-    negation ``0 - g*q`` contracted, ``fma(-q, g, +0)``."""
+    """``-z = -(g * (K1 + K2 * (g * g)))`` as the kernel states it (and as the PTX of the
+    earlier kernel contracted it): ``q = fma(g*g, K2, K1)``, ``fma(-q, g, +0)``."""
     q = fma_f32(mul_f32(g, g), GELU_K2, GELU_K1)
     return fma_f32(-q, g, np.float32(0.0))
 
 
 def gelu_mul(gate_up, out_dtype: str = "bfloat16") -> np.ndarray:
-    """The soft-exp GeGLU kernel: ``div_rn(g, 1 + softexp(-z)) * u``, bf16 bits [M, I]."""
+    """`gelu_mul_kernel`: ``div_rn(g, 1 + softexp(-z)) * u``, bf16 bits [M, I]."""
     g, u = _halves(gate_up)
     gelu = div_rn(g, add_f32(np.float32(1.0), softexp(gelu_neg_z(g))))
     return cast(mul_f32(gelu, u), out_dtype)

@@ -1,5 +1,6 @@
-"""The GPU plan's fp32 arithmetic on the CPU, bit for bit: ``fma.rn.f32`` and the software exp
-of `kernels/triton/_softexp.py` (its definition is that file's docstring).
+"""The GPU plan's fp32 arithmetic on the CPU, bit for bit: ``fma.rn.f32``, the software exp
+``softexp`` of `kernels/triton/_row_kernels.py` (its definition is that function's docstring)
+and the software exp2 ``softexp2`` of `kernels/triton/_softexp2.py` (not launched yet).
 
 numpy float32 has no fused multiply-add, so :func:`fma_f32` is an exactly rounded
 construction in float64 (no C compiler needed, so no fallback to announce): the product of
@@ -26,6 +27,11 @@ NEG_LN2_LO = np.float32(2.12194440e-4)
 POLY = tuple(np.float32(c) for c in (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3,
                                      4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1))  # fmt: skip
 ONE = np.float32(1.0)
+X2_LO, X2_HI = np.float32(-151.0), np.float32(128.0)
+POLY2 = tuple(np.float32(c) for c in (1.535336188319500e-4, 1.339887440266574e-3,
+                                      9.618437357674640e-3, 5.550332471162809e-2,
+                                      2.402264791363012e-1, 6.931472028550421e-1))  # fmt: skip
+SHIFT_BITS = np.int32(0x4B400000)  # the bits of SHIFT = 1.5 * 2^23
 
 
 def f32(a) -> np.ndarray:
@@ -90,7 +96,11 @@ def _pow2(k: np.ndarray) -> np.ndarray:
 
 
 def softexp(x) -> np.ndarray:
-    """`_softexp.softexp`: exp(x) in fp32 by its fixed sequence, bit for bit."""
+    """`_row_kernels.softexp`: exp(x) in fp32 by its fixed sequence, bit for bit. The kernel
+    takes the integer k from the bits of ``t`` and scales by an exponent add then one
+    multiply; here k = n converted and ``(e * 2^(k - k1)) * 2^k1``: the same values (k = n
+    exactly; both scalings are one exact step then one rounding of e * 2^k; tests compare the
+    two on the interpreter)."""
     x = f32(x)
     nan = np.isnan(x)
     xc = np.minimum(np.maximum(np.where(nan, np.float32(0), x), X_LO), X_HI)
@@ -104,4 +114,27 @@ def softexp(x) -> np.ndarray:
     k = n.astype(np.int32)
     k1 = k >> 1
     y = mul_f32(mul_f32(e, _pow2(k - k1)), _pow2(k1))
+    return np.where(nan, x, y)
+
+
+def _scale(e: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """``e * 2^k`` rounded once, k from the bits of ``t = n + SHIFT``: the exponent add of
+    ``k >> 1`` into e (exact), times ``2^(k - (k >> 1))`` (the kernels' scaling)."""
+    k = t.view(np.int32) - SHIFT_BITS
+    k1 = k >> 1
+    return mul_f32((e.view(np.int32) + (k1 << 23)).view(np.float32), _pow2(k - k1))
+
+
+def softexp2(x) -> np.ndarray:
+    """`_softexp2.softexp2`: 2^x in fp32 by its fixed sequence, bit for bit."""
+    x = f32(x)
+    nan = np.isnan(x)
+    xc = np.minimum(np.maximum(np.where(nan, np.float32(0), x), X2_LO), X2_HI)
+    t = add_f32(xc, SHIFT)
+    n = add_f32(t, -SHIFT)
+    fr = add_f32(xc, -n)
+    p = fma_f32(POLY2[0], fr, POLY2[1])
+    for c in POLY2[2:]:
+        p = fma_f32(p, fr, c)
+    y = _scale(fma_f32(p, fr, ONE), t)
     return np.where(nan, x, y)

@@ -55,9 +55,12 @@ def describe() -> dict[str, str]:
         "rope": "triton token program: rotate-half, fp32, elementwise; without q/k norms fused "
         "with the qkv split and the K/V store (qkv_rope_store: one program per token, the same "
         "RoPE expression, K/V to the token's slot; evidence: test, certificate)",
-        "silu_mul": "triton (row, 1024-column block) program: silu(g)*u fp32, elementwise",
+        "silu_mul": "triton (row, 1024-column block) program: div_rn(g, 1 + softexp(-g))*u "
+        "fp32, elementwise; softexp = the software exp of _row_kernels.py (fixed fma sequence, "
+        "no ex2.approx; CPU replay: replay.softexp)",
         "gelu_mul": "triton (row, 1024-column block) program (Gemma's GeGLU, _gelu_kernel.py): "
-        "div_rn(g, 1 + exp(-z))*u, z = g*(K1 + K2*g*g), fp32, elementwise",
+        "div_rn(g, 1 + softexp(fma(-q, g, 0)))*u, q = fma(g*g, K2, K1), fp32, elementwise; "
+        "softexp as silu_mul's",
         "attention": (
             f"triton paged attention: key tiles of {KEY_BLOCK} at absolute positions, online "
             "softmax in tile order, denominators by MMA (p @ ones), guarded rows, exp2; launch: "

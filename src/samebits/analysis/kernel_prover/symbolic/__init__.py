@@ -19,6 +19,8 @@ Modules, each importing only those above it (no cycles; none imports this ``__in
 - ``source``: :class:`KernelSource`, the parsed kernel file(s);
 - ``oracle``: :class:`Oracle` and :func:`decide_under`, the solver questions;
 - ``memory``: :class:`Store` / :class:`Load` records, store witnesses, what a read sees;
+- ``words``: data-dependent integers and predicates (bit casts, conversions, shifts, float
+  comparisons, selects on them): uninterpreted terms;
 - ``tl_semantics``: the ``tl.*`` builtins (``TL``), ``DOT_ATOM``, the reductions;
 - ``interpreter``: :class:`Program`, one path of one program over the ``ast``;
 - ``execution``: :class:`Execution`, the driver over a launch's kernel calls and paths.

@@ -20,6 +20,7 @@ import itertools
 import z3
 
 from samebits.analysis.kernel_prover import terms as T
+from samebits.analysis.kernel_prover.symbolic import words as W
 from samebits.analysis.kernel_prover.symbolic.memory import read as _read
 from samebits.analysis.kernel_prover.symbolic.oracle import decide_under
 from samebits.analysis.kernel_prover.symbolic.tl_semantics import TL, desc_load, opaque_mul
@@ -61,6 +62,7 @@ _PY_BINOPS = {
     ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b,
     ast.Div: lambda a, b: a / b, ast.BitXor: lambda a, b: a ^ b,
     ast.BitAnd: lambda a, b: a & b, ast.BitOr: lambda a, b: a | b,
+    ast.LShift: lambda a, b: a << b, ast.RShift: lambda a, b: a >> b,
 }  # fmt: skip
 _PY_CMP = {
     ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b,
@@ -371,7 +373,7 @@ class Program:
             return T.subst_lin(t.v, sub)
         if t.kind == "bool":
             return T.subst_cond(t.v, sub)
-        if t.kind == "float":
+        if t.kind in ("float", W.WORD, W.PRED):
             return T.subst_term(t.v, sub)
         if t.kind == "ptr":
             return (t.v[0], T.subst_lin(t.v[1], sub))
@@ -384,6 +386,8 @@ class Program:
             if v.is_const():
                 return T.fconst(v.const, dtype)
             return T.Term("itof", (v,), dtype)
+        if t.kind == W.WORD:
+            return W.word_to_float(v, dtype)
         raise Unsupported("?", f"{t.kind} used as float")
 
     def binop(self, op, a, b, node):
@@ -404,6 +408,10 @@ class Program:
             if isinstance(op, ast.Add) and b.kind == "ptr" and a.kind == "int":
                 return Tile("ptr", dims, (vb[0], vb[1].add(va)), b.dtype)
             raise Unsupported(self.where(node), "pointer arithmetic other than ptr +/- int")
+        if W.involved(a, b) and "float" not in kinds:
+            return W.binop(op, dims, a, b, va, vb, self.where(node))
+        if W.PRED in kinds:
+            raise Unsupported(self.where(node), "arithmetic on a data-dependent predicate")
         if kinds == {"bool"}:
             if isinstance(op, ast.BitAnd):
                 return Tile("bool", dims, T.c_and(va, vb), "i1")
@@ -466,9 +474,10 @@ class Program:
 
     def unary(self, e, v):
         if not isinstance(v, Tile):
-            return {ast.USub: lambda x: -x, ast.Not: lambda x: not x, ast.UAdd: lambda x: x}[
-                type(e.op)
-            ](v)
+            return {ast.USub: lambda x: -x, ast.Not: lambda x: not x, ast.UAdd: lambda x: x,
+                    ast.Invert: lambda x: ~x}[type(e.op)](v)  # fmt: skip
+        if W.involved(v):
+            return W.unary(e.op, v, self.where(e))
         if isinstance(e.op, ast.USub):
             if v.kind == "int":
                 return Tile("int", v.dims, v.v.scale(-1), v.dtype)
@@ -485,13 +494,17 @@ class Program:
             sym = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
                    ast.NotEq: "!="}[type(op)]  # fmt: skip
             return Tile("bool", dims, T.cmp(sym, va, vb), "i1")
-        raise Unsupported(self.where(node), "comparison of non-integer tensors")
+        if {a.kind, b.kind} <= {"int", "float", W.WORD} and {a.kind, b.kind} & {"float", W.WORD}:
+            # data-dependent: an uninterpreted predicate of the operands (words.compare)
+            return W.compare(op, dims, a, b, va, vb, self.where(node), self.as_float)
+        raise Unsupported(self.where(node), f"comparison of {a.kind} and {b.kind} tensors")
 
     # --- calls ----------------------------------------------------------------------
     def call(self, e: ast.Call, env):
         if isinstance(e.func, ast.Attribute) and e.func.attr == "to":
             obj = self.expr(e.func.value, env)
-            return self.to(obj, [self.expr(a, env) for a in e.args], e)
+            kw = {k.arg: self.expr(k.value, env) for k in e.keywords}
+            return self.to(obj, [self.expr(a, env) for a in e.args], e, kw)
         if isinstance(e.func, ast.Attribute) and e.func.attr == "load":
             obj = self.expr(e.func.value, env) if self.func_name(e.func) != "tl.load" else None
             if isinstance(obj, Tile) and obj.kind == "desc":
@@ -544,7 +557,13 @@ class Program:
             self.file = caller  # lines of a helper are reported in the helper's own file
         return None
 
-    def to(self, obj, args, node):
+    def to(self, obj, args, node, kw=None):
+        kw = kw or {}
+        if set(kw) - {"bitcast", "fp_downcast_rounding"} or kw.get("fp_downcast_rounding"):
+            raise Unsupported(self.where(node), f".to keyword(s) {sorted(kw)}: only bitcast")
+        bitcast = kw.get("bitcast", False)
+        if not isinstance(bitcast, bool):
+            raise Unsupported(self.where(node), ".to bitcast must be a constant")
         if len(args) == 1 and isinstance(args[0], tuple) and args[0][:1] == ("dtype-of",):
             args = [DType(args[0][1].dtype)]
         if len(args) != 1 or not isinstance(args[0], DType):
@@ -552,10 +571,12 @@ class Program:
         dt = args[0].name
         if not isinstance(obj, Tile):
             obj = self.lift(obj)
+        if bitcast:
+            return W.bitcast(obj, dt, self.where(node))
+        if obj.kind == W.WORD or (obj.kind == "float" and dt not in FLOAT_RANK):
+            return W.convert(obj, dt, self.where(node))
         if obj.kind == "float":
-            if dt in FLOAT_RANK:
-                return Tile("float", obj.dims, T.cast(obj.v, dt), dt)
-            raise Unsupported(self.where(node), "float -> int cast")
+            return Tile("float", obj.dims, T.cast(obj.v, dt), dt)
         if obj.kind == "int":
             if dt in FLOAT_RANK:
                 return Tile("float", obj.dims, self.as_float(obj, obj.v, dt), dt)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import z3
 
 from samebits.analysis.kernel_prover import terms as T
+from samebits.analysis.kernel_prover.symbolic import words as W
 from samebits.analysis.kernel_prover.symbolic.memory import Load, Store
 from samebits.analysis.kernel_prover.symbolic.values import FLOAT_RANK, DType, Tile, Unsupported
 from samebits.analysis.kernel_prover.terms import Lin, Term
@@ -124,6 +125,8 @@ def _tl_load(p, e, args, kw):
     like = Tile("float", (), None, ptr.dtype) if ptr.dtype in FLOAT_RANK else None
     if other is not None:
         parts.append(p.lift(other, like))
+        if parts[-1].kind in (W.WORD, W.PRED):
+            raise Unsupported(p.where(e), "tl.load other= a data-dependent value: not modelled")
     dims, vals = p.broadcast(parts, e)
     array, idx = vals[0]
     m = vals[1] if mask is not None else True
@@ -181,6 +184,10 @@ def _tl_store(p, e, args, kw):
     if not (isinstance(ptr, Tile) and ptr.kind == "ptr"):
         raise Unsupported(p.where(e), "tl.store to a non-pointer")
     val = p.lift(val, Tile("float", (), None, ptr.dtype) if ptr.dtype in FLOAT_RANK else None)
+    if val.kind in (W.WORD, W.PRED):
+        raise Unsupported(p.where(e), f"tl.store of a data-dependent {val.kind}: not modelled")
+    if mask is not None and p.lift(mask).kind != "bool":
+        raise Unsupported(p.where(e), "tl.store mask must be an index condition")
     parts = [ptr, val] + ([p.lift(mask)] if mask is not None else [])
     dims, vals = p.broadcast(parts, e)
     array, idx = vals[0]
@@ -259,6 +266,8 @@ def _tl_where(p, e, args, kw):
     like = a if isinstance(a, Tile) else b if isinstance(b, Tile) else None
     a, b = p.lift(a, like), p.lift(b, like)
     dims, (vc, va, vb) = p.broadcast([c, a, b], e)
+    if W.involved(c, a, b):
+        return W.select(dims, c, a, b, vc, va, vb, p.where(e), p.as_float)
     if c.kind != "bool":
         raise Unsupported(p.where(e), "tl.where condition must be boolean")
     if a.kind == "int" and b.kind == "int":
@@ -274,10 +283,15 @@ def _tl_where(p, e, args, kw):
 
 def _minmax(name):
     def f(p, e, args, kw):
+        if kw or len(args) != 2:
+            # propagate_nan would change the operation: not modelled, so not accepted
+            raise Unsupported(p.where(e), f"tl.{name}imum takes two operands, no keywords")
         a, b = args[0], args[1]
         like = a if isinstance(a, Tile) else b
         a, b = p.lift(a, like), p.lift(b, like)
         dims, (va, vb) = p.broadcast([a, b], e)
+        if W.involved(a, b) and "float" not in (a.kind, b.kind):
+            return W.minmax(name, dims, a, b, va, vb, p.where(e))
         if a.kind == "int" and b.kind == "int":
             fn = T.minimum if name == "min" else T.maximum
             return Tile("int", dims, fn(va, vb), "i64" if "i64" in (a.dtype, b.dtype) else "i32")
@@ -427,7 +441,8 @@ def _tl_fma(p, e, args, kw):
         raise Unsupported(p.where(e), "tl.fma takes three positional operands")
     like = next((a for a in args if isinstance(a, Tile)), None)
     tiles = [p.lift(a, like) for a in args]
-    if any(t.kind not in ("float", "int") for t in tiles) or all(t.kind != "float" for t in tiles):
+    kinds = ("float", "int", W.WORD)
+    if any(t.kind not in kinds for t in tiles) or all(t.kind != "float" for t in tiles):
         raise Unsupported(p.where(e), "tl.fma of non-float operands")
     dims, vals = p.broadcast(tiles, e)
     dt = max([t.dtype for t in tiles if t.kind == "float"], key=lambda d: FLOAT_RANK[d])

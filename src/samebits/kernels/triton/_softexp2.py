@@ -1,0 +1,58 @@
+"""A software fp32 exp2 for the attention kernel (issue 27), with a written definition that a
+CPU replays bit for bit (`samebits.kernels.replay.softexp.softexp2`), in place of ``tl.exp2``
+(PTX ``ex2.approx.ftz``, whose bits have no public definition). NOT launched yet:
+`_attention_kernel.py` still calls ``tl.exp2`` (its certificates take an hour to re-prove,
+and the prover's attention rule "exp2(-inf - m) is +0" must first learn this function: see
+docs/cpu_replay.md, "Soft exp2").
+
+Definition of ``softexp2(x)`` (every step one IEEE fp32 operation, round to nearest even;
+each ``fma`` one rounding of the exact ``a * b + c``):
+
+1. ``xc = min(max(x, -151), 128)`` (below: the result is +0; at 128 and above: +inf; so
+   -inf -> +0, +inf -> +inf);
+2. ``t = xc + S``, ``n = t - S`` (S = 1.5 * 2^23: ``n`` is xc rounded to an integer, ties
+   to even; the subtraction is exact), ``f = xc - n`` (exact, |f| <= 1/2), and the integer
+   ``k = bits(t) - bits(S)`` (= n);
+3. ``p = fma(fma(fma(fma(fma(Q0, f, Q1), f, Q2), f, Q3), f, Q4), f, Q5)`` (Horner, the
+   Cephes exp2f coefficients), ``e = fma(p, f, 1.0)`` (2^f);
+4. ``y = e * 2^k`` rounded once, as `_row_kernels.softexp` does: ``k1 = k >> 1``, ``e * 2^k1``
+   exact by adding ``k1 << 23`` to the bits of e, times the normal factor ``2^(k - k1)``
+   (gradual underflow to subnormals, overflow to +inf: that one multiply's);
+5. a NaN ``x`` is returned as it is (``x != x`` selects it); -0.0 behaves as +0.0.
+
+Accuracy (test, `tests/kernels/test_replay_rows.py`): <= 1 ulp against float64 exp2 for
+normal results (0.93 ulp measured on 4M points), subnormal results within one subnormal
+ulp; no flush to zero (``ex2.approx.ftz`` flushes). Cost: 2 clamps, 3 adds, 6 fma, 5
+integer operations, 1 multiply, a compare and a select; no conversion instruction.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _pow2i(k):
+    """2^k (fp32) for an int32 k in [-126, 127]: the exponent field ``(k + 127) << 23``."""
+    return ((k + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def softexp2(x):
+    """2^x in fp32 by the fixed sequence of the module docstring (elementwise)."""
+    xc = tl.minimum(tl.maximum(x, -151.0), 128.0)
+    t = xc + 12582912.0
+    n = t - 12582912.0
+    f = xc - n
+    p = tl.fma(1.535336188319500e-4, f, 1.339887440266574e-3)
+    p = tl.fma(p, f, 9.618437357674640e-3)
+    p = tl.fma(p, f, 5.550332471162809e-2)
+    p = tl.fma(p, f, 2.402264791363012e-1)
+    p = tl.fma(p, f, 6.931472028550421e-1)
+    e = tl.fma(p, f, 1.0)
+    k = t.to(tl.int32, bitcast=True) - 0x4B400000
+    k1 = k >> 1
+    scaled = (e.to(tl.int32, bitcast=True) + (k1 << 23)).to(tl.float32, bitcast=True)
+    y = scaled * _pow2i(k - k1)
+    return tl.where(x != x, x, y)
