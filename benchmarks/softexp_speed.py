@@ -137,7 +137,7 @@ def time_us(fn, smoke: bool) -> float | None:
         return None
     from triton.testing import do_bench
 
-    return float(do_bench(fn, warmup=25, rep=200, return_mode="median")) * 1e3
+    return float(do_bench(fn, warmup=25, rep=100, return_mode="median")) * 1e3
 
 
 def exact_interpreter_fma() -> None:
