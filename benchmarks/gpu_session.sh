@@ -12,7 +12,8 @@
 #              and gpu_agreement.py on it (a real model: greedy runs against HF on the same weights)
 #   tests      python -m pytest -m gpu tests/gpu (results JSON in $OUT)
 #   ktests     the kernel GPU tests only (tests/gpu/test_gpu_kernels.py)
-#   replayrows the row kernels vs their CPU replay + soft-exp speed (benchmarks/replay_rows_check.py)
+#   replayrows the row kernels vs their CPU replay (benchmarks/replay_rows_check.py)
+#   softexp    soft-exp SiLU / GeGLU vs tl.exp speed + bits vs the CPU replay (benchmarks/softexp_speed.py)
 #   matrix     the determinism matrix GPU tests only (tests/gpu/test_gpu_matrix.py)
 #   llm        LLM(device='cuda') tests, incl. the certificate gate (tests/gpu/test_gpu_llm.py)
 #   graphs     the decode CUDA graph tests only (tests/gpu/test_gpu_graphs.py)
@@ -113,6 +114,8 @@ for job in "$@"; do
               python3 -m pytest -q -m gpu tests/gpu/test_gpu_replay.py -p no:cacheprovider 2>&1 | tail -8 ;;
     replayrows) SAMEBITS_CACHE_DIR=/tmp/samebits-cache timeout 300 python3 benchmarks/replay_rows_check.py \
               --out "$OUT/replay_rows.json" 2>&1 | tail -80 ;;
+    softexp) SAMEBITS_CACHE_DIR=/tmp/samebits-cache timeout 420 python3 benchmarks/softexp_speed.py \
+              --out "$OUT/softexp_speed.json" 2>&1 | tail -30 ;;
     *) echo "unknown job $job" ;;
   esac
 done

@@ -137,7 +137,7 @@ def time_us(fn, smoke: bool) -> float | None:
         return None
     from triton.testing import do_bench
 
-    return float(do_bench(fn, warmup=25, rep=200, return_mode="median")) * 1e3
+    return float(do_bench(fn, warmup=25, rep=100, return_mode="median")) * 1e3
 
 
 def exact_interpreter_fma() -> None:
@@ -152,6 +152,11 @@ def exact_interpreter_fma() -> None:
         return TensorHandle(fma_f32(x.data, y.data, z.data), z.dtype.scalar)
 
     interpreter.InterpreterBuilder.create_fma = create_fma
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, None when either was not timed (smoke)."""
+    return None if a is None or b is None else a / b
 
 
 def run(ms, widths, variants, device: str, smoke: bool, seed: int = 0) -> dict:
@@ -178,9 +183,9 @@ def run(ms, widths, variants, device: str, smoke: bool, seed: int = 0) -> dict:
                 g_base = graph_us(lambda: _launch(base, gu, block, rows.SILU_WARPS), smoke)  # noqa: B023
                 g_soft = graph_us(lambda: launched(gu), smoke)  # noqa: B023
                 speed.append(dict(op=op, width=inner, m=m, tl_exp_us=t_base, softexp_us=t_soft,
-                                  ratio=None if smoke else t_soft / t_base,
+                                  ratio=_ratio(t_soft, t_base),
                                   graph_tl_exp_us=g_base, graph_softexp_us=g_soft,
-                                  graph_ratio=None if smoke else g_soft / g_base))  # fmt: skip
+                                  graph_ratio=_ratio(g_soft, g_base)))  # fmt: skip
                 for vb, vw in variants:
                     out = _launch(soft, gu, vb, vw)
                     bits.append(dict(kernel=f"{op}.softexp", launch=f"block{vb}.w{vw}",
@@ -188,7 +193,7 @@ def run(ms, widths, variants, device: str, smoke: bool, seed: int = 0) -> dict:
                                      elements=want.size))  # fmt: skip
                     t = time_us(lambda: _launch(soft, gu, vb, vw), smoke)  # noqa: B023
                     variant_rows.append(dict(op=op, width=inner, m=m, block=vb, warps=vw, us=t,
-                                             ratio=None if smoke else t / t_base))  # fmt: skip
+                                             ratio=_ratio(t, t_base)))  # fmt: skip
             if not smoke:
                 s = [r for r in speed if r["width"] == inner and r["m"] == m]
                 print(f"I={inner} M={m}: " + ", ".join(

@@ -122,3 +122,17 @@ def test_softexp_speed_script_smoke():
     out = rows.silu_mul(gu)
     assert b.mismatches(out, want, True) == 0
     assert b.mismatches(out, want ^ np.uint32(1), True) == want.size
+
+
+def test_the_plan_names_the_soft_exp_and_no_kernel_calls_tl_exp():
+    """The fingerprint's plan description (`describe`) names the soft exp of the gated ops,
+    and neither launched kernel file calls ``tl.exp`` any more."""
+    from pathlib import Path
+
+    from samebits.kernels.triton.describe import describe
+
+    ops = describe()
+    assert "softexp" in ops["silu_mul"] and "softexp" in ops["gelu_mul"]
+    kdir = Path(__file__).resolve().parents[3] / "src" / "samebits" / "kernels" / "triton"
+    for name in ("_row_kernels.py", "_gelu_kernel.py"):
+        assert "tl.exp(" not in (kdir / name).read_text(), name
