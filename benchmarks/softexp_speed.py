@@ -35,6 +35,7 @@ import json
 import os
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -52,37 +53,28 @@ EDGE = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-40, 3e38, -3e38,
 
 
 @triton.jit
-def silu_mul_tlexp_kernel(gu_ptr, out_ptr, INNER: tl.constexpr, BLOCK: tl.constexpr):
-    """Baseline: the SiLU kernel before issue 27 (``tl.exp``, PTX ex2.approx)."""
+def gated_tlexp_kernel(gu_ptr, out_ptr, INNER: tl.constexpr, BLOCK: tl.constexpr,
+                       GELU: tl.constexpr):  # fmt: skip
+    """Baseline: the SiLU (GELU False) / GeGLU kernel before issue 27 (``tl.exp``, PTX
+    ex2.approx)."""
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < INNER
     g = tl.load(gu_ptr + row * (2 * INNER) + cols, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(gu_ptr + row * (2 * INNER) + INNER + cols, mask=mask, other=0.0).to(tl.float32)
-    silu = tl.math.div_rn(g, 1.0 + tl.exp(-g))
-    tl.store(out_ptr + row * INNER + cols, (silu * u).to(out_ptr.dtype.element_ty), mask=mask)
+    z = g * (1.5957691216057308 + 0.07135481627260025 * (g * g)) if GELU else g
+    act = tl.math.div_rn(g, 1.0 + tl.exp(-z))
+    tl.store(out_ptr + row * INNER + cols, (act * u).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
-def gelu_mul_tlexp_kernel(gu_ptr, out_ptr, INNER: tl.constexpr, BLOCK: tl.constexpr):
-    """Baseline: the GeGLU kernel before issue 27 (``tl.exp``)."""
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < INNER
-    g = tl.load(gu_ptr + row * (2 * INNER) + cols, mask=mask, other=0.0).to(tl.float32)
-    u = tl.load(gu_ptr + row * (2 * INNER) + INNER + cols, mask=mask, other=0.0).to(tl.float32)
-    z = g * (1.5957691216057308 + 0.07135481627260025 * (g * g))
-    gelu = tl.math.div_rn(g, 1.0 + tl.exp(-z))
-    tl.store(out_ptr + row * INNER + cols, (gelu * u).to(out_ptr.dtype.element_ty), mask=mask)
-
-
-def _launch(kernel, gu, block: int, warps: int):
+def _launch(kernel, gu, block: int, warps: int, **consts):
     """One launch of a gated kernel at (BLOCK, warps): grid (M, cdiv(I, BLOCK))."""
     import torch
 
     m, inner = gu.shape[0], gu.shape[1] // 2
     out = torch.empty((m, inner), device=gu.device, dtype=gu.dtype)
-    kernel[(m, triton.cdiv(inner, block))](gu, out, INNER=inner, BLOCK=block, num_warps=warps)
+    kernel[(m, triton.cdiv(inner, block))](gu, out, INNER=inner, BLOCK=block, num_warps=warps,
+                                           **consts)  # fmt: skip
     return out
 
 
@@ -166,21 +158,22 @@ def run(ms, widths, variants, device: str, smoke: bool, seed: int = 0) -> dict:
     from samebits.kernels.triton._row_kernels import silu_mul_kernel
 
     rng = np.random.default_rng(seed)
-    ops = {"silu": (silu_mul_tlexp_kernel, silu_mul_kernel, rows.silu_mul, rr.silu_mul),
-           "gelu": (gelu_mul_tlexp_kernel, gelu_mul_kernel, rows.gelu_mul, rr.gelu_mul)}  # fmt: skip
+    ops = {"silu": (False, silu_mul_kernel, rows.silu_mul, rr.silu_mul),
+           "gelu": (True, gelu_mul_kernel, rows.gelu_mul, rr.gelu_mul)}  # fmt: skip
     speed, variant_rows, bits = [], [], []
     for inner in widths:
         for m in ms:
             gu = inputs(rng, m, inner, device, smoke)
-            for op, (base, soft, launched, replay) in ops.items():
+            for op, (gelu, soft, launched, replay) in ops.items():
                 x = gu.cpu().numpy() if smoke else _bits(gu)  # fp32 values, or bf16 bits
                 want = replay(x, "float32" if smoke else "bfloat16")
                 block = min(rows.SILU_BLOCK, triton.next_power_of_2(inner))
-                t_base = time_us(lambda: _launch(base, gu, block, rows.SILU_WARPS), smoke)  # noqa: B023
+                base = partial(_launch, gated_tlexp_kernel, gu, block, rows.SILU_WARPS, GELU=gelu)
+                t_base = time_us(base, smoke)
                 t_soft = time_us(lambda: launched(gu), smoke)  # noqa: B023
                 bits.append(dict(kernel=f"{op}.softexp", launch="launched", width=inner, m=m,
                                  mismatches=mismatches(launched(gu), want, smoke), elements=want.size))  # fmt: skip
-                g_base = graph_us(lambda: _launch(base, gu, block, rows.SILU_WARPS), smoke)  # noqa: B023
+                g_base = graph_us(base, smoke)
                 g_soft = graph_us(lambda: launched(gu), smoke)  # noqa: B023
                 speed.append(dict(op=op, width=inner, m=m, tl_exp_us=t_base, softexp_us=t_soft,
                                   ratio=_ratio(t_soft, t_base),
