@@ -186,3 +186,12 @@ def test_corrupt_line_fails_verification(log_copy):
     log_copy.write_text("\n".join(lines) + "\n")
     code, out = cli(log_copy, "--sample", "0")
     assert code == 1 and "corrupt line" in out
+
+
+def test_served_entries_carry_the_engine_numerics_id(tmp_path):
+    engine = FakeEngine(FP)
+    engine.numerics_id = "9" * 64
+    path = tmp_path / "audit.jsonl"
+    serve_into_log(engine, path, bodies(3))
+    entries = load_entries(path)
+    assert entries and all(e["numerics_id"] == "9" * 64 for e in entries)
