@@ -59,14 +59,28 @@ def test_ray_report_equals_the_serial_report(tiny_log, tiny_llama_dir, tmp_path)
     assert on_ray == serial
 
 
-def test_ray_refuses_a_foreign_fingerprint(tiny_log, tiny_llama_dir, tmp_path):
-    entries = load_entries(tiny_log)
+def relabelled(path, tmp_path, **fields):
+    entries = load_entries(path)
     for e in entries:
-        e["fingerprint"] = "f" * 64
-    log = tmp_path / "audit.jsonl"
-    reseal(log, entries)
+        e.update(fields)
+    out = tmp_path / "audit.jsonl"
+    reseal(out, entries)
+    return out
+
+
+def test_ray_refuses_other_numerics(tiny_log, tiny_llama_dir, tmp_path):
+    log = relabelled(tiny_log, tmp_path, fingerprint="f" * 64, numerics_id="e" * 64)
     code, out = verify(log, tiny_llama_dir, "--ray", "auto", "--ray-workers", "1")
     assert code == 2 and "refusing to verify" in out and " PASS " not in out
+
+
+def test_same_numerics_from_another_machine_passes(tiny_log, tiny_llama_dir, tmp_path):
+    """The real engine records its numerics id: a log whose fingerprint (machine) differs but
+    whose numerics id is this deployment's is replayed, bit for bit."""
+    log = relabelled(tiny_log, tmp_path, fingerprint="f" * 64)
+    code, out = verify(log, tiny_llama_dir, "--sample", "3", "--seed", "2")
+    assert code == 0 and out.count(" PASS ") == 3
+    assert f"under fingerprint {'f' * 64} (another machine)" in out
 
 
 def test_bad_worker_count_is_refused(tiny_log, tiny_llama_dir, capsys):

@@ -81,7 +81,8 @@ def run_verify(
     if getattr(args, "ray", None):
         return _run_on_ray(args, contents, spec, engine_factory, engine_args, out)
     engine = engine_factory(engine_args)
-    report = _check(args, contents, spec, engine.fingerprint, out)
+    numerics = str(getattr(engine, "numerics_id", "") or "")
+    report = _check(args, contents, spec, engine.fingerprint, out, numerics)
     if report.refused:
         return report.exit_code
     bar = _progress_bar(spec.size(report.num_requests), args.no_progress)
@@ -93,10 +94,10 @@ def run_verify(
 
 def _check(
     args: argparse.Namespace, contents: LogContents, spec: SampleSpec, fingerprint: str,
-    out: TextIO,
+    out: TextIO, numerics_id: str = "",
 ) -> VerifyReport:  # fmt: skip
     """The checks before any replay, with the header (and a refusal) printed."""
-    report = check_log(contents, fingerprint, spec, args.head)
+    report = check_log(contents, fingerprint, spec, args.head, numerics_id)
     print("\n".join(format_header(report, args.audit_log)), file=out, flush=True)
     if report.refused:
         print("\n".join(format_refusal(report)), file=out)
@@ -120,7 +121,7 @@ def _run_on_ray(
         print(f"samebits verify --ray: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     try:
-        report = _check(args, contents, spec, pool.fingerprint, out)
+        report = _check(args, contents, spec, pool.fingerprint, out, pool.numerics_id)
         if report.refused:
             return report.exit_code
         sample = choose_sample(request_entries(contents), spec, report.sample_seed)

@@ -9,7 +9,8 @@ is the serial run's (test: tests/audit/test_verify_ray.py compares the texts).
 `address` "auto" starts a local cluster (one CPU per worker) and stops it at the end; any
 other value is passed to `ray.init(address=...)` (an existing cluster, e.g. "ray://host:10001"
 or "auto" spelled "cluster" to join the local node's running cluster). Every actor must
-report the same fingerprint (else `RayVerifyError`): the refusal check then runs against it.
+report the same numerics id (machines may differ) or, without one, the same fingerprint (else
+`RayVerifyError`); the refusal check runs against the first actor's.
 An actor that dies fails the entry it was replaying (a FAIL line naming the error) and leaves
 the pool; the remaining actors go on.
 """
@@ -54,8 +55,9 @@ class ReplayWorker:
     def __init__(self, engine_factory: EngineFactory, engine_args: dict[str, Any]) -> None:
         self.engine = engine_factory(engine_args)
 
-    def fingerprint(self) -> str:
-        return str(self.engine.fingerprint)
+    def identity(self) -> tuple[str, str]:
+        """(fingerprint, numerics id; "" when the engine has none)."""
+        return str(self.engine.fingerprint), str(getattr(self.engine, "numerics_id", "") or "")
 
     def replay(self, logged: LoggedEntry) -> ReplayResult:
         return replay_entry(self.engine, logged)
@@ -75,14 +77,16 @@ class RayReplayPool:
             n = options.num_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
             actor = ray.remote(num_cpus=1)(ReplayWorker)
             self.actors: list[Any] = [actor.remote(engine_factory, engine_args) for _ in range(n)]
-            fingerprints = ray.get([a.fingerprint.remote() for a in self.actors])
+            identities = ray.get([a.identity.remote() for a in self.actors])
         except Exception:
             self.close()
             raise
-        if len(set(fingerprints)) != 1:
+        numerics = {n for _, n in identities}
+        if len(set(identities)) != 1 and (len(numerics) != 1 or "" in numerics):
             self.close()
-            raise RayVerifyError(f"the Ray workers built different deployments: {fingerprints}")
-        self.fingerprint: str = fingerprints[0]
+            raise RayVerifyError(f"the Ray workers built different deployments: {identities}")
+        self.fingerprint: str = identities[0][0]  # the refusal check's local fingerprint
+        self.numerics_id: str = identities[0][1]
 
     def replay_in_order(self, entries: Sequence[LoggedEntry]) -> Iterator[ReplayResult]:
         """Replay every entry on the pool; yield the results in `entries` order."""
