@@ -158,16 +158,18 @@ def attend_row(q, k, v, pos: int, window: int, launch: Launch, fuse: Contraction
 
 def paged_attention(
     q, k, v, positions, group: int, launch: Launch, window: int = 0,
-    fuse: Contractions = Contractions(),
+    fuse: Contractions = Contractions(), out_dtype: str = "bfloat16",
 ) -> np.ndarray:  # fmt: skip
-    """Output bf16 bits [T, H, D] of q [T, H, D] for one request: k, v [L, HKV, D] bf16 bits
-    at absolute positions (the cache gathered through the block table), token i at
-    positions[i]; head h reads KV head h // group."""
+    """Output bits [T, H, D] of q [T, H, D] for one request: k, v [L, HKV, D] bf16 bits at
+    absolute positions (the cache gathered through the block table), token i at
+    positions[i]; head h reads KV head h // group. `out_dtype` "bfloat16" (uint16 bits, the
+    kernel's q dtype) or "float32" (uint32 bits: the row before the output cast)."""
     q, k, v = (np.asarray(a, np.uint16) for a in (q, k, v))
-    out = np.empty(q.shape, np.uint16)
+    out = np.empty(q.shape, np.uint16 if out_dtype == "bfloat16" else np.uint32)
     for i, pos in enumerate(np.asarray(positions).tolist()):
         for h in range(q.shape[1]):
             hk = h // group
             row = attend_row(q[i, h], k[:, hk], v[:, hk], int(pos), window, launch, fuse)
-            out[i, h] = fp32_to_bf16_bits(row.view(np.uint32))
+            row_bits = row.view(np.uint32)
+            out[i, h] = fp32_to_bf16_bits(row_bits) if out_dtype == "bfloat16" else row_bits
     return out
