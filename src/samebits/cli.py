@@ -91,8 +91,8 @@ def cmd_info(args: argparse.Namespace) -> int:
               f"{rc.tensor_parallel_size} the fingerprint is the same", file=sys.stderr)  # fmt: skip
     if args.json:
         graphs = _graphs_line(dep.plan, rc.enforce_eager, max_num_seqs)
-        print(json.dumps({"fingerprint": dep.fingerprint, **dep.components, "graphs": graphs},
-                         indent=2))  # fmt: skip
+        print(json.dumps({"fingerprint": dep.fingerprint, "numerics_id": dep.numerics_id,
+                          **dep.components, "graphs": graphs}, indent=2))  # fmt: skip
         return 0
     print(f"model: {dep.loaded.name}")
     print(dep.plan.describe())
@@ -112,6 +112,7 @@ def cmd_info(args: argparse.Namespace) -> int:
             print(line)
     print(f"weights sha256: {dep.components['weights_sha256']}")
     print(f"fingerprint: {dep.fingerprint}")
+    print(f"numerics id: {dep.numerics_id} (what fixes the bits, without the machine)")
     print(_graphs_line(dep.plan, rc.enforce_eager, max_num_seqs))
     return 0
 

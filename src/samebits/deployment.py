@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from samebits.kernels.cpu.linear import TiledLinear, qualify
 from samebits.kernels.cpu.sbgemm import SbLinear
-from samebits.kernels.fingerprint import fingerprint, fingerprint_components, weights_digest
+from samebits.kernels.fingerprint import (
+    fingerprint,
+    fingerprint_components,
+    numerics_id,
+    weights_digest,
+)
 from samebits.kernels.plan import KernelPlan, build_plan
 from samebits.model.gemma3 import Gemma3Model
 from samebits.model.llama import DecoderModel
@@ -27,6 +33,11 @@ class Deployment:
     qualification: dict[str, bool]
     components: dict
     fingerprint: str
+
+    @cached_property
+    def numerics_id(self) -> str:
+        """What fixes the bits, without the machine (`kernels.fingerprint.numerics_id`)."""
+        return numerics_id(self.components)
 
     @property
     def tokenizer(self):

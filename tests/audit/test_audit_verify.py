@@ -186,3 +186,54 @@ def test_corrupt_line_fails_verification(log_copy):
     log_copy.write_text("\n".join(lines) + "\n")
     code, out = cli(log_copy, "--sample", "0")
     assert code == 1 and "corrupt line" in out
+
+
+def test_served_entries_carry_the_engine_numerics_id(tmp_path):
+    engine = FakeEngine(FP)
+    engine.numerics_id = "9" * 64
+    path = tmp_path / "audit.jsonl"
+    serve_into_log(engine, path, bodies(3))
+    entries = load_entries(path)
+    assert entries and all(e["numerics_id"] == "9" * 64 for e in entries)
+
+
+NUMERICS = "9" * 64
+
+
+class OtherMachine:
+    """The same numerics on another machine: another fingerprint, the same bits."""
+
+    def __init__(self, engine: FakeEngine, fingerprint: str, numerics_id: str) -> None:
+        self._engine = engine
+        self.fingerprint = fingerprint
+        self.numerics_id = numerics_id
+
+    def __getattr__(self, name: str):
+        return getattr(self._engine, name)
+
+
+@pytest.fixture(scope="module")
+def numerics_log(tmp_path_factory):
+    engine = FakeEngine(FP)
+    engine.numerics_id = NUMERICS
+    path = tmp_path_factory.mktemp("numerics") / "audit.jsonl"
+    serve_into_log(engine, path, bodies(6))
+    return path
+
+
+def test_same_numerics_on_another_machine_is_replayed(numerics_log):
+    code, out = cli(numerics_log, engine=OtherMachine(FakeEngine(FP), "other-machine", NUMERICS))
+    assert code == 0 and out.count(" PASS ") == 7 and " FAIL " not in out  # one had n = 2
+    assert f"note: 7 entries were served under fingerprint {FP} (another machine)" in out
+
+
+def test_other_numerics_are_refused_with_both_ids(numerics_log):
+    engine = OtherMachine(FakeEngine(FP), "other-machine", "8" * 64)
+    code, out = cli(numerics_log, engine=engine)
+    assert code == 2 and "refusing to verify" in out and " PASS " not in out
+    assert f"local numerics id: {'8' * 64}" in out and FP in out
+
+
+def test_entries_without_numerics_id_need_the_fingerprint(honest_log):
+    code, out = cli(honest_log, engine=OtherMachine(FakeEngine(FP), "other-machine", NUMERICS))
+    assert code == 2 and "refusing to verify" in out

@@ -1,7 +1,9 @@
 """`samebits verify AUDIT_LOG`: command-line arguments and entry point.
 
 Exit codes: 0 every check passed; 1 a chain problem, a corrupt line or a replay mismatch;
-2 refused (the log's fingerprint is not the local deployment's) or the log is unreadable.
+2 refused (the log's fingerprint is not the local deployment's), the log is unreadable or
+the Ray pool (`--ray`) could not be built. With `--ray ADDRESS` the sampled replays run on
+Ray workers (`audit/ray_verify.py`) and the report is the serial run's, line for line.
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ from typing import Any, TextIO
 from samebits.audit.reader import LogContents, read_log
 from samebits.audit.replay import ReplayEngine
 from samebits.audit.report import format_header, format_refusal, format_result, format_summary
-from samebits.audit.verify import SampleSpec, check_log, replay_sample
+from samebits.audit.verify import (
+    SampleSpec,
+    VerifyReport,
+    check_log,
+    choose_sample,
+    replay_sample,
+    request_entries,
+)
 
 EngineFactory = Callable[[dict[str, Any]], ReplayEngine]
 FINGERPRINT_ARGS = ("kernel_plan", "device", "dtype", "num_threads", "max_model_len")
@@ -33,6 +42,14 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_deployment_arguments(parser, inherit=True)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--ray", metavar="ADDRESS",
+        help="replay on Ray workers: 'auto' starts a local cluster, 'cluster' joins this "
+        "node's running one, else a ray.init address (needs samebits[ray])",
+    )  # fmt: skip
+    parser.add_argument(
+        "--ray-workers", type=int, metavar="N", help="Ray replay workers (default: the CPUs)"
+    )
 
 
 def verify_main(args: argparse.Namespace) -> int:
@@ -60,15 +77,62 @@ def run_verify(
     except (ValueError, OSError) as exc:
         print(f"samebits verify: {exc}", file=sys.stderr)
         return 2
-    engine = engine_factory(replay_engine_args(contents, args))
-    report = check_log(contents, engine.fingerprint, spec, args.head)
-    print("\n".join(format_header(report, args.audit_log)), file=out, flush=True)
+    engine_args = replay_engine_args(contents, args)
+    if getattr(args, "ray", None):
+        return _run_on_ray(args, contents, spec, engine_factory, engine_args, out)
+    engine = engine_factory(engine_args)
+    numerics = str(getattr(engine, "numerics_id", "") or "")
+    report = _check(args, contents, spec, engine.fingerprint, out, numerics)
     if report.refused:
-        print("\n".join(format_refusal(report)), file=out)
         return report.exit_code
     bar = _progress_bar(spec.size(report.num_requests), args.no_progress)
     replay_sample(report, contents, engine, spec, on_result=_printer(bar, out))
     bar.close()
+    print("\n".join(format_summary(report)), file=out)
+    return report.exit_code
+
+
+def _check(
+    args: argparse.Namespace, contents: LogContents, spec: SampleSpec, fingerprint: str,
+    out: TextIO, numerics_id: str = "",
+) -> VerifyReport:  # fmt: skip
+    """The checks before any replay, with the header (and a refusal) printed."""
+    report = check_log(contents, fingerprint, spec, args.head, numerics_id)
+    print("\n".join(format_header(report, args.audit_log)), file=out, flush=True)
+    if report.refused:
+        print("\n".join(format_refusal(report)), file=out)
+    return report
+
+
+def _run_on_ray(
+    args: argparse.Namespace, contents: LogContents, spec: SampleSpec,
+    engine_factory: EngineFactory, engine_args: dict[str, Any], out: TextIO,
+) -> int:  # fmt: skip
+    """`run_verify` with the sample replayed on a Ray pool (same report text)."""
+    try:
+        from samebits.audit.ray_verify import RayOptions, RayReplayPool
+
+        pool = RayReplayPool(RayOptions(args.ray, args.ray_workers), engine_factory, engine_args)
+    except ImportError as exc:
+        print(f"samebits verify --ray needs Ray (pip install 'samebits[ray]'): {exc}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    except Exception as exc:  # no cluster, a worker's engine failed to build, disagreeing workers
+        print(f"samebits verify --ray: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        report = _check(args, contents, spec, pool.fingerprint, out, pool.numerics_id)
+        if report.refused:
+            return report.exit_code
+        sample = choose_sample(request_entries(contents), spec, report.sample_seed)
+        bar = _progress_bar(len(sample), args.no_progress)
+        on_result = _printer(bar, out)
+        for result in pool.replay_in_order(sample):
+            report.results.append(result)
+            on_result(result)
+        bar.close()
+    finally:
+        pool.close()
     print("\n".join(format_summary(report)), file=out)
     return report.exit_code
 

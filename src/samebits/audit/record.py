@@ -10,6 +10,9 @@ request with tools also has `tools`: `{"tools", "tool_choice", "parallel_tool_ca
 `sampling_params.structured_outputs`), its `tools` the JSON text of the tools list (key
 order kept: a schema's property order is the order the arguments are generated in).
 A `session` entry marks a server start: `fingerprint`, `model`, `engine_args`, `started_at`.
+Both kinds carry `numerics_id` (what fixes the bits, without the machine: see
+`samebits.kernels.fingerprint.numerics_id`) when the server knows it; entries written before
+it existed have none.
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ class ServedRequest:
     tools: Mapping[str, Any] | None = None
 
 
-def request_record(served: ServedRequest, fingerprint: str, model: str) -> dict[str, Any]:
+def request_record(
+    served: ServedRequest, fingerprint: str, model: str, numerics_id: str | None = None
+) -> dict[str, Any]:
     """The JSON record of `served` (before sealing into the chain)."""
     record = {
         "type": "request",
@@ -58,14 +63,15 @@ def request_record(served: ServedRequest, fingerprint: str, model: str) -> dict[
     }
     if served.tools is not None:
         record["tools"] = dict(served.tools)
-    return record
+    return _with_numerics(record, numerics_id)
 
 
 def session_record(
-    fingerprint: str, model: str, engine_args: Mapping[str, Any], started_at: float
-) -> dict[str, Any]:
+    fingerprint: str, model: str, engine_args: Mapping[str, Any], started_at: float,
+    numerics_id: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """The JSON record written when a server starts appending to the log."""
-    return {
+    record = {
         "type": "session",
         "format": ENTRY_FORMAT,
         "event": "start",
@@ -74,3 +80,11 @@ def session_record(
         "engine_args": dict(engine_args),
         "started_at": started_at,
     }
+    return _with_numerics(record, numerics_id)
+
+
+def _with_numerics(record: dict[str, Any], numerics_id: str | None) -> dict[str, Any]:
+    """`record` with its `numerics_id` field (left out when unknown, as in older entries)."""
+    if numerics_id:
+        record["numerics_id"] = numerics_id
+    return record

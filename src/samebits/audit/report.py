@@ -18,6 +18,11 @@ def format_header(report: VerifyReport, log_path: str) -> list[str]:
     for problem in report.read_problems:
         label = "warning" if problem.kind == "torn" else "FAIL"
         lines.append(f"{label}: line {problem.line_no} of {problem.segment}: {problem.message}")
+    for fingerprint, count in report.other_machine.items():
+        lines.append(
+            f"note: {count} entries were served under fingerprint {fingerprint} (another "
+            f"machine) with this deployment's numerics id {report.local_numerics_id}"
+        )
     if report.chain_issues:
         lines.append(f"chain: FAIL ({len(report.chain_issues)} problems)")
         lines.extend(f"  {issue}" for issue in report.chain_issues)
@@ -31,8 +36,14 @@ def format_refusal(report: VerifyReport) -> list[str]:
         "refusing to verify: the log was produced by a different deployment than this one",
         f"  local fingerprint: {report.local_fingerprint}",
     ]
+    if report.local_numerics_id:
+        lines.append(f"  local numerics id: {report.local_numerics_id}")
     for fingerprint, count in report.foreign_fingerprints.items():
         lines.append(f"  log fingerprint:   {fingerprint} ({count} entries)")
+    lines.append(
+        "  (entries whose numerics id equals the local one are accepted from another machine; "
+        "these have another or none)"
+    )
     lines.append("  run `samebits verify` with the model and kernel plan the log was served with")
     return lines
 

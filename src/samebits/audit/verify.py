@@ -1,7 +1,10 @@
 """`verify_log`: chain check, fingerprint check, then bit-for-bit replay of a random sample.
 
 Refusal: when any entry was produced under a fingerprint other than the local engine's, the
-log cannot be checked on this deployment and nothing is replayed (`refused` is set).
+log cannot be checked on this deployment and nothing is replayed (`refused` is set), unless
+the entry records a `numerics_id` equal to the local engine's: then only the machine differs
+(GPU name, driver, host, versions that fix no bits; see `kernels/fingerprint.py`) and the
+entry is replayed (counted in `other_machine`).
 Sampling: `k` request entries drawn uniformly without replacement with `random.Random(seed)`;
 a provider that falsified a fraction `f` of the outputs escapes with probability at most
 `(1 - f) ** k`, so the check catches it with probability at least `1 - (1 - f) ** k`.
@@ -58,6 +61,8 @@ class VerifyReport:
     local_fingerprint: str
     sample_seed: int
     results: list[ReplayResult] = field(default_factory=list)
+    local_numerics_id: str = ""
+    other_machine: dict[str, int] = field(default_factory=dict)  # accepted by numerics id
 
     @property
     def refused(self) -> bool:
@@ -89,12 +94,30 @@ def request_entries(contents: LogContents) -> list[LoggedEntry]:
     return [e for e in contents.entries if e.entry.get("type") == "request"]
 
 
-def foreign_fingerprints(contents: LogContents, local: str) -> dict[str, int]:
-    """Fingerprints in the log other than `local`, with their entry counts."""
+def foreign_fingerprints(
+    contents: LogContents, local: str, local_numerics: str = ""
+) -> dict[str, int]:
+    """Fingerprints in the log other than `local`, with their entry counts; an entry whose
+    `numerics_id` is `local_numerics` (non-empty) is not foreign."""
+    return _count_fingerprints(contents, local, lambda n: not local_numerics or n != local_numerics)
+
+
+def other_machine_fingerprints(
+    contents: LogContents, local: str, local_numerics: str
+) -> dict[str, int]:
+    """Fingerprints other than `local` of entries whose numerics id is `local_numerics`."""
+    if not local_numerics:
+        return {}
+    return _count_fingerprints(contents, local, lambda n: n == local_numerics)
+
+
+def _count_fingerprints(
+    contents: LogContents, local: str, counted: Callable[[str], bool]
+) -> dict[str, int]:
     counts: dict[str, int] = {}
     for logged in contents.entries:
         fp = str(logged.entry.get("fingerprint"))
-        if fp != local:
+        if fp != local and counted(str(logged.entry.get("numerics_id") or "")):
             counts[fp] = counts.get(fp, 0) + 1
     return counts
 
@@ -114,24 +137,28 @@ def verify_log(
     on_result: Callable[[ReplayResult], None] | None = None,
 ) -> VerifyReport:
     """Check the chain, refuse on a foreign fingerprint, else replay the sample."""
-    report = check_log(contents, engine.fingerprint, spec, expected_head)
+    numerics = str(getattr(engine, "numerics_id", "") or "")
+    report = check_log(contents, engine.fingerprint, spec, expected_head, numerics)
     if not report.refused:
         replay_sample(report, contents, engine, spec, on_result)
     return report
 
 
 def check_log(
-    contents: LogContents, local_fingerprint: str, spec: SampleSpec, expected_head: str | None
-) -> VerifyReport:
-    """The checks that need no replay: read problems, chain, fingerprints."""
+    contents: LogContents, local_fingerprint: str, spec: SampleSpec, expected_head: str | None,
+    local_numerics_id: str = "",
+) -> VerifyReport:  # fmt: skip
+    """The checks that need no replay: read problems, chain, fingerprints (numerics ids)."""
     return VerifyReport(
         num_entries=len(contents.entries),
         num_requests=len(request_entries(contents)),
         read_problems=list(contents.problems),
         chain_issues=check_chain(contents.entries, expected_head),
-        foreign_fingerprints=foreign_fingerprints(contents, local_fingerprint),
+        foreign_fingerprints=foreign_fingerprints(contents, local_fingerprint, local_numerics_id),
         local_fingerprint=local_fingerprint,
         sample_seed=spec.seed if spec.seed is not None else secrets.randbits(63),
+        local_numerics_id=local_numerics_id,
+        other_machine=other_machine_fingerprints(contents, local_fingerprint, local_numerics_id),
     )
 
 

@@ -52,6 +52,7 @@ class LLMEngine:
         self.tokenizer = deployment.tokenizer
         self.model_name = deployment.loaded.name
         self.fingerprint: str = deployment.fingerprint
+        self.numerics_id: str = str(getattr(deployment, "numerics_id", ""))
         self.max_model_len: int = deployment.max_model_len
         self.vocab_size: int = deployment.config.vocab_size
         self.output_processor = OutputProcessor(self.tokenizer, self.fingerprint, self._fail)

@@ -3,6 +3,13 @@
 Covers the kernel plan (and its start-up qualification results), the weights' content, the
 model config, software versions and hardware. Invariant: identical across runs of the same
 deployment; any change of one component changes it (test: tests/unit/test_fingerprint.py).
+
+The *numerics id* (`numerics_components`, `numerics_id`) is the SHA-256 of the part of the
+components that fixes the bits: plan description, kernel definitions, MMA model (GPU plans),
+weights and model config. The rest (`machine_components`: GPU name, driver, host CPU name,
+Python and package versions that change no bits) may differ between two machines that
+compute the same bits. A CPU plan's bits are not shown independent of the BLAS build, the
+native kernels' build, the torch/numba versions or the ISA, so those are numerics there.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import json
 import platform
 import sys
 from importlib import metadata
+from pathlib import Path
 
 import torch
 
@@ -140,3 +148,100 @@ def fingerprint(components: dict) -> str:
     """Hex SHA-256 of the canonical JSON of the components."""
     blob = json.dumps(components, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()
+
+
+NUMERICS_FORMAT = 1
+# versions that decide a CPU plan's bits (its kernels are compiled or dispatched by them)
+CPU_NUMERICS_VERSIONS = ("torch", "numpy", "numba", "llvmlite", "torch_build",
+                         "native_kernels_build")  # fmt: skip
+# a GPU plan's host-side thread counts only schedule CPU work: no bits
+HOST_ONLY_PLAN_FIELDS = ("num_threads", "torch_threads")
+
+
+def numerics_components(components: dict) -> dict:
+    """What fixes the bits, out of a deployment's `components` (see module docstring).
+
+    Derived from the components' plan description (never from kernel names written here), so
+    a plan whose ops change (another kernel) changes the numerics id."""
+    plan = dict(components["plan"])
+    numerics = {
+        "format": NUMERICS_FORMAT,
+        "model_config": components["model_config"],
+        "weights_sha256": components["weights_sha256"],
+        # the structured-outputs masks decide guided tokens (a replay must build the same)
+        "structured": {"llguidance": components["versions"].get("llguidance", "absent")},
+    }
+    if plan.get("device") == "cpu":
+        versions, hw = components["versions"], components["hardware"]
+        numerics["cpu_kernels"] = {
+            **{k: versions.get(k, "absent") for k in CPU_NUMERICS_VERSIONS},
+            "isa": hw.get("flags", ""),
+            "torch_cpu_capability": hw.get("torch_cpu_capability", ""),
+        }
+    else:
+        for key in HOST_ONLY_PLAN_FIELDS:
+            plan.pop(key, None)
+        numerics.update(_gpu_numerics(components))
+    numerics["plan"] = plan
+    return numerics
+
+
+def _gpu_numerics(components: dict) -> dict:
+    """A GPU plan's kernel definitions (sources, compiled variants, certificates, compiler),
+    the MMA model its bits follow and the architecture that model describes."""
+    gpu_info = components.get("gpu", {})
+    certificates = components.get("certificates") or {}
+    return {
+        "kernel_sources": kernel_sources_digest(),
+        "specializations": list(components.get("specializations", ())),
+        "certificates": {k: certificates[k] for k in ("status", "digest") if k in certificates},
+        "compiler": {"triton": gpu_info.get("triton", "absent")},
+        "architecture": gpu_info.get("capability", "unknown"),
+        "mma_model": mma_model_definition(),
+    }
+
+
+def kernel_sources_digest() -> str:
+    """SHA-256 over (name, SHA-256) of the GPU kernel definitions `kernels/triton/_*.py`."""
+    h = hashlib.sha256()
+    for path in sorted((Path(__file__).parent / "triton").glob("_*.py")):
+        digest = hashlib.sha256(path.read_text(encoding="utf-8").encode()).hexdigest()
+        h.update(f"{path.name}|{digest}\n".encode())
+    return h.hexdigest()
+
+
+def mma_model_definition() -> dict:
+    """The k16 MMA step the GPU plan's bits follow (`kernels/cpu/mma_model.py`): step, grid
+    and the default switches."""
+    from samebits.kernels.cpu import mma_model
+
+    return {
+        "step": mma_model.STEP,
+        "grid": mma_model.GRID,
+        "switches": dataclasses.asdict(mma_model.DEFAULT),
+    }
+
+
+def machine_components(components: dict) -> dict:
+    """The components outside the numerics: the machine that ran the deployment."""
+    versions = dict(components["versions"])
+    hw = dict(components["hardware"])
+    if components["plan"].get("device") == "cpu":
+        for key in CPU_NUMERICS_VERSIONS:
+            versions.pop(key, None)
+        hw.pop("flags", None)
+        hw.pop("torch_cpu_capability", None)
+    versions.pop("llguidance", None)
+    machine = {"versions": versions, "hardware": hw, "qualification": components["qualification"]}
+    gpu_info = {k: v for k, v in components.get("gpu", {}).items()
+                if k not in ("triton", "capability")}  # fmt: skip
+    if gpu_info:
+        machine["gpu"] = gpu_info
+    if "topology" in components:
+        machine["topology"] = components["topology"]
+    return machine
+
+
+def numerics_id(components: dict) -> str:
+    """Hex SHA-256 of the canonical JSON of `numerics_components(components)`."""
+    return fingerprint(numerics_components(components))

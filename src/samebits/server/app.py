@@ -63,7 +63,10 @@ def build_app(
     metrics = ServerMetrics()
     engine_loop = EngineLoop(engine, on_step=metrics.on_step)
     metrics.watch(lambda: engine.stats(), lambda: engine_loop.num_live)
-    recorder = AuditRecorder(audit_writer, str(engine.fingerprint), str(engine.model_name), metrics)
+    recorder = AuditRecorder(
+        audit_writer, str(engine.fingerprint), str(engine.model_name), metrics,
+        getattr(engine, "numerics_id", None),
+    )  # fmt: skip
     service = OpenAIService(engine_loop, config, recorder, metrics)
     parts = _Parts(
         engine, config, engine_loop, metrics, recorder, service, audit_writer, int(time.time())

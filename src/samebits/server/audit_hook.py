@@ -36,10 +36,12 @@ class AuditRecorder:
     """Writes one `request` entry per choice; a no-op when `writer` is None."""
 
     def __init__(
-        self, writer: AuditLogWriter | None, fingerprint: str, model: str, metrics: ServerMetrics
-    ) -> None:
+        self, writer: AuditLogWriter | None, fingerprint: str, model: str, metrics: ServerMetrics,
+        numerics_id: str | None = None,
+    ) -> None:  # fmt: skip
         self.writer = writer
         self.fingerprint = fingerprint
+        self.numerics_id = numerics_id
         self.model = model
         self.metrics = metrics
 
@@ -79,4 +81,4 @@ class AuditRecorder:
             finish_reason=choice.finish_reason or "abort",
             tools=None if choice.tools is None else choice.tools.audit_fields(),
         )
-        return request_record(served, self.fingerprint, self.model)
+        return request_record(served, self.fingerprint, self.model, self.numerics_id)

@@ -121,8 +121,9 @@ def open_audit_log(args: argparse.Namespace, engine: Any) -> AuditLogWriter | No
     path = Path(args.audit_log) if args.audit_log else default_audit_log_path()
     writer = AuditLogWriter(path, max_bytes=args.audit_max_bytes)
     record = session_record(
-        str(engine.fingerprint), str(engine.model_name), session_engine_args(args), time.time()
-    )
+        str(engine.fingerprint), str(engine.model_name), session_engine_args(args), time.time(),
+        getattr(engine, "numerics_id", None),
+    )  # fmt: skip
     writer.append(record).result()
     return writer
 

@@ -1,0 +1,141 @@
+"""The GPU plan's paged attention on the CPU, bit for bit, for a kernel whose exp2 is the
+software exp2 of `kernels/triton/_softexp2.py` (`proposals/attention_softexp2.py`: `_attention_kernel.py` with
+``tl.exp2`` replaced; the shipped kernel's ``ex2.approx.ftz`` has no public definition).
+
+Definition (read from `_attention_kernel.py`; every launch computes it per query row, so the
+replay runs one row at a time): a row at position t with window W reduces keys lo..t,
+lo = max(t - W + 1, 0), in spans of SPAN keys at absolute positions; inside a span, key tiles
+of BLOCK_N at absolute positions, from a fresh state (m = -inf, l = +0, acc = +0):
+
+- ``s = mul(mma(q, k_tile), qk_scale)`` (the chain over D in k16 steps from +0; qk_scale is
+  the fp32 kernel argument ``scale * log2 e``), keys outside lo..t -> -inf;
+- ``m' = max(m, max(s))``, ``alpha = exp2(m - m')``, ``p = bf16(exp2(s - m'))``;
+- ``l' = l * alpha + mma(p, ones)[0]``, ``acc' = acc * alpha + mma(p, v_tile)``, each either
+  one ``fma.rn`` (the compiler contracted the multiply and the add) or ``mul`` then ``add``:
+  `Contractions` (the PTX decides; benchmarks/replay_attention_check.py measures which);
+- a tile with no key in lo..t keeps the state (``tl.where``), as does a span; span states
+  fold in span order: ``m' = max(m, m_s)``, ``a = exp2(m - m')``, ``b = exp2(m_s - m')``,
+  ``l' = fma(l, a, l_s * b)``, ``acc' = fma(acc, a, acc_s * b)`` (explicit ``tl.fma``);
+- ``out = bf16(div_rn(acc, l))``.
+Keys past t inside a tile are read as +0 here: their p is +0, and a zero term changes neither
+the MMA's Emax nor its sum (mma_model.py; a tile with a key in lo..t has a p = 1 term), so
+this equals the kernel's loads for finite caches.
+
+Software exp2: `kernels/triton/_softexp2.py` (definition in its docstring), replayed by
+`samebits.kernels.replay.softexp.softexp2`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from samebits.kernels.cpu.mma_emu import chain_bits
+from samebits.kernels.replay.linear import fp32_to_bf16_bits
+from samebits.kernels.replay.softexp import add_f32, canon, div_rn, fma_f32, mul_f32, softexp2
+
+ONE = np.float32(1.0)
+NEG_INF = np.float32(-np.inf)
+BF16_ONE = np.uint16(0x3F80)
+
+
+@dataclass(frozen=True)
+class Contractions:
+    """Which multiply-adds of the tile update are one ``fma.rn`` in the compiled kernel."""
+
+    l_update: bool = True  # l * alpha + row_sum
+    acc_update: bool = True  # acc * alpha + p @ v
+
+
+@dataclass(frozen=True)
+class Launch:
+    """The kernel's numerics constants: key tile, span, and the fp32 score scale."""
+
+    block_n: int
+    span: int
+    qk_scale: float  # scale * log2(e) as the host computes it (float64), passed as fp32
+
+    def __post_init__(self) -> None:
+        if self.block_n % 16 or self.span % self.block_n:
+            raise ValueError(f"block_n {self.block_n} must be a multiple of 16 dividing span")
+
+
+def _mul_add(a: np.ndarray, b: np.ndarray, c: np.ndarray, fused: bool) -> np.ndarray:
+    return fma_f32(a, b, c) if fused else add_f32(mul_f32(a, b), c)
+
+
+def _mma(x_bits: np.ndarray, w_bits: np.ndarray) -> np.ndarray:
+    """fp32 of the k16 chain of x [M, K] and w [N, K] (bf16 bits) from +0."""
+    return chain_bits(x_bits, w_bits).view(np.float32)
+
+
+def _tile(q, k, v, key0, pos, lo, launch, fuse, state):
+    """One active key tile's online-softmax update of one row (see module docstring)."""
+    m, l_i, acc = state
+    keys = key0 + np.arange(launch.block_n)
+    inside = (keys <= pos) & (keys >= lo)
+    k_t = np.zeros((launch.block_n, k.shape[1]), np.uint16)
+    v_t = np.zeros((launch.block_n, v.shape[1]), np.uint16)
+    have = keys[keys <= pos]
+    k_t[: have.size], v_t[: have.size] = k[have], v[have]
+    s = mul_f32(_mma(q[None, :], k_t)[0], np.float32(launch.qk_scale))
+    s = np.where(inside, s, NEG_INF).astype(np.float32)
+    m_new = np.maximum(m, s.max())
+    alpha = softexp2(add_f32(m, -m_new))
+    p = fp32_to_bf16_bits(softexp2(add_f32(s, -m_new)).view(np.uint32))[None, :]
+    ones = np.full((16, launch.block_n), BF16_ONE, np.uint16)
+    row_sum = _mma(p, ones)[0, 0]
+    l_new = _mul_add(l_i, alpha, row_sum, fuse.l_update)
+    acc_new = _mul_add(acc, alpha, _mma(p, v_t.T.copy())[0], fuse.acc_update)
+    return np.float32(m_new), np.float32(l_new), acc_new.astype(np.float32)
+
+
+def _fresh(d: int):
+    return NEG_INF, np.float32(0.0), np.zeros(d, np.float32)
+
+
+def _merge(state, span_state):
+    m, l_i, acc = state
+    m_s, l_s, acc_s = span_state
+    m_new = np.maximum(m, m_s)
+    a = softexp2(add_f32(m, -m_new))
+    b = softexp2(add_f32(m_s, -m_new))
+    return (np.float32(m_new), np.float32(fma_f32(l_i, a, mul_f32(l_s, b))),
+            fma_f32(acc, a, mul_f32(acc_s, b)).astype(np.float32))  # fmt: skip
+
+
+def attend_row(q, k, v, pos: int, window: int, launch: Launch, fuse: Contractions = Contractions()):
+    """fp32 output [D] of one query row: q [D], k / v [>= pos + 1, D] bf16 bits of its KV
+    head at absolute positions; `window` 0 = full attention."""
+    lo = max(pos - window + 1, 0) if window else 0
+    state = _fresh(q.shape[0])
+    for span0 in range(0, pos + 1, launch.span):
+        if span0 + launch.span <= lo:
+            continue  # take is false: the state is kept
+        span_state = _fresh(q.shape[0])
+        for key0 in range(span0, min(span0 + launch.span, pos + 1), launch.block_n):
+            if key0 + launch.block_n > lo:  # active tile
+                span_state = _tile(q, k, v, key0, pos, lo, launch, fuse, span_state)
+        state = _merge(state, span_state)
+    _, l_i, acc = state
+    return canon(div_rn(acc, l_i))
+
+
+def paged_attention(
+    q, k, v, positions, group: int, launch: Launch, window: int = 0,
+    fuse: Contractions = Contractions(), out_dtype: str = "bfloat16",
+) -> np.ndarray:  # fmt: skip
+    """Output bits [T, H, D] of q [T, H, D] for one request: k, v [L, HKV, D] bf16 bits at
+    absolute positions (the cache gathered through the block table), token i at
+    positions[i]; head h reads KV head h // group. `out_dtype` "bfloat16" (uint16 bits, the
+    kernel's q dtype) or "float32" (uint32 bits: the row before the output cast)."""
+    q, k, v = (np.asarray(a, np.uint16) for a in (q, k, v))
+    out = np.empty(q.shape, np.uint16 if out_dtype == "bfloat16" else np.uint32)
+    for i, pos in enumerate(np.asarray(positions).tolist()):
+        for h in range(q.shape[1]):
+            hk = h // group
+            row = attend_row(q[i, h], k[:, hk], v[:, hk], int(pos), window, launch, fuse)
+            row_bits = row.view(np.uint32)
+            out[i, h] = fp32_to_bf16_bits(row_bits) if out_dtype == "bfloat16" else row_bits
+    return out
