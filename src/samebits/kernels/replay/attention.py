@@ -1,6 +1,7 @@
 """The GPU plan's paged attention on the CPU, bit for bit, for a kernel whose exp2 is the
-software exp2 of `kernels/triton/_softexp2.py` (`proposals/attention_softexp2.py`: `_attention_kernel.py` with
-``tl.exp2`` replaced; the shipped kernel's ``ex2.approx.ftz`` has no public definition).
+software exp2 of `kernels/triton/_softexp2.py` (`proposals/attention_softexp2.py`:
+`_attention_kernel.py` with ``tl.exp2`` replaced; the shipped kernel's ``ex2.approx.ftz`` has
+no public definition).
 
 Definition (read from `_attention_kernel.py`; every launch computes it per query row, so the
 replay runs one row at a time): a row at position t with window W reduces keys lo..t,
