@@ -86,7 +86,7 @@ def test_a_stale_own_certificate_falls_back_to_a_valid_class(classdir, tmp_path)
 def test_proof_units_prefer_the_class():
     units = certify_cli.units_of(["published:qwen3-4b"])
     keys = {u["key"] for u in certify_cli.proof_units(units)}
-    assert "linear.column.fp32.N16384-16777216x2560" in keys  # lm_head, any vocab >= 16384
+    assert "linear.column.fp32.N16384-16777216.s1.k64" in keys  # lm_head: any vocab, any K
     assert "rows.rms_norm.w2049-4096" in keys and "linear.lm_head.151936x2560" not in keys
     assert "fused.linear_add_rms_norm.o.2560x4096" in keys  # PER_SHAPE_KINDS
     per_shape = {u["key"] for u in certify_cli.proof_units(units, per_shape=True)}

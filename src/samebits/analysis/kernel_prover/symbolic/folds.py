@@ -20,14 +20,17 @@ may not branch on a runtime value, store, or contain a summarized loop (no nesti
 from __future__ import annotations
 
 import ast
+import math
 
 import z3
 
 from samebits.analysis.kernel_prover import terms as T
+from samebits.analysis.kernel_prover.symbolic.oracle import decide_under
 from samebits.analysis.kernel_prover.symbolic.values import Tile, Unsupported
 from samebits.analysis.kernel_prover.terms import Lin, Term
 
 FOLD, HOLE = "fold", "hole"
+MAX_SEGMENTS = 16  # a count C * Q (C constant) is folded as C segments of Q iterations
 
 
 def hole(dtype: str) -> Term:
@@ -53,6 +56,32 @@ class FoldHook:
         if self.active:
             raise Unsupported(where, "a summarized loop inside a summarized loop")
         start, stop, step = _bounds(bounds, where)
+        count = _count(start, stop, step)
+        parts = _content(count) if count is not None else 1
+        if count is None or parts == 1:
+            self._peeled(prog, s, env, start, stop, step, count, where)
+            return
+        seg = Lin(tuple((k, v // parts) for k, v in count.terms), count.const // parts)
+        for i in range(parts):  # C segments of Q iterations: the same iterations in order
+            lo = start.add(T.mul(seg.scale(i), step))
+            hi = start.add(T.mul(seg.scale(i + 1), step))
+            self._peeled(prog, s, env, lo, hi, step, seg, where)
+
+    def _peeled(self, prog, s, env, start, stop, step, count, where) -> None:
+        """The loop as a fold over all iterations but the last, then the last one executed
+        (where its count is proved >= 1): a body that branches on the iteration's position
+        in a range (the TMA kernel's ``i % STEPS == STEPS - 1``) then folds without forking.
+        The same rule on both executions keeps their iterations paired."""
+        if count is None or decide_under(prog.facts(), T.cmp(">=", count, T.const(1))) is not True:
+            self._fold(prog, s, env, start, stop, step, where)
+            return
+        last = start.add(T.mul(count.add(T.const(-1)), step))
+        self._fold(prog, s, env, start, last, step, where)
+        env[s.target.id] = Tile("int", (), last, "i32")
+        for st in s.body:
+            prog.stmt(st, env)
+
+    def _fold(self, prog, s, env, start, stop, step, where) -> None:
         assigned = _assigned(s.body)
         carried = [x for x in assigned if x in env]
         if not carried:
@@ -94,10 +123,24 @@ class FoldHook:
         finally:
             self.active = False
             prog.path = path
-        if len(prog.taken) != taken:
+        if any(a > 1 for a in prog.arity[taken:]):
             raise Unsupported(where, "summarized loop body branches on a runtime value")
         if len(prog.ex.stores) != nstores:
             raise Unsupported(where, "a summarized loop that carries state also stores")
+
+
+def _count(start: Lin, stop: Lin, step: Lin) -> Lin | None:
+    """The trip count ``(stop - start) / step`` where the division is exact term by term."""
+    d, c = stop.add(start, -1), step.const
+    if d.const % c or any(v % c for _, v in d.terms):
+        return None
+    return Lin(tuple((k, v // c) for k, v in d.terms), d.const // c)
+
+
+def _content(x: Lin) -> int:
+    """The gcd of a symbolic count's coefficients and constant (1: not a multiple)."""
+    g = math.gcd(x.const, *(v for _, v in x.terms))
+    return g if 2 <= g <= MAX_SEGMENTS and not x.is_const() else 1
 
 
 def _bounds(bounds: list, where: str) -> tuple[Lin, Lin, Lin]:
@@ -164,9 +207,12 @@ def _holes(t: Term, uid, name) -> list[Term]:
         if cur.id in seen:
             continue
         seen.add(cur.id)
-        if cur.op == HOLE and cur.args[0] != 0:
-            if uid is None or cur.args[0] == ("at", uid, name):
-                out.append(cur)
+        if (
+            cur.op == HOLE
+            and cur.args[0] != 0
+            and (uid is None or cur.args[0] == ("at", uid, name))
+        ):
+            out.append(cur)
         stack.extend(T._children(cur))
     return out
 

@@ -394,6 +394,11 @@ def width_class(width: int, cap: int | None = None) -> tuple[int, int, int]:
     return block, block // 2 + 1, block
 
 
+def linear_k_fixed_class(unit: dict) -> dict | None:
+    """A linear unit's class with K fixed (N symbolic only): the classes before K classes."""
+    return _linear_class(unit, k_symbolic=False)
+
+
 def symbolic_unit(unit: dict) -> dict | None:
     """The class unit whose certificate covers ``unit`` (None: no class; per-shape only)."""
     if unit.get("symbolic"):  # a class unit itself
@@ -481,7 +486,9 @@ def k_class_values(plan) -> dict | None:
     return {"STEPS": steps, "PAD": pad} if 0 <= pad < K_BLOCK else None
 
 
-def _linear_class(unit: dict) -> dict | None:
+def _linear_class(unit: dict, k_symbolic: bool = True) -> dict | None:
+    """The linear's class: N in the plan's N class and, where the plan is of a K class
+    (`k_class_values`) and ``k_symbolic``, every K of the plan kind; else K fixed."""
     from samebits.kernels.triton.splitplan import ROW_PARALLEL_ROLES, split_plan
 
     plan = split_plan(unit["n"], unit["k"], unit["role"])
@@ -490,7 +497,7 @@ def _linear_class(unit: dict) -> dict | None:
         return None
     rc = "row_parallel" if unit["role"] in ROW_PARALLEL_ROLES else "column"
     out = "fp32" if unit["role"] in FLOAT32_OUT_ROLES else "bf16"
-    if k_class_values(plan) is not None:
+    if k_symbolic and k_class_values(plan) is not None:
         key = f"linear.{rc}.{out}.N{lo}-{hi}.s{plan.splits}.k{K_BLOCK}"
         key += ".bias" if unit["bias"] else ""
         return dict(key=key, kind="linear", symbolic="nk", role_class=rc, role=unit["role"],
