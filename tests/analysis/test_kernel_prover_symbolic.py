@@ -301,6 +301,8 @@ def test_k_classes_follow_the_split_plan():
         "N": 5120, "STEPS": 56}  # fmt: skip
     assert U.shape_values(dict(kind="linear", role="qkv", n=5120, k=3000), a) == {
         "N": 5120, "STEPS": 47, "PAD": 8}  # fmt: skip
+    # K = 3200: S = 2 by the plan, outside the S = 4 class whatever its bounds
+    assert U.shape_values(dict(kind="linear", role="down", n=5120, k=3200), o) is None
     assert "x" in _k_class("qkv", 4096, 32)["key"]  # K fixed
 
 

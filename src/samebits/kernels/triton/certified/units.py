@@ -546,7 +546,7 @@ def class_bounds(sym: dict) -> dict:
     """The shape symbols every proof of class ``sym`` assumes, with their bounds."""
     if sym.get("symbolic") == "nk":
         return {"N": [sym["lo"], sym["hi"]], **k_class_bounds(sym["splits"])}
-    name = {"heads": "HEADS", "width": "WIDTH"}.get(sym.get("symbolic"), "N")
+    name = {"heads": "HEADS", "width": "WIDTH"}.get(str(sym.get("symbolic")), "N")
     return {name: [sym["lo"], sym["hi"]]}
 
 
