@@ -105,3 +105,23 @@ def test_more_rows_than_the_int32_obligations_assume_refuse(monkeypatch, capsys)
     monkeypatch.setenv(gate.ENV_ALLOW, "1")
     gate.check_rows_bound(Dep(), U.M_MAX + 1)
     assert "running uncertified" in capsys.readouterr().err
+
+
+def _down(n: int, k: int) -> dict:
+    return dict(key=f"linear.down.{n}x{k}", kind="linear", role="down", n=n, k=k, bias=False)
+
+
+def test_a_k_class_certificate_covers_every_k_of_its_plan_kind(tmp_path):
+    """The shipped S = 4 row-parallel K class: any K = 256 * STEPS (the split plan's S = 4)
+    and any N >= 897, checked by constraints; a record claiming more K than its proofs
+    refuses; K = 3200 (S = 2) is another class's."""
+    name = "linear.row_parallel.bf16.N897-16777216.s4.k64.json"
+    d = tmp_path / "c"
+    d.mkdir()
+    (d / name).write_bytes((gate.SHIPPED_DIR / name).read_bytes())
+    for n, k in ((3072, 3072), (5120, 14336), (897, 512), (U.N_MAX, U.K_MAX)):
+        assert gate.check_unit(_down(n, k), d)[0] is None, (n, k)
+    assert "nor its class certificate" in gate.check_unit(_down(5120, 3200), d)[0]
+    _edit(d / name, lambda r: r["shape"].update(STEPS=[2, 1 << 20]))
+    problem = gate.check_unit(_down(3072, 3072), d)[0]
+    assert problem and "its proofs do not state one symbolic shape" in problem
