@@ -86,7 +86,7 @@ def test_a_stale_own_certificate_falls_back_to_a_valid_class(classdir, tmp_path)
 def test_proof_units_prefer_the_class():
     units = certify_cli.units_of(["published:qwen3-4b"])
     keys = {u["key"] for u in certify_cli.proof_units(units)}
-    assert "linear.column.fp32.N16384-16777216x2560" in keys  # lm_head, any vocab >= 16384
+    assert "linear.column.fp32.N16384-16777216.s1.k64" in keys  # lm_head: any vocab, any K
     assert "rows.rms_norm.w2049-4096" in keys and "linear.lm_head.151936x2560" not in keys
     assert "fused.linear_add_rms_norm.o.2560x4096" in keys  # PER_SHAPE_KINDS
     per_shape = {u["key"] for u in certify_cli.proof_units(units, per_shape=True)}
@@ -105,3 +105,23 @@ def test_more_rows_than_the_int32_obligations_assume_refuse(monkeypatch, capsys)
     monkeypatch.setenv(gate.ENV_ALLOW, "1")
     gate.check_rows_bound(Dep(), U.M_MAX + 1)
     assert "running uncertified" in capsys.readouterr().err
+
+
+def _down(n: int, k: int) -> dict:
+    return dict(key=f"linear.down.{n}x{k}", kind="linear", role="down", n=n, k=k, bias=False)
+
+
+def test_a_k_class_certificate_covers_every_k_of_its_plan_kind(tmp_path):
+    """The shipped S = 4 row-parallel K class: any K = 256 * STEPS (the split plan's S = 4)
+    and any N >= 897, checked by constraints; a record claiming more K than its proofs
+    refuses; K = 3200 (S = 2) is another class's."""
+    name = "linear.row_parallel.bf16.N897-16777216.s4.k64.json"
+    d = tmp_path / "c"
+    d.mkdir()
+    (d / name).write_bytes((gate.SHIPPED_DIR / name).read_bytes())
+    for n, k in ((3072, 3072), (5120, 14336), (897, 512), (U.N_MAX, U.K_MAX)):
+        assert gate.check_unit(_down(n, k), d)[0] is None, (n, k)
+    assert "nor its class certificate" in gate.check_unit(_down(5120, 3200), d)[0]
+    _edit(d / name, lambda r: r["shape"].update(STEPS=[2, 1 << 20]))
+    problem = gate.check_unit(_down(3072, 3072), d)[0]
+    assert problem and "its proofs do not state one symbolic shape" in problem

@@ -54,6 +54,12 @@ def _fixed_row_spec(op: str, width: int):
 
 
 def _linear_class(role: str, n: int, k: int) -> dict:
+    """The N class with K fixed (the tests of N symbolic; K classes: `_k_class`)."""
+    return U.linear_k_fixed_class(dict(kind="linear", role=role, n=n, k=k, bias=False))
+
+
+def _k_class(role: str, n: int, k: int) -> dict:
+    """The class the gate uses: N and K symbolic (K classes: the k loop folded)."""
     return U.symbolic_unit(dict(kind="linear", role=role, n=n, k=k, bias=False))
 
 
@@ -282,3 +288,97 @@ def test_an_int32_row_offset_is_in_range_when_m_times_k_fits():
                      ".batch.ranges-bm16-bn32-w4-s6")  # fmt: skip
     res = run(large, text, "_linear_kernels.py")
     assert res.status == "refuted" and "int32 overflow" in res.counterexample["reason"]
+
+
+# --- K classes (the k loop summarized by induction, `symbolic.folds`) ---------------------
+
+
+def test_k_classes_follow_the_split_plan():
+    """One class per (role class, out dtype, N class, S): K 3072 and 5120 share the S = 1
+    column class; o at K 3072 and down at K 14336 the S = 4 row-parallel class; K < 64
+    (block_k 32) keeps a K-fixed class. The gate's values of the symbols follow the plan."""
+    a, b = _k_class("qkv", 5120, 3072), _k_class("qkv", 6144, 5120)
+    assert a == b and a["key"] == "linear.column.bf16.N1793-16383.s1.k64"
+    o, down = _k_class("o", 3072, 3072), _k_class("down", 5120, 14336)
+    assert o["key"] == down["key"] and o["splits"] == 4
+    assert U.class_bounds(o) == {"N": [897, U.N_MAX], "STEPS": [2, U.K_MAX // 256]}
+    assert U.shape_values(dict(kind="linear", role="down", n=5120, k=14336), o) == {
+        "N": 5120, "STEPS": 56}  # fmt: skip
+    assert U.shape_values(dict(kind="linear", role="qkv", n=5120, k=3000), a) == {
+        "N": 5120, "STEPS": 47, "PAD": 8}  # fmt: skip
+    # K = 3200: S = 2 by the plan, outside the S = 4 class whatever its bounds
+    assert U.shape_values(dict(kind="linear", role="down", n=5120, k=3200), o) is None
+    assert "x" in _k_class("qkv", 4096, 32)["key"]  # K fixed
+
+
+@pytest.mark.parametrize(
+    ("role", "k", "suffix"),
+    [("qkv", 3072, ".batch.ranges-bm16-bn32-w4-s6"),
+     ("qkv", 3072, ".equiv.ranges-bm16-bn32-w4-s6~tma-bm64-bn64-w4-s6"),
+     ("o", 3072, ".batch.ranges-bm16-bn32-w4-s4"),
+     ("o", 3072, ".batch.tma-bm128-bn128-w8-s4-g8")],
+)  # fmt: skip
+def test_k_class_is_proved(role, k, suffix):
+    """K symbolic (S = 1: K = 64 * STEPS - PAD; S = 4: K = 256 * STEPS): the pointer chain and
+    the TMA kernel's one loop with its select at range ends (folded in S segments)."""
+    spec = _by_name(S.symbolic_unit_specs(_k_class(role, 3072, k)), suffix)
+    assert spec.goal.fold and "STEPS" in spec.goal.shape
+    res = run(spec, LINEAR, "_linear_kernels.py")
+    assert res.ok, (res.status, res.unsupported, res.counterexample)
+
+
+_EQUIV_S1 = ".equiv.ranges-bm16-bn32-w4-s6~tma-bm64-bn64-w4-s6"
+_K_MUTANTS = {
+    # correct only when K % 128 == 0 (the per-shape proof at K = 256 passes: test above)
+    "k128": ("mask=(rm[:, None] < M) & (kk[None, :] < k_hi)",
+             "mask=(rm[:, None] < M) & (kk[None, :] < k_hi // 128 * 128)", _EQUIV_S1,
+             "different operations"),
+    # the last partial k tile dropped (range end at the last multiple of BLOCK_K)
+    "last-k-tile": ("k_hi = tl.minimum(K, k_lo + RANGE_K)",
+                    "k_hi = tl.minimum(K // BLOCK_K * BLOCK_K, k_lo + RANGE_K)", _EQUIV_S1,
+                    "different operations"),
+    # one k step fewer: the folds' iteration sets differ
+    "one-step-fewer": ("for k0 in range(0, RANGE_K, BLOCK_K):",
+                       "for k0 in range(0, RANGE_K - BLOCK_K, BLOCK_K):", _EQUIV_S1,
+                       "different operations"),
+    # w's column offset in int32: N * K overflows for large N x K
+    "w-offset-int32": ("w_cols = w_ptr + rn.to(tl.int64)[None, :] * K",
+                       "w_cols = w_ptr + rn[None, :] * K", ".batch.ranges-bm16-bn32-w4-s6",
+                       "int32 overflow in the left execution"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("which", sorted(_K_MUTANTS))
+def test_k_shape_mutants_are_refuted_for_the_k_class(which):
+    old, new, suffix, reason = _K_MUTANTS[which]
+    spec = _by_name(S.symbolic_unit_specs(_k_class("qkv", 5120, 3072)), suffix)
+    res = run(spec, mutate(LINEAR, old, new), "_linear_kernels.py")
+    assert res.status == "refuted", (res.status, res.unsupported)
+    assert reason in res.counterexample["reason"], res.counterexample
+
+
+def test_the_tma_range_sum_in_another_order_is_refuted_for_the_k_class():
+    """``acc + total`` at a range end (not ``total + acc``): batch invariant (proved), but
+    not the split grid's ordered sum (launch equivalence refuted)."""
+    text = mutate(LINEAR, "total = tl.where(i < STEPS, acc, total + acc)",
+                  "total = tl.where(i < STEPS, acc, acc + total)")  # fmt: skip
+    specs = S.symbolic_unit_specs(_k_class("o", 3072, 3072))
+    assert run(_by_name(specs, ".batch.tma-bm128-bn128-w8-s4-g8"), text, "_linear_kernels.py").ok
+    res = run(_by_name(specs, ".equiv.split_grid-bm16-bn32-w4-s4~tma-bm128-bn128-w8-s4-g8"),
+              text, "_linear_kernels.py")  # fmt: skip
+    assert res.status == "refuted", (res.status, res.unsupported)
+
+
+def test_a_fold_state_read_at_another_lane_is_rejected():
+    """The elementwise check of a folded state: the TMA chain accumulating onto its state
+    transposed (a square 64 x 64 tile) is not a function of the element's own state: the
+    fold refuses it (never a proof over a hole standing for another lane's value)."""
+    text = mutate(LINEAR, '            acc = tl.dot(a, b.T, acc, input_precision="ieee")\n'
+                  "        total = acc",
+                  '            acc = tl.dot(a, b.T, tl.trans(acc), input_precision="ieee")\n'
+                  "        total = acc")  # fmt: skip
+    spec = _by_name(S.symbolic_unit_specs(_k_class("qkv", 5120, 3072)),
+                    ".batch.tma-bm64-bn64-w4-s6")  # fmt: skip
+    res = run(spec, text, "_linear_kernels.py")
+    assert res.status == "rejected-unsupported", (res.status, res.counterexample)
+    assert "not elementwise" in res.unsupported

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import z3
 
 from samebits.analysis.kernel_prover import terms as T
+from samebits.analysis.kernel_prover.symbolic import folds
 from samebits.analysis.kernel_prover.symbolic.execution import Execution
 from samebits.analysis.kernel_prover.symbolic.memory import (
     SHAPE_PREFIX,
@@ -58,9 +59,14 @@ class Goal:
     # when M (the launch's rows) is at most ``int32["M"]`` and the shape integers are in their
     # bounds; empty: not checked (the goals of fixed shapes, older records)
     int32: dict = field(default_factory=dict)
+    # loops whose trip count is symbolic (a shape symbol: the k loop of a K class) are
+    # summarized by fold terms (`symbolic.folds`, induction) instead of forked / unrolled
+    fold: bool = False
 
     def to_dict(self) -> dict:
         out = {"kind": self.kind, "outputs": self.outputs, "rows": self.rows}
+        if self.fold:  # absent for the goals whose loops are unrolled (older records)
+            out["loops"] = "fold"
         if self.shape:  # absent for the goals of fixed shapes (older records)
             out["shape"] = {k: list(v) for k, v in self.shape.items()}
         if self.int32:
@@ -176,6 +182,8 @@ def _shape_facts(goal: Goal) -> list:
 def _run(name, src, calls, goal, remap=None) -> Execution:
     ex = Execution(name, src, calls, remap=remap)
     ex.facts += _shape_facts(goal)
+    if goal.fold:
+        ex.loop_hook = folds.FoldHook(ex)
     if goal.int32:
         ex.int32 = []
     return ex.run()
@@ -765,6 +773,9 @@ def _equal(oracle, a, b, parents, rules, done: set, ctx0: tuple, first: dict, fa
             continue
         if len(x.args) != len(y.args):
             raise _Mismatch(f"{x.op}: different arity", None, x, y)
+        if x.op == folds.FOLD:
+            stack += _fold_pairs(oracle, x, y, ctx, key, parents)
+            continue
         if products and x.op == "dot16":
             if x.args[3] != y.args[3] or len(x.args[1]) != len(y.args[1]):
                 raise _Mismatch("dot16: parameters differ", None, x, y)
@@ -793,3 +804,20 @@ def _equal(oracle, a, b, parents, rules, done: set, ctx0: tuple, first: dict, fa
                     raise _Mismatch(f"{x.op}: integer operands differ", p.z3() != q.z3(), x, y)
             elif p != q:
                 raise _Mismatch(f"{x.op}: parameters differ ({p!r} vs {q!r})", None, x, y)
+
+
+def _fold_pairs(oracle, x: Term, y: Term, ctx: tuple, key, parents: dict) -> list:
+    """The obligations of two fold terms (`symbolic.folds`): the same iterations (checked
+    here), then equal initial states and equal updates of the generic state at a generic
+    iteration (the right index renamed to the left's, the iteration's facts in the context)."""
+    px, ix, hx, jx, *lx = x.args
+    py, iy, hy, jy, *ly = y.args
+    if hx is not hy:
+        raise _Mismatch("fold: different states", None, x, y)
+    rx, ry = folds.runs(jx, *lx), folds.runs(jx, *ly)
+    if not _valid(oracle, T.cond_z3(rx) == T.cond_z3(ry), ctx):
+        raise _Mismatch("fold: different iterations", T.cond_z3(rx) != T.cond_z3(ry), x, y)
+    py = folds.rename(py, jy, jx)
+    parents.setdefault((ix.id, iy.id), (key, "fold.init"))
+    parents.setdefault((px.id, py.id), (key, "fold.step"))
+    return [(ix, iy, ctx), (px, py, (*ctx, rx))]

@@ -546,6 +546,63 @@ def symbolic_linear_specs(sym: dict) -> list[Spec]:
     return specs
 
 
+@dataclass(frozen=True)
+class KPlan:
+    """A K class's plan as the calls read it: ``k`` and ``range_k`` symbolic (``Lin``),
+    ``n`` the class's lower bound (the TMA group; the calls take the symbolic N)."""
+
+    n: int
+    k: Lin
+    splits: int
+    block_k: int
+    range_k: Lin
+
+
+def k_class_plan(sym: dict) -> tuple[KPlan, dict, str]:
+    """The K class's symbolic plan, its shape bounds and x's row width (``units.k_class_bounds``:
+    RANGE_K = 64 * STEPS; K = S * RANGE_K, or RANGE_K - PAD for S = 1)."""
+    splits, bk = sym["splits"], _units.K_BLOCK
+    rk = shape_symbol("STEPS").scale(bk)
+    if splits > 1:
+        k, width = rk.scale(splits), f"{splits * bk}*STEPS"
+    else:
+        k, width = rk.add(shape_symbol("PAD"), -1), f"{bk}*STEPS+-1*PAD"
+    bounds = {name: tuple(b) for name, b in _units.class_bounds(sym).items()}
+    return KPlan(sym["lo"], k, splits, bk, rk), bounds, width
+
+
+def symbolic_k_linear_specs(sym: dict) -> list[Spec]:
+    """`symbolic_linear_specs` with K symbolic too (a K class): the k loop is summarized by
+    induction (`Goal.fold`); goal 1 for every launch, goal 4 from the first to each other."""
+    plan = _units.class_plan(sym)
+    kp, shape, width = k_class_plan(sym)
+    n = shape_symbol("N")
+    out_dt, bias = sym["out_dtype"], sym["bias"]
+    launches = plan_launches(plan)
+    desc = dict(unit=sym["key"], n=f"symbolic, {sym['lo']} <= N <= {sym['hi']}",
+                k=f"symbolic: {width} ({shape})", splits=kp.splits, block_k=kp.block_k,
+                range_k="64*STEPS", has_bias=bias, out_dtype=out_dt)  # fmt: skip
+    specs = []
+    for la in launches:
+        m = _m_symbol()
+        goal = Goal(BATCH, {"y": "N"}, {"x": width}, shape=shape, int32=_INT32, fold=True)
+        specs.append(Spec(f"{sym['key']}.batch.{_launch_name(la)}", "_linear_kernels.py", goal,
+                          linear_calls(kp, la, m, bias, out_dt, n),
+                          linear_calls(kp, la, 1, bias, out_dt, n), m,
+                          {**desc, "launch": repr(la), "M": "symbolic (left) vs 1 (right)"}))  # fmt: skip
+    ref = launches[0]
+    for la in launches[1:]:
+        m = _m_symbol()
+        goal = Goal(LAUNCH, {"y": "N"}, shape=shape, int32=_INT32, fold=True)
+        specs.append(Spec(f"{sym['key']}.equiv.{_launch_name(ref)}~{_launch_name(la)}",
+                          "_linear_kernels.py", goal,
+                          linear_calls(kp, ref, m, bias, out_dt, n),
+                          linear_calls(kp, la, m, bias, out_dt, n), m,
+                          {**desc, "left_launch": repr(ref), "right_launch": repr(la),
+                           "M": "symbolic"}))  # fmt: skip
+    return specs
+
+
 def symbolic_row_specs(sym: dict) -> list[Spec]:
     """Goal 1 of a row kernel with its width a shape symbol bounded by the class
     (``units.width_class``): every width of the class launches the same BLOCK and warps."""
@@ -688,6 +745,8 @@ def symbolic_fused_specs(sym: dict) -> list[Spec]:
 
 def symbolic_unit_specs(sym: dict) -> list[Spec]:
     """The specializations of a class unit (``units.symbolic_unit``), named after it."""
+    if sym["kind"] == "linear" and sym.get("symbolic") == "nk":
+        return symbolic_k_linear_specs(sym)
     if sym["kind"] == "linear":
         return symbolic_linear_specs(sym)
     if sym["kind"] == "fused":

@@ -21,6 +21,7 @@ import z3
 
 from samebits.analysis.kernel_prover import terms as T
 from samebits.analysis.kernel_prover.symbolic import words as W
+from samebits.analysis.kernel_prover.symbolic.memory import SHAPE_PREFIX
 from samebits.analysis.kernel_prover.symbolic.memory import read as _read
 from samebits.analysis.kernel_prover.symbolic.oracle import decide_under
 from samebits.analysis.kernel_prover.symbolic.tl_semantics import TL, desc_load, opaque_mul
@@ -467,10 +468,31 @@ class Program:
     def nonneg_div(self, fn, a: Lin, b: Lin, node) -> Lin:
         """Integer // and % on values proved non-negative (C and Python semantics agree)."""
         if not (b.is_const() and b.const > 0):
-            raise Unsupported(self.where(node), "integer // or % by a non-constant")
+            q, r = self.symbolic_divmod(a, b, node)
+            return q if fn is T.floordiv else r
+        exact = _shape_quotient(a, b.const)
+        if exact is not None:  # constexpr arithmetic of a class's shape symbols
+            return exact if fn is T.floordiv else T.ZERO
         if not a.is_const() and decide_under(self.facts(), T.cmp(">=", a, T.ZERO)) is not True:
             raise Unsupported(self.where(node), f"integer // or % of a possibly negative {a}")
         return fn(a, b)
+
+    def symbolic_divmod(self, a: Lin, b: Lin, node) -> tuple[Lin, Lin]:
+        """``(a // b, a % b)`` for a divisor ``b`` with one symbolic atom (a K class's STEPS):
+        a constant quotient ``q`` (the ratio of the atom's coefficients, or one less) with
+        ``0 <= a - q * b < b`` proved under the path's facts; else unsupported."""
+        if len(b.terms) != 1:
+            raise Unsupported(self.where(node), "integer // or % by a non-constant")
+        ((k, cb),) = b.terms
+        ca = dict(a.terms).get(k, 0)
+        if cb <= 0 or decide_under(self.facts(), T.cmp(">", b, T.ZERO)) is not True:
+            raise Unsupported(self.where(node), f"integer // or % by a possibly non-positive {b}")
+        for q in (ca // cb, ca // cb - 1):
+            r = a.add(b.scale(q), -1)
+            inside = T.c_and(T.cmp(">=", r, T.ZERO), T.cmp("<", r, b))
+            if decide_under(self.facts(), inside) is True:
+                return T.const(q), r
+        raise Unsupported(self.where(node), f"integer // or % of {a} by {b}: quotient undecided")
 
     def unary(self, e, v):
         if not isinstance(v, Tile):
@@ -598,3 +620,13 @@ class Program:
         else:
             vals = [self.subst_val(t, {lane: T.const(q)}) for q in range(size)]
         return dims, vals
+
+
+def _shape_quotient(a: Lin, c: int) -> Lin | None:
+    """``a // c`` exactly when every atom of ``a`` is a shape symbol and ``a`` is a multiple
+    of ``c`` term by term (``RANGE_K // BLOCK_K`` = STEPS for RANGE_K = 64 * STEPS); else None."""
+    if a.is_const() or a.const % c or any(v % c for _, v in a.terms):
+        return None
+    if not all(str(T.atom(k)).startswith(SHAPE_PREFIX) for k, _ in a.terms):
+        return None
+    return Lin(tuple((k, v // c) for k, v in a.terms), a.const // c)

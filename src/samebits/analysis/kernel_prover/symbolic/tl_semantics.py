@@ -163,8 +163,9 @@ def desc_load(p, e, desc: Tile, args) -> Tile:
             raise Unsupported(p.where(e), "descriptor offsets must be integer scalars")
         coords.append(base.add(lane))
     row, col = coords
-    idx = row.scale(cols).add(col)
-    mask = T.c_and(T.cmp("<", row, rows), T.cmp("<", col, T.const(cols)))
+    cols = cols if isinstance(cols, Lin) else T.const(cols)  # a symbolic K (a K class)
+    idx = T.mul(row, cols).add(col)
+    mask = T.c_and(T.cmp("<", row, rows), T.cmp("<", col, cols))
     dt = desc.dtype
     p.ex.loads.append(
         Load(

@@ -58,7 +58,7 @@ class DescArg:
     name: str
     dtype: str
     rows: Any  # Lin or int
-    cols: int
+    cols: Any  # Lin or int (a symbolic K)
     block: tuple[int, int]
 
 

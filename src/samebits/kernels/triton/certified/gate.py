@@ -118,17 +118,24 @@ def _class_problem(unit: dict, sym: dict, rec: dict, value: int | None = 0) -> s
         return "stale: certified/reference.py (the op-by-op path) changed"
     bounds = rec.get(U.SHAPE_RECORD) or {}
     goals = [c.get("goal", {}).get("shape") for c in rec["certificates"]]
-    if len(bounds) != 1 or any(g != bounds for g in goals):
+    if not bounds or any(g != bounds for g in goals):
         return "its proofs do not state one symbolic shape"
-    ((_, (lo, hi)),) = bounds.items()
-    if [lo, hi] != [sym["lo"], sym["hi"]]:
-        return f"its proofs assume {lo}..{hi}, the class is {sym['lo']}..{sym['hi']}"
+    want = U.class_bounds(sym)
+    if bounds != want:
+        return f"its proofs assume {_fmt(bounds)}, the class is {_fmt(want)}"
     if value is None:
         return None
-    value = U.shape_value(unit, sym)
-    if not lo <= value <= hi:
-        return f"shape {value} outside the proved range {lo}..{hi}"
+    values = U.shape_values(unit, sym)
+    if values is None:
+        return "the unit's plan breaks the class's constraints"
+    for name, (lo, hi) in bounds.items():
+        if not lo <= values[name] <= hi:
+            return f"shape {values[name]} outside the proved range {lo}..{hi}"
     return None
+
+
+def _fmt(bounds: dict) -> str:
+    return ", ".join(f"{k} {lo}..{hi}" for k, (lo, hi) in sorted(bounds.items()))
 
 
 def _changed_sources(unit: dict, rec: dict) -> list[str]:

@@ -395,6 +395,11 @@ def width_class(width: int, cap: int | None = None) -> tuple[int, int, int]:
     return block, block // 2 + 1, block
 
 
+def linear_k_fixed_class(unit: dict) -> dict | None:
+    """A linear unit's class with K fixed (N symbolic only): the classes before K classes."""
+    return _linear_class(unit, k_symbolic=False)
+
+
 def symbolic_unit(unit: dict) -> dict | None:
     """The class unit whose certificate covers ``unit`` (None: no class; per-shape only)."""
     if unit.get("symbolic"):  # a class unit itself
@@ -452,7 +457,39 @@ def head_class(unit: dict) -> dict | None:
     return out
 
 
-def _linear_class(unit: dict) -> dict | None:
+# K classes (issue 28): the k loop is summarized by induction (`symbolic.folds`), so one
+# proof set covers every K of a plan kind. The plan fixes, for S ranges of BLOCK_K = 64 steps:
+# RANGE_K = 64 * STEPS, and K = S * RANGE_K (S > 1: `split_plan` splits only when
+# k % (S * 64) == 0, with STEPS >= MIN_STEPS_PER_RANGE) or K = RANGE_K - PAD, 0 <= PAD < 64
+# (S = 1: the one range is K rounded up to a multiple of 64, the last step masked).
+K_MAX = 1 << 20  # the largest K a K class covers (stated bound)
+K_BLOCK = 64  # the plans' block_k for every K >= 64 (`plan_block_k`)
+
+
+def k_class_bounds(splits: int) -> dict:
+    """The shape symbols of a K class and their inclusive bounds (STEPS; S = 1: PAD too)."""
+    from samebits.kernels.triton.splitplan import MIN_STEPS_PER_RANGE
+
+    if splits > 1:
+        return {"STEPS": [MIN_STEPS_PER_RANGE, K_MAX // (splits * K_BLOCK)]}
+    return {"STEPS": [1, K_MAX // K_BLOCK], "PAD": [0, K_BLOCK - 1]}
+
+
+def k_class_values(plan) -> dict | None:
+    """The K-class symbols of ``plan`` (None: the plan is not of a K class): STEPS =
+    range_k / 64 and, S = 1, PAD = range_k - K; the constraints above are checked here."""
+    if plan.block_k != K_BLOCK or plan.range_k % K_BLOCK or plan.k > K_MAX:
+        return None
+    steps = plan.range_k // K_BLOCK
+    if plan.splits > 1:
+        return {"STEPS": steps} if plan.k == plan.splits * plan.range_k else None
+    pad = plan.range_k - plan.k
+    return {"STEPS": steps, "PAD": pad} if 0 <= pad < K_BLOCK else None
+
+
+def _linear_class(unit: dict, k_symbolic: bool = True) -> dict | None:
+    """The linear's class: N in the plan's N class and, where the plan is of a K class
+    (`k_class_values`) and ``k_symbolic``, every K of the plan kind; else K fixed."""
     from samebits.kernels.triton.splitplan import ROW_PARALLEL_ROLES, split_plan
 
     plan = split_plan(unit["n"], unit["k"], unit["role"])
@@ -461,6 +498,11 @@ def _linear_class(unit: dict) -> dict | None:
         return None
     rc = "row_parallel" if unit["role"] in ROW_PARALLEL_ROLES else "column"
     out = "fp32" if unit["role"] in FLOAT32_OUT_ROLES else "bf16"
+    if k_symbolic and k_class_values(plan) is not None:
+        key = f"linear.{rc}.{out}.N{lo}-{hi}.s{plan.splits}.k{K_BLOCK}"
+        key += ".bias" if unit["bias"] else ""
+        return dict(key=key, kind="linear", symbolic="nk", role_class=rc, role=unit["role"],
+                    out_dtype=out, lo=lo, hi=hi, splits=plan.splits, bias=unit["bias"])  # fmt: skip
     key = f"linear.{rc}.{out}.N{lo}-{hi}x{unit['k']}" + (".bias" if unit["bias"] else "")
     return dict(key=key, kind="linear", symbolic="n", role_class=rc, role=unit["role"],
                 out_dtype=out, lo=lo, hi=hi, k=unit["k"], bias=unit["bias"])  # fmt: skip
@@ -489,16 +531,53 @@ FLOAT32_OUT_ROLES = ("lm_head", "router")
 
 
 def class_plan(sym: dict):
-    """A plan of the class (its lower bound's N): splits, block_k and range_k are the class's."""
+    """A plan of the class (its lower bound's N): splits, block_k and range_k are the class's
+    (a K class: the plan of its smallest K, whose launch table is every member's)."""
+    from samebits.kernels.triton.splitplan import SplitPlan, split_plan
+
+    if sym.get("symbolic") == "nk":
+        steps = k_class_bounds(sym["splits"])["STEPS"][0]
+        rk = steps * K_BLOCK
+        return SplitPlan(n=sym["lo"], k=sym["splits"] * rk, splits=sym["splits"],
+                         block_k=K_BLOCK, range_k=rk)  # fmt: skip
+    return split_plan(sym["lo"], sym["k"], sym["role"])
+
+
+def class_bounds(sym: dict) -> dict:
+    """The shape symbols every proof of class ``sym`` assumes, with their bounds."""
+    if sym.get("symbolic") == "nk":
+        return {"N": [sym["lo"], sym["hi"]], **k_class_bounds(sym["splits"])}
+    name = {"heads": "HEADS", "width": "WIDTH"}.get(str(sym.get("symbolic")), "N")
+    return {name: [sym["lo"], sym["hi"]]}
+
+
+def shape_values(unit: dict, sym: dict) -> dict | None:
+    """The concrete unit's values of the class's shape symbols (None: its plan is not of the
+    class, e.g. K breaks the class's constraint)."""
+    if sym.get("symbolic") != "nk":
+        return {next(iter(class_bounds(sym))): shape_value(unit, sym)}
     from samebits.kernels.triton.splitplan import split_plan
 
-    return split_plan(sym["lo"], sym["k"], sym["role"])
+    plan = split_plan(unit["n"], unit["k"], unit["role"])
+    ks = k_class_values(plan)
+    if ks is None or plan.splits != sym["splits"]:
+        return None
+    return {"N": unit["n"], **ks}
 
 
 def symbolic_specialization(sym: dict) -> dict:
     """What the engine launches for every shape of the class (recomputed at every check)."""
     from samebits.kernels.triton import rows
 
+    if sym["kind"] == "linear" and sym.get("symbolic") == "nk":
+        from samebits.kernels.triton.linear import ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS
+
+        plan = class_plan(sym)
+        return {"plan": {"k": f"{plan.splits}*RANGE_K" if plan.splits > 1 else "RANGE_K-PAD",
+                         "splits": plan.splits, "block_k": K_BLOCK, "range_k": "64*STEPS"},
+                "n": [sym["lo"], sym["hi"]], "k_max": K_MAX,
+                "launches": [launch_name(la) for la in plan_launches(plan)],
+                "ordered_sum": [ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS], "m_max": M_MAX}  # fmt: skip
     if sym["kind"] == "linear":
         from samebits.kernels.triton.linear import ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS
 
