@@ -48,6 +48,8 @@ class KernelSource:
                 and isinstance(node.value, ast.Constant)
             ):
                 ks.constants[node.targets[0].id] = node.value.value
+            elif (c := _constexpr_literal(node)) is not None:
+                ks.constants[node.targets[0].id] = c
         return ks
 
     @property
@@ -106,3 +108,19 @@ def _is_jit(d: ast.expr) -> bool:
     return (isinstance(d, ast.Attribute) and d.attr == "jit") or (
         isinstance(d, ast.Name) and d.id == "jit"
     )
+
+
+def _constexpr_literal(node) -> int | float | None:
+    """``NAME = tl.constexpr(<number literal>)`` at module level: the number (else None)."""
+    if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call)):  # fmt: skip
+        return None
+    f, args = node.value.func, node.value.args
+    is_cx = isinstance(f, ast.Attribute) and f.attr == "constexpr" and isinstance(f.value, ast.Name)
+    if not (is_cx and f.value.id == "tl" and len(args) == 1 and not node.value.keywords):
+        return None
+    try:
+        v = ast.literal_eval(args[0])
+    except ValueError:
+        return None
+    return v if isinstance(v, int | float) and not isinstance(v, bool) else None
