@@ -54,6 +54,9 @@ ROUTER_MUTANTS = {
     "weights_next_row": ("    tl.store(w_ptr + out, weights, mask=live)\n",
                          "    tl.store(w_ptr + out + TOP_K, weights, mask=live)\n"),
 }  # fmt: skip
+MUTANT_REASONS = {"block_max": "w: reads logits at different indices",
+                  "tie_highest_other_row": "ids: reads logits at different indices",
+                  "weights_next_row": "does not write this element of w"}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(ROUTER_MUTANTS))
@@ -61,6 +64,7 @@ def test_router_mutants_are_refuted(name, tmp_path):
     old, new = ROUTER_MUTANTS[name]
     res = run_mutant(spec(), tmp_path, old, new)
     assert res.status == "refuted", (res.status, res.unsupported)
+    assert MUTANT_REASONS[name] in res.counterexample["reason"], res.counterexample
 
 
 def _ops(path) -> set[str]:
