@@ -110,3 +110,26 @@ def test_router_units_of_the_moe_models():
     assert [s.name for s in unit_specs(unit)] == ["moe.router.e128.k8.norm.batch"]
     spec_ = U.specialization(unit)
     assert (spec_["block_t"], spec_["log_e"], spec_["block_k"]) == (4, 7, 8)
+
+
+def test_router_unit_certificate_gates_fails_closed_and_goes_stale(tmp_path):
+    """A certified router unit passes the gate; without its certificate, with another kernel
+    text or another launch constant (BLOCK_T) the gate names the problem (fail closed)."""
+    import json
+
+    from samebits.analysis.kernel_prover.certify import certify_units
+    from samebits.kernels.triton.certified import gate
+
+    unit = U.router_unit(8, 2, True)
+    assert gate.check_unit(unit, tmp_path)[0] is not None  # no certificate: refused
+    (record,) = certify_units([unit], tmp_path)
+    assert record["proved"]
+    path = tmp_path / f"{unit['key']}.json"
+    assert gate.check_unit(unit, tmp_path)[0] is None
+    text = path.read_text()
+    for change in (lambda r: r.update(kernel_source_sha256="0" * 64),
+                   lambda r: r["specialization"].update(block_t=1)):  # fmt: skip
+        rec = json.loads(text)
+        change(rec)
+        path.write_text(json.dumps(rec))
+        assert gate.check_unit(unit, tmp_path)[0] is not None

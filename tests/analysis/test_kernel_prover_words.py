@@ -94,8 +94,10 @@ def test_nan_propagating_maximum_is_not_the_plain_one():
     """``tl.maximum(.., propagate_nan=ALL)`` chosen by the batch size instead of the plain
     maximum: two operations (``max_nan`` vs ``max``), refuted."""
     old = "tl.minimum(tl.maximum(x, -104.0), 89.0)"
-    new = ("tl.minimum(tl.where(tl.num_programs(0) > 1, tl.maximum(x, -104.0), "
-           "tl.maximum(x, -104.0, propagate_nan=tl.PropagateNan.ALL)), 89.0)")
+    new = (
+        "tl.minimum(tl.where(tl.num_programs(0) > 1, tl.maximum(x, -104.0), "
+        "tl.maximum(x, -104.0, propagate_nan=tl.PropagateNan.ALL)), 89.0)"
+    )
     res = _run(old, new)
     assert res.status == "refuted", (res.status, res.unsupported)
 

@@ -49,7 +49,7 @@ class KernelSource:
             ):
                 ks.constants[node.targets[0].id] = node.value.value
             elif (c := _constexpr_literal(node)) is not None:
-                ks.constants[node.targets[0].id] = c
+                ks.constants[c[0]] = c[1]
         return ks
 
     @property
@@ -110,17 +110,21 @@ def _is_jit(d: ast.expr) -> bool:
     )
 
 
-def _constexpr_literal(node) -> int | float | None:
-    """``NAME = tl.constexpr(<number literal>)`` at module level: the number (else None)."""
-    if not (isinstance(node, ast.Assign) and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call)):  # fmt: skip
+def _constexpr_literal(node: ast.stmt) -> tuple[str, int | float] | None:
+    """``NAME = tl.constexpr(<number literal>)`` at module level: (NAME, the number)."""
+    if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
         return None
-    f, args = node.value.func, node.value.args
-    is_cx = isinstance(f, ast.Attribute) and f.attr == "constexpr" and isinstance(f.value, ast.Name)
-    if not (is_cx and f.value.id == "tl" and len(args) == 1 and not node.value.keywords):
+    target, call = node.targets[0], node.value
+    if not (isinstance(target, ast.Name) and isinstance(call, ast.Call)):
+        return None
+    f, args = call.func, call.args
+    if not (isinstance(f, ast.Attribute) and f.attr == "constexpr"
+            and isinstance(f.value, ast.Name) and f.value.id == "tl"):  # fmt: skip
+        return None
+    if len(args) != 1 or call.keywords:
         return None
     try:
         v = ast.literal_eval(args[0])
     except ValueError:
         return None
-    return v if isinstance(v, int | float) and not isinstance(v, bool) else None
+    return (target.id, v) if isinstance(v, int | float) and not isinstance(v, bool) else None

@@ -478,6 +478,7 @@ TL = {
     "tl.trans": _tl_trans,
 }
 
+
 def _register_router_ops() -> None:
     """The router kernel's constructs (`router_ops`): keep_dims, word min / max, tl.reduce
     with a combine function, tl.reshape, propagate_nan."""
