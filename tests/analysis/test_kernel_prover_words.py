@@ -42,9 +42,13 @@ def test_the_launched_kernel_uses_the_soft_exp_and_is_proved():
 @pytest.mark.parametrize("old, new, reason", [
     ("    k = t.to(tl.int32, bitcast=True)", "    k = t.to(tl.int16, bitcast=True)",
      "widths differ"),
+    # propagate_nan=ALL is modelled (its own operation, `router_ops.minmax_nan`): still proved
     ("tl.minimum(tl.maximum(x, -104.0), 89.0)",
      "tl.minimum(tl.maximum(x, -104.0, propagate_nan=tl.PropagateNan.ALL), 89.0)",
-     "unknown name"),
+     None),
+    ("tl.minimum(tl.maximum(x, -104.0), 89.0)",
+     "tl.minimum(tl.maximum(x, -104.0, propagate_nan=tl.PropagateNan.NONE), 89.0)",
+     "unknown name"),  # only PropagateNan.ALL is a modelled value
     (SILU, "    silu = tl.load(gu_ptr + g.to(tl.int32), mask=mask)\n",
      "pointer arithmetic other than ptr +/- int"),
     ("    tl.store(out_ptr + row * INNER + cols, (silu * u)",
@@ -77,11 +81,24 @@ def test_a_store_of_a_data_dependent_integer_is_rejected():
     "g.to(tl.int32, bitcast=True).to(tl.float32, bitcast=True)",  # a bit cast round trip
     "tl.where(g != g, g, g)",  # a select whose branches are equal
     "tl.maximum(g, g)",
+    "tl.maximum(g, g, propagate_nan=tl.PropagateNan.ALL)",
 ])  # fmt: skip
 def test_no_identity_between_different_operations_is_assumed(identity):
     """Each expression equals g bit for bit, but is another operation: chosen by the batch
     size, the prover refuses the kernel (sound, not complete)."""
     res = _run(SILU, f"    g = tl.where(tl.num_programs(0) > 1, g, {identity})\n" + SILU)
+    assert res.status == "refuted", (res.status, res.unsupported)
+
+
+def test_nan_propagating_maximum_is_not_the_plain_one():
+    """``tl.maximum(.., propagate_nan=ALL)`` chosen by the batch size instead of the plain
+    maximum: two operations (``max_nan`` vs ``max``), refuted."""
+    old = "tl.minimum(tl.maximum(x, -104.0), 89.0)"
+    new = (
+        "tl.minimum(tl.where(tl.num_programs(0) > 1, tl.maximum(x, -104.0), "
+        "tl.maximum(x, -104.0, propagate_nan=tl.PropagateNan.ALL)), 89.0)"
+    )
+    res = _run(old, new)
     assert res.status == "refuted", (res.status, res.unsupported)
 
 

@@ -339,3 +339,39 @@ def combine_specs(tag: str, top_k: int, hidden: int) -> list:
              {**desc, "M": "symbolic", "right": "kernels.moe.combine op by op "
               "(certified/moe_reference.py)"}, (COMBINE_REFERENCE,)),
     ]  # fmt: skip
+
+
+# --- the router: softmax, top-k, renormalization per row (`moe_router_kernel`) ------------
+
+ROUTER_FILE = "_moe_router_kernel.py"
+
+
+def router_calls(experts: int, top_k: int, normalize: bool, m) -> list:
+    """`moe_router.route`'s call: one program per BLOCK_T rows (tiles a function of E only)."""
+    from samebits.analysis.kernel_prover.symbolic.values import ArrayArg, CDiv, KernelCall
+    from samebits.analysis.kernel_prover.terms import Lin
+    from samebits.kernels.triton.moe_router import ROUTER_ELEMENTS, ROUTER_WARPS
+
+    log_e = max(0, (experts - 1).bit_length())
+    block_t = max(1, ROUTER_ELEMENTS >> log_e)
+    mm = m if isinstance(m, Lin) else Lin((), m)
+    args = dict(logits_ptr=ArrayArg("logits", "fp32"), ids_ptr=ArrayArg("ids", "i64"),
+                w_ptr=ArrayArg("w", "fp32"), n=mm, E=experts, TOP_K=top_k,
+                NORMALIZE=normalize, BLOCK_T=block_t, LOG_E=log_e,
+                BLOCK_K=1 << max(0, (top_k - 1).bit_length()))  # fmt: skip
+    return [KernelCall("moe_router_kernel", (CDiv(mm, block_t),), args, ROUTER_WARPS)]
+
+
+def router_specs(tag: str, experts: int, top_k: int, normalize: bool) -> list:
+    """Goal 1 of the router kernel: the ids and weights of row r from M rows (symbolic) equal
+    those of the M = 1 launch on row r's logits alone (rows: logits [E])."""
+    from samebits.analysis.kernel_prover.prover import BATCH
+    from samebits.analysis.kernel_prover.specs import Spec, _m_symbol
+
+    m = _m_symbol()
+    desc = dict(op="router", experts=experts, top_k=top_k, normalize=normalize,
+                M="symbolic (left) vs 1 (right)")  # fmt: skip
+    goal = Goal(BATCH, {"ids": top_k, "w": top_k}, {"logits": experts})
+    return [Spec(f"{tag}.router.batch", ROUTER_FILE, goal,
+                 router_calls(experts, top_k, normalize, m),
+                 router_calls(experts, top_k, normalize, 1), m, desc)]  # fmt: skip

@@ -477,6 +477,11 @@ def unit_specs(unit: dict) -> list:
         prefix = "u"
         specs = combine_specs("u", unit["top_k"], unit["hidden"])
         key = f"moe.k{unit['top_k']}.h{unit['hidden']}"
+    elif unit["kind"] == "moe_router":
+        from samebits.analysis.kernel_prover.moe import router_specs
+
+        prefix = "u.router"
+        specs = router_specs("u", unit["experts"], unit["top_k"], unit["normalize"])
     elif unit["kind"] == "gelu":
         prefix = "u.gelu_mul.batch"
         specs = gelu_specs("u", unit["inner"])

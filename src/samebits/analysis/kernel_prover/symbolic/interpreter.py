@@ -262,6 +262,8 @@ class Program:
                 return self.ex.src.constants[e.id]
             if e.id in ("True", "False", "None"):
                 return {"True": True, "False": False, "None": None}[e.id]
+            if e.id in self.ex.src.functions:  # a jit helper as a value (tl.reduce's combine)
+                return ("jit-fn", e.id)
             raise Unsupported(self.where(e), f"unknown name {e.id!r}")
         if isinstance(e, ast.Tuple | ast.List):
             return tuple(self.expr(x, env) for x in e.elts)
@@ -299,6 +301,12 @@ class Program:
             name = self.func_name(e)
         if name and name.startswith("tl.") and name.split(".")[-1] in DTYPES:
             return DType(DTYPES[name.split(".")[-1]])
+        if name == "tl.PropagateNan.ALL":
+            return ("tl.PropagateNan", "ALL")
+        if e.attr == "shape" and not (name or "").startswith("tl."):
+            base = self.expr(e.value, env)
+            if isinstance(base, Tile):
+                return tuple(d[0] for d in base.dims)
         base = self.expr(e.value, env)
         if isinstance(base, Tile) and e.attr == "T" and len(base.dims) == 2:
             return Tile(base.kind, (base.dims[1], base.dims[0]), base.v, base.dtype)

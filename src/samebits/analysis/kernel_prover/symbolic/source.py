@@ -48,6 +48,8 @@ class KernelSource:
                 and isinstance(node.value, ast.Constant)
             ):
                 ks.constants[node.targets[0].id] = node.value.value
+            elif (c := _constexpr_literal(node)) is not None:
+                ks.constants[c[0]] = c[1]
         return ks
 
     @property
@@ -106,3 +108,23 @@ def _is_jit(d: ast.expr) -> bool:
     return (isinstance(d, ast.Attribute) and d.attr == "jit") or (
         isinstance(d, ast.Name) and d.id == "jit"
     )
+
+
+def _constexpr_literal(node: ast.stmt) -> tuple[str, int | float] | None:
+    """``NAME = tl.constexpr(<number literal>)`` at module level: (NAME, the number)."""
+    if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+        return None
+    target, call = node.targets[0], node.value
+    if not (isinstance(target, ast.Name) and isinstance(call, ast.Call)):
+        return None
+    f, args = call.func, call.args
+    if not (isinstance(f, ast.Attribute) and f.attr == "constexpr"
+            and isinstance(f.value, ast.Name) and f.value.id == "tl"):  # fmt: skip
+        return None
+    if len(args) != 1 or call.keywords:
+        return None
+    try:
+        v = ast.literal_eval(args[0])
+    except ValueError:
+        return None
+    return (target.id, v) if isinstance(v, int | float) and not isinstance(v, bool) else None

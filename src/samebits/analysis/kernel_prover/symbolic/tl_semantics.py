@@ -185,7 +185,9 @@ def _tl_store(p, e, args, kw):
     if not (isinstance(ptr, Tile) and ptr.kind == "ptr"):
         raise Unsupported(p.where(e), "tl.store to a non-pointer")
     val = p.lift(val, Tile("float", (), None, ptr.dtype) if ptr.dtype in FLOAT_RANK else None)
-    if val.kind in (W.WORD, W.PRED):
+    word_ok = val.kind == W.WORD and val.dtype == ptr.dtype and ptr.dtype not in FLOAT_RANK
+    if val.kind in (W.WORD, W.PRED) and not word_ok:
+        # a word of the pointer's own integer type is stored as its term (the router's ids)
         raise Unsupported(p.where(e), f"tl.store of a data-dependent {val.kind}: not modelled")
     if mask is not None and p.lift(mask).kind != "bool":
         raise Unsupported(p.where(e), "tl.store mask must be an index condition")
@@ -476,9 +478,25 @@ TL = {
     "tl.max": _reduce("max"),
     "tl.trans": _tl_trans,
 }
+
+
+def _register_router_ops() -> None:
+    """The router kernel's constructs (`router_ops`): keep_dims, word min / max, tl.reduce
+    with a combine function, tl.reshape, propagate_nan."""
+    from samebits.analysis.kernel_prover.symbolic import router_ops as R
+
+    for name in ("sum", "max", "min"):
+        TL[f"tl.{name}"] = R.keep_dims_reduce(name, TL.get(f"tl.{name}", _reduce(name)))
+    TL["tl.reduce"] = R.tl_reduce
+    TL["tl.reshape"] = R.tl_reshape
+    TL["tl.maximum"] = R.minmax_nan("max", TL["tl.maximum"])
+    TL["tl.minimum"] = R.minmax_nan("min", TL["tl.minimum"])
+
+
 for _n, _s in UNARY_FLOAT.items():
     TL[f"tl.{_n}"] = _unary(_s)
     TL[f"tl.math.{_n}"] = _unary(_s)
 for _n, _s in BINARY_FLOAT.items():
     TL[f"tl.{_n}"] = _binary(_s)
     TL[f"tl.math.{_n}"] = _binary(_s)
+_register_router_ops()

@@ -24,6 +24,7 @@ KERNEL_FILES = {
     "fused": "_fused_kernels.py",
     "moe": "_moe_kernels.py",
     "moe_combine": "_moe_kernels.py",
+    "moe_router": "_moe_router_kernel.py",  # softmax + top-k + renormalization per row
     "gelu": "_gelu_kernel.py",  # Gemma's GeGLU row kernel (a file of its own)
 }
 # the other kernel files a kind's proofs read, joined to its KERNEL_FILES file: the fused
@@ -53,7 +54,8 @@ def dims_of(cfg) -> dict:
     moe = get("moe")
     if moe is not None and not isinstance(cfg, dict):
         d["moe"] = dict(experts=moe.num_experts, inter=moe.moe_intermediate_size,
-                        dense=cfg.has_dense_layers, top_k=moe.num_experts_per_tok)  # fmt: skip
+                        dense=cfg.has_dense_layers, top_k=moe.num_experts_per_tok,
+                        normalize=moe.norm_topk_prob)  # fmt: skip
     elif moe is not None:
         d["moe"] = dict(moe)
     return d
@@ -179,7 +181,30 @@ def grouped_units(d: dict) -> list[dict]:
     if moe.get("top_k"):  # the combine of the k expert outputs (`moe_combine_kernel`)
         out.append(dict(key=f"moe.combine.k{moe['top_k']}.h{h}", kind="moe_combine",
                         op="combine", top_k=moe["top_k"], hidden=h))  # fmt: skip
+    if moe.get("top_k") and "normalize" in moe:
+        out.append(router_unit(moe["experts"], moe["top_k"], moe["normalize"]))
     return out
+
+
+def router_unit(experts: int, top_k: int, normalize: bool) -> dict:
+    """The router kernel's unit (`moe_router_kernel`: softmax, top-k, renormalization of each
+    row of router logits) at (E, top_k, normalize)."""
+    key = f"moe.router.e{experts}.k{top_k}" + (".norm" if normalize else "")
+    return dict(key=key, kind="moe_router", op="router", experts=experts, top_k=top_k,
+                normalize=normalize)  # fmt: skip
+
+
+def _router_specialization(unit: dict) -> dict:
+    """The router launch as `moe_router.route` makes it: BLOCK_T, the tree's width, BLOCK_K,
+    warps and the FMA-contraction flag, all functions of (E, top_k) only."""
+    from samebits.kernels.triton import moe_router as mr
+
+    e, k = unit["experts"], unit["top_k"]
+    log_e = max(0, (e - 1).bit_length())
+    return {"op": "router", "experts": e, "top_k": k, "normalize": unit["normalize"],
+            "block_t": max(1, mr.ROUTER_ELEMENTS >> log_e), "log_e": log_e,
+            "block_k": _next_pow2(k), "warps": mr.ROUTER_WARPS,
+            "fp_fusion": mr.ROUTER_FP_FUSION}  # fmt: skip
 
 
 def grouped_launch_name(la) -> str:
@@ -276,6 +301,8 @@ def specialization(unit: dict) -> dict:
         return {"op": "combine", "top_k": unit["top_k"], "hidden": unit["hidden"],
                 "block": mg.combine_block(unit["hidden"]), "warps": mg.COMBINE_WARPS,
                 "fp_fusion": mg.COMBINE_FP_FUSION}  # fmt: skip
+    if kind == "moe_router":
+        return _router_specialization(unit)
     if kind == "gelu":
         from samebits.kernels.triton import rows
 
