@@ -12,8 +12,8 @@ import pytest
 
 pytest.importorskip("z3")
 
-from samebits.analysis.kernel_prover import certify  # noqa: E402
 from samebits.analysis.kernel_prover import specs as S  # noqa: E402
+from samebits.analysis.kernel_prover.certify import certify  # noqa: E402
 from samebits.analysis.kernel_prover.prover import prove  # noqa: E402
 from samebits.analysis.kernel_prover.symbolic.source import KernelSource  # noqa: E402
 
