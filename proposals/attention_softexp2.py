@@ -2,211 +2,51 @@
 with every ``tl.exp2`` (PTX ``ex2.approx.ftz.f32``, no public definition) replaced by
 `softexp2` of `kernels/triton/_softexp2.py`, a fixed sequence of IEEE fp32 operations with a
 written definition (its CPU replay: `samebits.kernels.replay.softexp.softexp2`; these kernels'
-replay: `samebits/kernels/replay/attention.py`). Everything else is
-`_attention_kernel.py` as of this commit, line for line (`diff` it).
+replay: `samebits/kernels/replay/attention.py`).
 
-To adopt: replace `_attention_kernel.py` by this file (minus this paragraph), re-prove the
-attention units (`samebits certify ...`, about an hour), and first run on the H200
-    python benchmarks/replay_attention_check.py --out replay_attention_check.json
+Importing this module builds that kernel module from the shipped source itself (the one
+textual change below, nothing else), writes it next to Triton's cache and loads it, so the
+proposal can never drift from `_attention_kernel.py`; its names (`paged_attention_kernel`,
+`split_span_kernel`, `merge_spans_kernel`, ...) are re-exported here.
+
+To adopt: make the same change in `_attention_kernel.py`, add `_softexp2.py` to
+`units.ALSO_FILES["attention"]`, re-prove the attention units (about an hour), and first run
+on the H200 `python benchmarks/replay_attention_check.py --out replay_attention_check.json`,
 which compares this kernel's bits with the replay and times it against the current kernel.
-
-The original docstring follows.
-
-Triton kernels of paged causal attention (prefill, chunked prefill, decode, mixed steps).
-
-Definition (DESIGN.md §2b): a query row at absolute position t reduces keys 0..t in spans of
-SPAN keys at absolute positions 0, SPAN, 2*SPAN, ...; inside a span, key tiles of BLOCK_N at
-absolute positions are reduced by an online softmax in tile order from a fresh state; the span
-states are folded in span order, from the empty state, by `_merge` (one written formula:
-explicit fma, so no compiler contracts it differently in two kernels); the row's output is
-acc / l (div_rn). A sliding window of W keys (`window`, Gemma 3's local layers; full attention
-passes a W above any position, `attention.FULL_WINDOW`) keeps keys lo..t, lo = max(t - W + 1,
-0): a key below lo counts as a key above t does (score -inf, p = 0), and a tile or span with no
-key in lo..t leaves the row's state as it was (the same guards), so a row's value depends on
-its own t and W only. Every launch computes exactly that:
-
-- `paged_attention_kernel` runs a program's spans in sequence (prefill, chunked prefill,
-  mixed steps, decode of large batches);
-- `split_span_kernel` + `merge_spans_kernel` (decode of small batches) compute each span in its
-  own program, store its state (fp32, exact) and fold the stored states in span order.
-
-Scores and P@V are ``tl.dot`` (fp32 accumulate); the softmax denominator is also an MMA
-(``p @ ones``, one column kept), never a ``tl.sum`` over the tile, because the tile height
-(BLOCK_M) and the row -> (token, head) packing change between launches. ``tl.max`` is exact.
-A row whose position is below a tile's or a span's first key, or whose window starts past its
-last key, keeps its state through ``tl.where``, so the extra tiles and spans a program runs for
-its other rows never touch it.
 """
 
 from __future__ import annotations
 
-import triton
-import triton.language as tl
+import hashlib
+import importlib.util
+import tempfile
+from pathlib import Path
 
-from samebits.kernels.triton._softexp2 import softexp2
+import samebits.kernels.triton as triton_kernels
 
-
-@triton.jit
-def _attend_tile(q, k_ptr, v_ptr, bt_row, key0, pos, lo, last, hk, qk_scale, m_i, l_i, acc,
-                 HKV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
-                 BLOCK_N: tl.constexpr):  # fmt: skip
-    """One key tile [key0, key0 + BLOCK_N): the online-softmax update over each row's keys
-    lo..pos, guarded per row (a row with none of its keys in the tile keeps its state)."""
-    d = tl.arange(0, D)
-    key = key0 + tl.arange(0, BLOCK_N)
-    kmask = key <= last
-    page = tl.load(bt_row + key // PAGE, mask=kmask, other=0).to(tl.int64)
-    kv = ((page * PAGE + key % PAGE) * HKV + hk) * D
-    k = tl.load(k_ptr + kv[:, None] + d[None, :], mask=kmask[:, None], other=0.0)
-    v = tl.load(v_ptr + kv[:, None] + d[None, :], mask=kmask[:, None], other=0.0)
-    s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
-    s = tl.where(key[None, :] <= pos[:, None], s, float("-inf"))
-    s = tl.where(key[None, :] >= lo[:, None], s, float("-inf"))
-    active = (key0 <= pos) & (key0 + BLOCK_N > lo)
-    m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    alpha = softexp2(tl.where(active, m_i - m_new, 0.0))
-    p = tl.where(active[:, None], softexp2(s - m_new[:, None]), 0.0).to(v.dtype)
-    ones = tl.full((BLOCK_N, 16), 1.0, v.dtype)
-    col0 = tl.arange(0, 16)[None, :] == 0
-    row_sum = tl.sum(tl.where(col0, tl.dot(p, ones, input_precision="ieee"), 0.0), axis=1)
-    l_new = l_i * alpha + row_sum
-    acc_new = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
-    m_i = tl.where(active, m_new, m_i)
-    l_i = tl.where(active, l_new, l_i)
-    acc = tl.where(active[:, None], acc_new, acc)
-    return m_i, l_i, acc
+SHIPPED = Path(triton_kernels.__file__).parent / "_attention_kernel.py"
+IMPORT = "import triton.language as tl\n"
+SOFT_IMPORT = IMPORT + "\nfrom samebits.kernels.triton._softexp2 import softexp2\n"
 
 
-@triton.jit
-def _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, lo, last, hk, qk_scale,
-                 HKV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr,
-                 BLOCK_N: tl.constexpr, SPAN: tl.constexpr):  # fmt: skip
-    """The state (m, l, acc) of span [span0, span0 + SPAN): its tiles in order, fresh state."""
-    m_s = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-    l_s = tl.zeros((BLOCK_M,), tl.float32)
-    acc_s = tl.zeros((BLOCK_M, D), tl.float32)
-    stop = tl.minimum(span0 + SPAN, last + 1)
-    for key0 in range(span0, stop, BLOCK_N):
-        m_s, l_s, acc_s = _attend_tile(
-            q, k_ptr, v_ptr, bt_row, key0, pos, lo, last, hk, qk_scale,
-            m_s, l_s, acc_s, HKV, D, PAGE, BLOCK_N)  # fmt: skip
-    return m_s, l_s, acc_s
+def proposed_source(shipped: str) -> str:
+    """The shipped kernel source with ``tl.exp2(`` -> ``softexp2(`` (and its import)."""
+    if shipped.count(IMPORT) != 1 or "tl.exp2(" not in shipped:
+        raise RuntimeError("_attention_kernel.py no longer has the shape this proposal edits")
+    return shipped.replace(IMPORT, SOFT_IMPORT).replace("tl.exp2(", "softexp2(")
 
 
-@triton.jit
-def _merge(m_i, l_i, acc, m_s, l_s, acc_s, take):
-    """Fold span state (m_s, l_s, acc_s) into (m_i, l_i, acc) where `take` (rows in the span):
-    m' = max(m_i, m_s); a = 2^(m_i - m'), b = 2^(m_s - m'); l' = fma(l_i, a, l_s * b);
-    acc' = fma(acc, a, acc_s * b). The one merge formula of every launch."""
-    m_new = tl.maximum(m_i, m_s)
-    a = softexp2(tl.where(take, m_i - m_new, 0.0))
-    b = softexp2(tl.where(take, m_s - m_new, 0.0))
-    l_new = tl.fma(l_i, a, l_s * b)
-    acc_new = tl.fma(acc, a[:, None], acc_s * b[:, None])
-    m_i = tl.where(take, m_new, m_i)
-    l_i = tl.where(take, l_new, l_i)
-    acc = tl.where(take[:, None], acc_new, acc)
-    return m_i, l_i, acc
+def _load():
+    text = proposed_source(SHIPPED.read_text())
+    tag = hashlib.sha256(text.encode()).hexdigest()[:16]
+    path = Path(tempfile.gettempdir()) / f"samebits_attention_softexp2_{tag}.py"
+    if not path.exists():
+        path.write_text(text)
+    spec = importlib.util.spec_from_file_location("attention_softexp2_generated", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-@triton.jit
-def _query_rows(q_ptr, tok, live, hk, r, HKV: tl.constexpr, GROUP: tl.constexpr,
-                D: tl.constexpr):  # fmt: skip
-    """Row offsets of (token, head) rows of KV head hk, and the q tile (0 on dead rows)."""
-    d = tl.arange(0, D)
-    rows = (tok.to(tl.int64) * (HKV * GROUP) + hk * GROUP + r % GROUP) * D
-    q = tl.load(q_ptr + rows[:, None] + d[None, :], mask=live[:, None], other=0.0)
-    return rows, q
-
-
-@triton.jit(do_not_specialize=["bt_stride", "window"])
-def paged_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, req_ptr, row0_ptr, qend_ptr,
-                           bt_ptr, bt_stride, qk_scale, window, HKV: tl.constexpr,
-                           GROUP: tl.constexpr,
-                           D: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr,
-                           BLOCK_N: tl.constexpr, SPAN: tl.constexpr):  # fmt: skip
-    """Program (tile of query tokens of one request, kv head): rows are (token, head) pairs;
-    the spans of the tile's last row in sequence, each folded into the rows it covers."""
-    pid = tl.program_id(0)
-    hk = tl.program_id(1)
-    req = tl.load(req_ptr + pid)
-    r = tl.arange(0, BLOCK_M)
-    tok = tl.load(row0_ptr + pid) + r // GROUP
-    live = (r < (BLOCK_M // GROUP) * GROUP) & (tok < tl.load(qend_ptr + req))
-    pos = tl.load(pos_ptr + tok, mask=live, other=-1)
-    lo = tl.maximum(pos - window + 1, 0)
-    rows, q = _query_rows(q_ptr, tok, live, hk, r, HKV, GROUP, D)
-    last = tl.max(pos, axis=0)
-    bt_row = bt_ptr + req.to(tl.int64) * bt_stride
-    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-    l_i = tl.zeros((BLOCK_M,), tl.float32)
-    acc = tl.zeros((BLOCK_M, D), tl.float32)
-    for span0 in range(0, last + 1, SPAN):
-        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, lo, last, hk,
-                                       qk_scale, HKV, D, PAGE, BLOCK_M, BLOCK_N, SPAN)  # fmt: skip
-        m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s, (span0 <= pos) & (span0 + SPAN > lo))
-    out = tl.math.div_rn(acc, l_i[:, None])
-    d = tl.arange(0, D)
-    tl.store(o_ptr + rows[:, None] + d[None, :], out.to(o_ptr.dtype.element_ty), mask=live[:, None])
-
-
-@triton.jit
-def _state_offsets(tok, hk, r, HKV: tl.constexpr, GROUP: tl.constexpr):
-    """Index of (token, head) rows in the [tokens, heads] layout of the stored span states."""
-    return tok.to(tl.int64) * (HKV * GROUP) + hk * GROUP + r % GROUP
-
-
-@triton.jit(do_not_specialize=["bt_stride", "max_spans", "window"])
-def split_span_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt_ptr, bt_stride,
-                      max_spans, qk_scale, window, HKV: tl.constexpr, GROUP: tl.constexpr,
-                      D: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr,
-                      BLOCK_N: tl.constexpr, SPAN: tl.constexpr):  # fmt: skip
-    """Decode (one token per request, token r of request r). Program (r, j, kv head) computes
-    spans j, j + S, j + 2S, ... (S = programs per request) of token r's GROUP rows and stores
-    each span's state at [r * max_spans + span]."""
-    req = tl.program_id(0)
-    hk = tl.program_id(2)
-    r = tl.arange(0, BLOCK_M)
-    live = r < GROUP
-    tok = tl.zeros((BLOCK_M,), tl.int32) + req
-    pos = tl.load(pos_ptr + tok, mask=live, other=-1)
-    lo = tl.maximum(pos - window + 1, 0)
-    _, q = _query_rows(q_ptr, tok, live, hk, r, HKV, GROUP, D)
-    last = tl.max(pos, axis=0)
-    bt_row = bt_ptr + req.to(tl.int64) * bt_stride
-    d = tl.arange(0, D)
-    for span in range(tl.program_id(1), last // SPAN + 1, tl.num_programs(1)):
-        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN, pos, lo, last, hk,
-                                       qk_scale, HKV, D, PAGE, BLOCK_M, BLOCK_N, SPAN)  # fmt: skip
-        at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)
-        tl.store(ms_ptr + at, m_s, mask=live)
-        tl.store(ls_ptr + at, l_s, mask=live)
-        tl.store(accs_ptr + at[:, None] * D + d[None, :], acc_s, mask=live[:, None])
-
-
-@triton.jit(do_not_specialize=["max_spans", "window"])
-def merge_spans_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, max_spans, window,
-                       HKV: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr,
-                       BLOCK_M: tl.constexpr, SPAN: tl.constexpr):  # fmt: skip
-    """Program (r, kv head): fold token r's stored span states in span order (the spans with
-    a key in its window), then acc / l."""
-    req = tl.program_id(0)
-    hk = tl.program_id(1)
-    r = tl.arange(0, BLOCK_M)
-    live = r < GROUP
-    tok = tl.zeros((BLOCK_M,), tl.int32) + req
-    pos = tl.load(pos_ptr + tok, mask=live, other=-1)
-    lo = tl.maximum(pos - window + 1, 0)
-    d = tl.arange(0, D)
-    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-    l_i = tl.zeros((BLOCK_M,), tl.float32)
-    acc = tl.zeros((BLOCK_M, D), tl.float32)
-    for span in range(0, tl.max(pos, axis=0) // SPAN + 1):
-        at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)
-        m_s = tl.load(ms_ptr + at, mask=live, other=float("-inf"))
-        l_s = tl.load(ls_ptr + at, mask=live, other=0.0)
-        acc_s = tl.load(accs_ptr + at[:, None] * D + d[None, :], mask=live[:, None], other=0.0)
-        m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s, live & (span * SPAN + SPAN > lo))
-    out = tl.math.div_rn(acc, l_i[:, None])
-    rows = _state_offsets(tok, hk, r, HKV, GROUP) * D
-    tl.store(o_ptr + rows[:, None] + d[None, :], out.to(o_ptr.dtype.element_ty), mask=live[:, None])
+_generated = _load()
+globals().update({k: v for k, v in vars(_generated).items() if not k.startswith("__")})
