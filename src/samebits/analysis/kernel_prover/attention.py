@@ -64,6 +64,7 @@ import z3
 from samebits.analysis.kernel_prover import terms as T
 from samebits.analysis.kernel_prover.specs import MODELS
 from samebits.analysis.kernel_prover.symbolic.execution import Execution
+from samebits.analysis.kernel_prover.symbolic.folds import _assigned
 from samebits.analysis.kernel_prover.symbolic.memory import Store, _active
 from samebits.analysis.kernel_prover.symbolic.source import KernelSource
 from samebits.analysis.kernel_prover.symbolic.tl_semantics import opaque_mul
@@ -635,15 +636,6 @@ def _vars(x: Lin) -> set:
 
 def _cond_vars(c) -> set:
     return set() if isinstance(c, bool) else {T.atom_key(v) for v in T.z3_vars(T.cond_z3(c))}
-
-
-def _assigned(stmts) -> list[str]:
-    out = []
-    for node in stmts:
-        for n in ast.walk(node):
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id not in out:
-                out.append(n.id)
-    return out
 
 
 def _apps(x: Lin, decl: str) -> list:
