@@ -19,12 +19,13 @@ from samebits.analysis.kernel_prover.attention import (  # noqa: E402
     attention_specs,
     prove_attention,
 )
+from samebits.analysis.kernel_prover.certify import joined  # noqa: E402
 from samebits.analysis.kernel_prover.specs import unit_specs  # noqa: E402
-from samebits.analysis.kernel_prover.symbolic.source import KernelSource  # noqa: E402
 from samebits.kernels.plan import ATTENTION_SPAN  # noqa: E402
 from samebits.kernels.triton.attention import KEY_BLOCK  # noqa: E402
 from samebits.kernels.triton.attention_meta import _programs  # noqa: E402
 from samebits.kernels.triton.certified import units as U  # noqa: E402
+from samebits.kernels.triton.certified.units import ALSO_FILES  # noqa: E402
 
 KDIR = Path(__file__).resolve().parents[2] / "src" / "samebits" / "kernels" / "triton"
 ATTN = (KDIR / "_attention_kernel.py").read_text()
@@ -41,7 +42,9 @@ def mutate(text: str, old: str, new: str) -> str:
 
 
 def run(text: str, name: str):
-    return prove_attention(KernelSource.parse(text, "_attention_kernel.py"), SPECS[name])
+    return prove_attention(
+        joined(text, "_attention_kernel.py", ALSO_FILES["attention"]), SPECS[name]
+    )
 
 
 def assert_refuted(res, *needles):
@@ -120,7 +123,11 @@ def test_denominator_by_tl_sum_over_the_tile_is_refuted_across_tile_heights():
 
 
 def test_missing_causal_mask_is_refuted():
-    text = mutate(ATTN, '    s = tl.where(key[None, :] <= pos[:, None], s, float("-inf"))\n', "")
+    text = mutate(
+        ATTN,
+        "keep = (key[None, :] <= pos[:, None]) & (key[None, :] >= lo[:, None])",
+        "keep = key[None, :] >= lo[:, None]",
+    )
     assert_refuted(run(text, SAME), "v@L-beyond")
 
 

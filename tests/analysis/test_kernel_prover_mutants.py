@@ -12,8 +12,10 @@ import pytest
 pytest.importorskip("z3")
 
 from samebits.analysis.kernel_prover import specs as S  # noqa: E402
+from samebits.analysis.kernel_prover.certify import joined  # noqa: E402
 from samebits.analysis.kernel_prover.prover import prove  # noqa: E402
 from samebits.analysis.kernel_prover.symbolic.source import KernelSource  # noqa: E402
+from samebits.kernels.triton.certified.units import ALSO_FILES  # noqa: E402
 
 KDIR = Path(__file__).resolve().parents[2] / "src" / "samebits" / "kernels" / "triton"
 LINEAR = (KDIR / "_linear_kernels.py").read_text()
@@ -238,7 +240,9 @@ def attention(right: str, text: str, splits_arg: bool = False):
 
         A.calls = with_splits
     try:
-        return A.prove_attention(KernelSource.parse(text, "_attention_kernel.py"), spec)
+        return A.prove_attention(
+            joined(text, "_attention_kernel.py", ALSO_FILES["attention"]), spec
+        )
     finally:
         A.calls = calls
 

@@ -35,6 +35,8 @@ for _name in [n for n in sys.modules if n.startswith("samebits.kernels.triton")]
 import numpy as np  # noqa: E402
 from triton.runtime import interpreter  # noqa: E402
 
+from samebits.kernels.replay import interpret  # noqa: E402
+
 
 def _k_ordered_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
     """acc[i, j] <- round(acc[i, j] + a[i, k] * b[k, j]) for k = 0, 1, ... (row-local)."""
@@ -50,16 +52,7 @@ def _k_ordered_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
 interpreter.InterpreterBuilder.create_dot = _k_ordered_dot
 
 
-_stock_patch_lang_tensor = interpreter._patch_lang_tensor
-
-
-def _patch_lang_tensor(tensor, scope) -> None:
-    """The stock patch, then an ``__index__`` that accepts 1-element arrays (numpy 2.x)."""
-    _stock_patch_lang_tensor(tensor, scope)
-    scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-
-interpreter._patch_lang_tensor = _patch_lang_tensor
+interpret.numpy2_index()
 
 
 def pytest_configure(config) -> None:

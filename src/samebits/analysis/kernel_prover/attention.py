@@ -76,7 +76,7 @@ from samebits.analysis.kernel_prover.symbolic.values import (
     Unsupported,
 )
 from samebits.analysis.kernel_prover.terms import Lin, Term
-from samebits.kernels.triton.certified.units import ATTENTION_PAGES
+from samebits.kernels.triton.certified.units import ALSO_FILES, ATTENTION_PAGES
 
 ATTENTION = "attention_invariance"
 ACT = "bf16"
@@ -157,7 +157,7 @@ class AttentionSpec:
     left: Side
     right: Side
     description: dict
-    also_files: tuple = ()  # one kernel file (Spec.also_files: further files proved against)
+    also_files: tuple = ALSO_FILES["attention"]  # further files proved against: softexp2
     span: int = 0  # SPAN (keys per span); 0: the plan's (ATTENTION_SPAN)
     # R loop (function, ordinal) -> the L loop it is paired with (default: the same loop)
     pairs: dict = field(default_factory=dict)

@@ -111,6 +111,12 @@ def _prover_digest() -> str:
     return h.hexdigest()
 
 
+def joined(text: str, filename: str, also_files: tuple = ()) -> KernelSource:
+    """The kernel file's text parsed, the shipped ``also_files`` joined to it."""
+    src = KernelSource.parse(text, filename)
+    return src.join([KernelSource.parse((U.KERNEL_DIR / f).read_text(), f) for f in also_files])
+
+
 def prove_spec(spec, source_path: Path | str | None = None) -> tuple[Result, str, str]:
     """Prove one specialization against the kernel file (default: the shipped kernels; the
     further files of ``spec.also_files`` are always the shipped ones, joined to it).
@@ -118,8 +124,7 @@ def prove_spec(spec, source_path: Path | str | None = None) -> tuple[Result, str
     path = Path(source_path) if source_path else U.KERNEL_DIR / spec.kernel_file
     src = KernelSource.parse(path.read_text(), path.name)
     try:
-        src = src.join([KernelSource.parse((U.KERNEL_DIR / f).read_text(), f)
-                        for f in spec.also_files])  # fmt: skip
+        src = joined(path.read_text(), path.name, spec.also_files)
     except Unsupported as u:  # an import the joined files do not satisfy: rejected
         return Result(False, spec.goal, 0.0, {}, unsupported=str(u)), str(path), src.sha256
     if isinstance(spec, AttentionSpec):

@@ -1,7 +1,6 @@
-"""The GPU plan's paged attention on the CPU, bit for bit, for a kernel whose exp2 is the
-software exp2 of `kernels/triton/_softexp2.py` (`proposals/attention_softexp2.py`:
-`_attention_kernel.py` with ``tl.exp2`` replaced; the shipped kernel's ``ex2.approx.ftz`` has
-no public definition).
+"""The GPU plan's paged attention on the CPU, bit for bit (`kernels/triton/_attention_kernel.py`,
+whose exponentials are the software exp2 of `_softexp2.py` and whose launches contract no
+multiply-add: `attention.FP_FUSION`).
 
 Definition (read from `_attention_kernel.py`; every launch computes it per query row, so the
 replay runs one row at a time): a row at position t with window W reduces keys lo..t,
@@ -10,10 +9,10 @@ of BLOCK_N at absolute positions, from a fresh state (m = -inf, l = +0, acc = +0
 
 - ``s = mul(mma(q, k_tile), qk_scale)`` (the chain over D in k16 steps from +0; qk_scale is
   the fp32 kernel argument ``scale * log2 e``), keys outside lo..t -> -inf;
-- ``m' = max(m, max(s))``, ``alpha = exp2(m - m')``, ``p = bf16(exp2(s - m'))``;
-- ``l' = l * alpha + mma(p, ones)[0]``, ``acc' = acc * alpha + mma(p, v_tile)``, each either
-  one ``fma.rn`` (the compiler contracted the multiply and the add) or ``mul`` then ``add``:
-  `Contractions` (the PTX decides; benchmarks/replay_attention_check.py measures which);
+- ``m' = max(m, max(s))``, ``alpha = exp2(m - m')``, ``p = bf16(exp2(s - m'))`` (+0 for a
+  key outside lo..t);
+- ``l' = fma(l, alpha, mma(p, ones)[0])``, ``acc' = mma(p, v_tile)`` from the accumulator
+  ``mul(acc, alpha)`` (the kernel's ``tl.dot(p, v, acc * alpha)``);
 - a tile with no key in lo..t keeps the state (``tl.where``), as does a span; span states
   fold in span order: ``m' = max(m, m_s)``, ``a = exp2(m - m')``, ``b = exp2(m_s - m')``,
   ``l' = fma(l, a, l_s * b)``, ``acc' = fma(acc, a, acc_s * b)`` (explicit ``tl.fma``);
@@ -22,7 +21,7 @@ Keys past t inside a tile are read as +0 here: their p is +0, and a zero term ch
 the MMA's Emax nor its sum (mma_model.py; a tile with a key in lo..t has a p = 1 term), so
 this equals the kernel's loads for finite caches.
 
-Software exp2: `kernels/triton/_softexp2.py` (definition in its docstring), replayed by
+exp2 is `kernels/triton/_softexp2.py` (definition in its docstring), replayed by
 `samebits.kernels.replay.softexp.softexp2`.
 """
 
@@ -42,14 +41,6 @@ BF16_ONE = np.uint16(0x3F80)
 
 
 @dataclass(frozen=True)
-class Contractions:
-    """Which multiply-adds of the tile update are one ``fma.rn`` in the compiled kernel."""
-
-    l_update: bool = True  # l * alpha + row_sum
-    acc_update: bool = True  # acc * alpha + p @ v
-
-
-@dataclass(frozen=True)
 class Launch:
     """The kernel's numerics constants: key tile, span, and the fp32 score scale."""
 
@@ -62,16 +53,14 @@ class Launch:
             raise ValueError(f"block_n {self.block_n} must be a multiple of 16 dividing span")
 
 
-def _mul_add(a: np.ndarray, b: np.ndarray, c: np.ndarray, fused: bool) -> np.ndarray:
-    return fma_f32(a, b, c) if fused else add_f32(mul_f32(a, b), c)
+def _mma(x_bits: np.ndarray, w_bits: np.ndarray, acc: np.ndarray | None = None) -> np.ndarray:
+    """fp32 of the k16 chain of x [M, K] and w [N, K] (bf16 bits) from `acc` (fp32 [M, N];
+    None: +0)."""
+    acc_bits = None if acc is None else np.ascontiguousarray(acc, np.float32).view(np.uint32)
+    return chain_bits(x_bits, w_bits, acc_bits).view(np.float32)
 
 
-def _mma(x_bits: np.ndarray, w_bits: np.ndarray) -> np.ndarray:
-    """fp32 of the k16 chain of x [M, K] and w [N, K] (bf16 bits) from +0."""
-    return chain_bits(x_bits, w_bits).view(np.float32)
-
-
-def _tile(q, k, v, key0, pos, lo, launch, fuse, state):
+def _tile(q, k, v, key0, pos, lo, launch, state):
     """One active key tile's online-softmax update of one row (see module docstring)."""
     m, l_i, acc = state
     keys = key0 + np.arange(launch.block_n)
@@ -87,8 +76,8 @@ def _tile(q, k, v, key0, pos, lo, launch, fuse, state):
     p = fp32_to_bf16_bits(softexp2(add_f32(s, -m_new)).view(np.uint32))[None, :]
     ones = np.full((16, launch.block_n), BF16_ONE, np.uint16)
     row_sum = _mma(p, ones)[0, 0]
-    l_new = _mul_add(l_i, alpha, row_sum, fuse.l_update)
-    acc_new = _mul_add(acc, alpha, _mma(p, v_t.T.copy())[0], fuse.acc_update)
+    l_new = fma_f32(l_i, alpha, row_sum)
+    acc_new = _mma(p, v_t.T.copy(), mul_f32(acc, alpha)[None, :])[0]
     return np.float32(m_new), np.float32(l_new), acc_new.astype(np.float32)
 
 
@@ -106,7 +95,7 @@ def _merge(state, span_state):
             fma_f32(acc, a, mul_f32(acc_s, b)).astype(np.float32))  # fmt: skip
 
 
-def attend_row(q, k, v, pos: int, window: int, launch: Launch, fuse: Contractions = Contractions()):
+def attend_row(q, k, v, pos: int, window: int, launch: Launch):
     """fp32 output [D] of one query row: q [D], k / v [>= pos + 1, D] bf16 bits of its KV
     head at absolute positions; `window` 0 = full attention."""
     lo = max(pos - window + 1, 0) if window else 0
@@ -117,7 +106,7 @@ def attend_row(q, k, v, pos: int, window: int, launch: Launch, fuse: Contraction
         span_state = _fresh(q.shape[0])
         for key0 in range(span0, min(span0 + launch.span, pos + 1), launch.block_n):
             if key0 + launch.block_n > lo:  # active tile
-                span_state = _tile(q, k, v, key0, pos, lo, launch, fuse, span_state)
+                span_state = _tile(q, k, v, key0, pos, lo, launch, span_state)
         state = _merge(state, span_state)
     _, l_i, acc = state
     return canon(div_rn(acc, l_i))
@@ -125,7 +114,7 @@ def attend_row(q, k, v, pos: int, window: int, launch: Launch, fuse: Contraction
 
 def paged_attention(
     q, k, v, positions, group: int, launch: Launch, window: int = 0,
-    fuse: Contractions = Contractions(), out_dtype: str = "bfloat16",
+    out_dtype: str = "bfloat16",
 ) -> np.ndarray:  # fmt: skip
     """Output bits [T, H, D] of q [T, H, D] for one request: k, v [L, HKV, D] bf16 bits at
     absolute positions (the cache gathered through the block table), token i at
@@ -136,7 +125,7 @@ def paged_attention(
     for i, pos in enumerate(np.asarray(positions).tolist()):
         for h in range(q.shape[1]):
             hk = h // group
-            row = attend_row(q[i, h], k[:, hk], v[:, hk], int(pos), window, launch, fuse)
+            row = attend_row(q[i, h], k[:, hk], v[:, hk], int(pos), window, launch)
             row_bits = row.view(np.uint32)
             out[i, h] = fp32_to_bf16_bits(row_bits) if out_dtype == "bfloat16" else row_bits
     return out

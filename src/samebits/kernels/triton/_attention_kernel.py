@@ -16,7 +16,14 @@ its own t and W only. Every launch computes exactly that:
 - `split_span_kernel` + `merge_spans_kernel` (decode of small batches) compute each span in its
   own program, store its state (fp32, exact) and fold the stored states in span order.
 
-Scores and P@V are ``tl.dot`` (fp32 accumulate); the softmax denominator is also an MMA
+Every operation has a written definition a CPU replays bit for bit
+(`samebits.kernels.replay.attention`): the exponentials are `softexp2` (`_softexp2.py`, a
+fixed sequence of IEEE fp32 operations; never ``tl.exp2``, PTX ``ex2.approx``); the launches
+pass ``enable_fp_fusion=False`` (`attention.FP_FUSION`), so the only fused multiply-adds are
+the written ``tl.fma``; the tile update is ``l' = fma(l, alpha, row_sum)`` and
+``acc' = tl.dot(p, v, acc * alpha)`` (the rescaled state is the MMA chain's accumulator);
+a key outside lo..t has score -inf and p = +0 (an index select). Scores and P@V are
+``tl.dot`` (fp32 accumulate); the softmax denominator is also an MMA
 (``p @ ones``, one column kept), never a ``tl.sum`` over the tile, because the tile height
 (BLOCK_M) and the row -> (token, head) packing change between launches. ``tl.max`` is exact.
 A row whose position is below a tile's or a span's first key, or whose window starts past its
@@ -28,6 +35,8 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+from samebits.kernels.triton._softexp2 import softexp2
 
 
 @triton.jit
@@ -44,17 +53,17 @@ def _attend_tile(q, k_ptr, v_ptr, bt_row, key0, pos, lo, last, hk, qk_scale, m_i
     k = tl.load(k_ptr + kv[:, None] + d[None, :], mask=kmask[:, None], other=0.0)
     v = tl.load(v_ptr + kv[:, None] + d[None, :], mask=kmask[:, None], other=0.0)
     s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
-    s = tl.where(key[None, :] <= pos[:, None], s, float("-inf"))
-    s = tl.where(key[None, :] >= lo[:, None], s, float("-inf"))
+    keep = (key[None, :] <= pos[:, None]) & (key[None, :] >= lo[:, None])
+    s = tl.where(keep, s, float("-inf"))
     active = (key0 <= pos) & (key0 + BLOCK_N > lo)
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    alpha = tl.exp2(tl.where(active, m_i - m_new, 0.0))
-    p = tl.where(active[:, None], tl.exp2(s - m_new[:, None]), 0.0).to(v.dtype)
+    alpha = softexp2(tl.where(active, m_i - m_new, 0.0))
+    p = tl.where(active[:, None] & keep, softexp2(s - m_new[:, None]), 0.0).to(v.dtype)
     ones = tl.full((BLOCK_N, 16), 1.0, v.dtype)
     col0 = tl.arange(0, 16)[None, :] == 0
     row_sum = tl.sum(tl.where(col0, tl.dot(p, ones, input_precision="ieee"), 0.0), axis=1)
-    l_new = l_i * alpha + row_sum
-    acc_new = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+    l_new = tl.fma(l_i, alpha, row_sum)
+    acc_new = tl.dot(p, v, acc * alpha[:, None], input_precision="ieee")
     m_i = tl.where(active, m_new, m_i)
     l_i = tl.where(active, l_new, l_i)
     acc = tl.where(active[:, None], acc_new, acc)
@@ -83,8 +92,8 @@ def _merge(m_i, l_i, acc, m_s, l_s, acc_s, take):
     m' = max(m_i, m_s); a = 2^(m_i - m'), b = 2^(m_s - m'); l' = fma(l_i, a, l_s * b);
     acc' = fma(acc, a, acc_s * b). The one merge formula of every launch."""
     m_new = tl.maximum(m_i, m_s)
-    a = tl.exp2(tl.where(take, m_i - m_new, 0.0))
-    b = tl.exp2(tl.where(take, m_s - m_new, 0.0))
+    a = softexp2(tl.where(take, m_i - m_new, 0.0))
+    b = softexp2(tl.where(take, m_s - m_new, 0.0))
     l_new = tl.fma(l_i, a, l_s * b)
     acc_new = tl.fma(acc, a[:, None], acc_s * b[:, None])
     m_i = tl.where(take, m_new, m_i)

@@ -1,9 +1,7 @@
 """A software fp32 exp2 for the attention kernel (issue 27), with a written definition that a
 CPU replays bit for bit (`samebits.kernels.replay.softexp.softexp2`), in place of ``tl.exp2``
-(PTX ``ex2.approx.ftz``, whose bits have no public definition). NOT launched yet:
-`_attention_kernel.py` still calls ``tl.exp2`` (its certificates take an hour to re-prove,
-and the prover's attention rule "exp2(-inf - m) is +0" must first learn this function: see
-docs/cpu_replay.md, "Soft exp2").
+(PTX ``ex2.approx.ftz``, whose bits have no public definition). `_attention_kernel.py`
+calls it for every exponential (the tile's p and alpha, the span merge's weights).
 
 Definition of ``softexp2(x)`` (every step one IEEE fp32 operation, round to nearest even;
 each ``fma`` one rounding of the exact ``a * b + c``):

@@ -55,6 +55,9 @@ LOG2E = 1.4426950408889634
 # 2026-12-01 (`benchmarks/long_context.py --split-programs 528 1056 2112`, span 512): batch
 # 16 x 16k contexts at 63% / 71% / 77% of HBM bandwidth; batch 1 no faster past 528.
 DECODE_SPLIT_PROGRAMS = 2112
+# No contraction of a multiply and an add into one fma by the compiler: the kernels' only fmas
+# are their written `tl.fma` (part of the definition the CPU replay computes; issue 27).
+FP_FUSION = False
 
 
 def _check(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta):
@@ -80,9 +83,10 @@ def paged_attention(
     meta: AttentionMeta,
     scale: float,
     window: int = 0,
+    out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """Causal attention of ``q [N, H, D]`` over the paged cache; returns ``[N, H, D]`` in
-    q.dtype. ``window`` > 0: a sliding window, the query at t sees keys max(t - window + 1, 0)
+    ``out_dtype`` (default q.dtype; float32: the rows before the cast). ``window`` > 0: a sliding window, the query at t sees keys max(t - window + 1, 0)
     ..t; 0: all keys 0..t (the kernels get FULL_WINDOW: the same masks, the same bits)."""
     _check(q, k_cache, v_cache, meta)
     if not 0 <= window < FULL_WINDOW:
@@ -90,7 +94,7 @@ def paged_attention(
     kernel_window = window or FULL_WINDOW
     if meta.span % KEY_BLOCK:
         raise ValueError(f"attention span {meta.span} is not a multiple of {KEY_BLOCK}")
-    out = torch.empty_like(q)
+    out = torch.empty(q.shape, dtype=out_dtype or q.dtype, device=q.device)
     if meta.num_programs == 0:
         return out
     splits = decode_splits(meta, k_cache.shape[1])
@@ -103,7 +107,8 @@ def paged_attention(
         meta.block_tables, meta.block_tables.shape[1], scale * LOG2E, kernel_window, HKV=hkv,
         GROUP=meta.group,
         D=d, PAGE=meta.block_size, BLOCK_M=meta.block_m, BLOCK_N=KEY_BLOCK, SPAN=meta.span,
-        num_warps=meta.num_warps, **_cap(register_cap(meta.block_m, d)),
+        num_warps=meta.num_warps, enable_fp_fusion=FP_FUSION,
+        **_cap(register_cap(meta.block_m, d)),
     )  # fmt: skip
     return out
 
@@ -134,7 +139,7 @@ def _split_decode(
     split_span_kernel[(r, splits, hkv)](
         q, k_cache, v_cache, m_s, l_s, acc_s, meta.positions, meta.block_tables,
         meta.block_tables.shape[1], max_spans, scale * LOG2E, window, PAGE=meta.block_size,
-        BLOCK_N=KEY_BLOCK, num_warps=meta.num_warps,
+        BLOCK_N=KEY_BLOCK, num_warps=meta.num_warps, enable_fp_fusion=FP_FUSION,
         **facts, **_cap(register_cap(meta.block_m, d)),
     )  # fmt: skip
     merge_spans_kernel[(r, hkv)](
@@ -146,6 +151,7 @@ def _split_decode(
         max_spans,
         window,
         num_warps=meta.num_warps,
+        enable_fp_fusion=FP_FUSION,
         **facts,
     )
 

@@ -32,9 +32,10 @@ KERNEL_FILES = {
 # is the linear's split-K grid (linear_partials_kernel, ordered_sum_kernel) and rms_norm_kernel
 # the grouped MoE expert kernel is proved equal to the linear's M = 1 launch
 # and the combine kernel to the torch ops of `kernels.moe.combine` stated as Triton text
-# GeGLU's kernel imports the software exp (softexp) of the row kernels
+# GeGLU's kernel imports the software exp (softexp) of the row kernels, attention its softexp2
 ALSO_FILES = {"fused": ("_linear_kernels.py", "_row_kernels.py"), "moe": ("_linear_kernels.py",),
-              "moe_combine": ("certified/moe_reference.py",), "gelu": ("_row_kernels.py",)}  # fmt: skip
+              "moe_combine": ("certified/moe_reference.py",), "gelu": ("_row_kernels.py",),
+              "attention": ("_softexp2.py",)}  # fmt: skip
 ALSO_RECORD = "also_proved_against"  # record field {file: SHA-256} of those files (else absent)
 ATTENTION_PAGES = (16, 32)  # block sizes the attention certificates cover
 
