@@ -26,8 +26,15 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-KERNEL_PLANS = ("invariant", "fast")
+KERNEL_PLANS = ("invariant", "fast", "replay")
 DEVICE_DTYPES = {"cpu": ("float32",), "cuda": ("bfloat16",)}  # first: the device's default
+# plans with dtypes of their own: "replay" computes the GPU plan's bf16 bits on the CPU
+PLAN_DTYPES = {("cpu", "replay"): ("bfloat16",)}
+
+
+def plan_dtypes(device: str, kernel_plan: str) -> tuple[str, ...]:
+    """The dtypes plan `kernel_plan` takes on `device` (the first: its default)."""
+    return PLAN_DTYPES.get((device, kernel_plan), DEVICE_DTYPES[device])
 # The scheduler budgets a device gets when none is given: (max_num_seqs,
 # max_num_batched_tokens). The CPU's are sized for a laptop; the GPU's are vLLM's defaults
 # (on an H200 they give 2.7x the throughput of the CPU's: measured, issue 25).
@@ -57,7 +64,10 @@ class ModelConfig:
             raise ValueError(f"kernel_plan must be one of {KERNEL_PLANS}, got {self.kernel_plan!r}")
         if self.device not in DEVICE_DTYPES:
             raise ValueError(f"device must be one of {tuple(DEVICE_DTYPES)}, got {self.device!r}")
-        dtypes = DEVICE_DTYPES[self.device]
+        if self.kernel_plan == "replay" and self.device != "cpu":
+            raise ValueError("kernel_plan 'replay' (the GPU plan's bits on a CPU) needs "
+                             f"device 'cpu', got {self.device!r}")  # fmt: skip
+        dtypes = plan_dtypes(self.device, self.kernel_plan)
         if self.dtype is None:
             object.__setattr__(self, "dtype", dtypes[0])
         if self.dtype not in dtypes:
@@ -260,7 +270,7 @@ class EngineConfig:
         current = self.to_kwargs()
         mc = self.model_config
         if "device" in kwargs:
-            old: dict[str, object] = {"dtype": DEVICE_DTYPES[mc.device][0]}
+            old: dict[str, object] = {"dtype": plan_dtypes(mc.device, mc.kernel_plan)[0]}
             old.update(zip(SCHEDULER_BUDGETS, SCHEDULER_DEFAULTS[mc.device], strict=True))
             for key, default in old.items():
                 if key not in kwargs and current[key] == default:

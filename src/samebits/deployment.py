@@ -99,8 +99,13 @@ def build_deployment(
     decoder = Gemma3Model if cfg.gemma3 is not None else DecoderModel
     model = decoder(cfg, loaded.weights, plan, limit, release_sources, loaded.quantized)
     qualification = qualify_model(model)
+    replays = None
+    if plan.name == "replay":
+        from samebits.kernels.replay.plan import replayed_components
+
+        replays, certificates = replayed_components(plan, model, certificates), None
     components = fingerprint_components(
-        plan, cfg, digest, qualification, _specializations(plan, model), certificates
+        plan, cfg, digest, qualification, _specializations(plan, model), certificates, replays
     )
     return Deployment(
         loaded, plan, model, limit, qualification, components, fingerprint(components)
@@ -112,8 +117,8 @@ def _certificates(plan: KernelPlan, loaded) -> dict | None:
     the certificate set's status and digest for the fingerprint, or UncertifiedKernelError
     naming what is missing and the command that makes it (see samebits.kernels.triton.certified
     .gate; SAMEBITS_ALLOW_UNCERTIFIED=1 opts out, loudly, recorded as uncertified)."""
-    if plan.device != "cuda" or plan.name != "invariant":
-        return None
+    if (plan.device, plan.name) not in (("cuda", "invariant"), ("cpu", "replay")):
+        return None  # a replay computes the GPU plan's bits: the GPU plan's certificates
     from samebits.kernels.triton.certified import gate, units
 
     hint = getattr(loaded, "name", None) or "<model>"

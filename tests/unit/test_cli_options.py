@@ -85,3 +85,27 @@ def test_bad_values_are_refused(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--device", "tpu"])
     assert "invalid" in capsys.readouterr().err
+
+
+def _session_log(**engine_args):
+    from types import SimpleNamespace
+
+    entry = {"type": "session", "engine_args": {"model": None, **engine_args}}
+    return SimpleNamespace(entries=[SimpleNamespace(entry=entry)])
+
+
+def test_verify_device_cpu_replays_a_gpu_invariant_log_with_the_replay_plan():
+    from samebits.audit.cli import replay_engine_args
+
+    gpu_log = _session_log(kernel_plan="invariant", device="cuda", dtype="bfloat16")
+    on_cpu = build_parser().parse_args(COMMANDS["verify"] + ["--device", "cpu"])
+    assert replay_engine_args(gpu_log, on_cpu)["kernel_plan"] == "replay"
+    # the log's own device, an explicit plan, or a log of another plan: no replay plan
+    as_logged = build_parser().parse_args(COMMANDS["verify"])
+    assert replay_engine_args(gpu_log, as_logged)["kernel_plan"] == "invariant"
+    explicit = build_parser().parse_args(
+        COMMANDS["verify"] + ["--device", "cpu", "--kernel-plan", "invariant"]
+    )
+    assert replay_engine_args(gpu_log, explicit)["kernel_plan"] == "invariant"
+    fast_log = _session_log(kernel_plan="fast", device="cuda", dtype="bfloat16")
+    assert replay_engine_args(fast_log, on_cpu)["kernel_plan"] == "fast"

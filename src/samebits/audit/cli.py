@@ -1,5 +1,9 @@
 """`samebits verify AUDIT_LOG`: command-line arguments and entry point.
 
+A log served by the GPU invariant plan is verified on a CPU with ``--device cpu``: the
+replay plan (cpu/replay) computes the GPU's bits, and its numerics id is the GPU
+deployment's, so the log's entries are accepted when they match it.
+
 Exit codes: 0 every check passed; 1 a chain problem, a corrupt line or a replay mismatch;
 2 refused (the log's fingerprint is not the local deployment's), the log is unreadable or
 the Ray pool (`--ray`) could not be built. With `--ray ADDRESS` the sampled replays run on
@@ -150,6 +154,8 @@ def replay_engine_args(contents: LogContents, args: argparse.Namespace) -> dict[
     for key in FINGERPRINT_ARGS:
         if getattr(args, key, None) is not None:
             engine_args[key] = getattr(args, key)
+    if _replays_gpu_log(logged, engine_args, args):
+        engine_args["kernel_plan"] = "replay"  # the GPU invariant plan's bits on this CPU
     model = args.model or logged.get("model")
     if args.model is None and model is not None and not Path(model).exists():
         model = None
@@ -157,6 +163,14 @@ def replay_engine_args(contents: LogContents, args: argparse.Namespace) -> dict[
     if getattr(args, "tensor_parallel_size", None):  # topology: the verifier's own choice
         engine_args["tensor_parallel_size"] = args.tensor_parallel_size
     return engine_args
+
+
+def _replays_gpu_log(logged: dict[str, Any], engine_args: dict[str, Any], args) -> bool:
+    """``--device cpu`` on a log of the GPU invariant plan (and no ``--kernel-plan``): the
+    replay plan, whose numerics id is that GPU deployment's (`kernels/replay/plan.py`)."""
+    gpu_log = logged.get("device") == "cuda" and logged.get("kernel_plan", "invariant") == "invariant"
+    asked_cpu = getattr(args, "device", None) == "cpu" and getattr(args, "kernel_plan", None) is None
+    return gpu_log and asked_cpu and engine_args.get("device") == "cpu"
 
 
 def _progress_bar(total: int, disabled: bool) -> Any:

@@ -19,6 +19,7 @@ from samebits.config import (
     KWARG_PARTS,
     EngineConfig,
     build_config,
+    plan_dtypes,
     resolved,
     resolved_parts,
 )
@@ -152,7 +153,9 @@ def num_kv_blocks(deployment: Any, cfg: EngineConfig) -> int:
 def _plan_settings(plan: Any) -> dict[str, str]:
     """The deployment's device, dtype and plan name as config values; nothing for a plan the
     config cannot name (a test's interpreter plan): the config's values are kept then."""
-    if plan.name not in KERNEL_PLANS or plan.dtype not in DEVICE_DTYPES.get(plan.device, ()):
+    if plan.name not in KERNEL_PLANS or plan.device not in DEVICE_DTYPES:
+        return {}
+    if plan.dtype not in plan_dtypes(plan.device, plan.name):
         return {}
     return {"device": plan.device, "dtype": plan.dtype, "kernel_plan": plan.name}
 

@@ -6,7 +6,8 @@ deployment; any change of one component changes it (test: tests/unit/test_finger
 
 The *numerics id* (`numerics_components`, `numerics_id`) is the SHA-256 of the part of the
 components that fixes the bits: plan description, kernel definitions, MMA model (GPU plans),
-weights and model config. The rest (`machine_components`: GPU name, driver, host CPU name,
+weights and model config; a replay plan (`kernels/replay`) has the id of the GPU plan whose
+bits it computes. The rest (`machine_components`: GPU name, driver, host CPU name,
 Python and package versions that change no bits) may differ between two machines that
 compute the same bits. A CPU plan's bits are not shown independent of the BLAS build, the
 native kernels' build, the torch/numba versions or the ISA, so those are numerics there.
@@ -116,11 +117,13 @@ def _driver_version() -> str:
 def fingerprint_components(
     plan, model_config, weights_hash: str, qualification: dict,
     specializations: list[str] | None = None, certificates: dict | None = None,
+    replays: dict | None = None,
 ) -> dict:  # fmt: skip
     """`specializations`: the compiled kernel variants a GPU plan may launch (see
     `samebits.kernels.triton.backend.linear_specializations`); `certificates`: the kernel
     certificate set's status ("certified" / "uncertified"), digest and units (GPU plans, see
-    `samebits.kernels.triton.certified.gate`)."""
+    `samebits.kernels.triton.certified.gate`); `replays`: the GPU deployment a replay plan
+    computes (`samebits.kernels.replay.plan.replayed_components`)."""
     components = {
         "plan": plan.to_dict(),
         "qualification": qualification,
@@ -134,6 +137,8 @@ def fingerprint_components(
         components["specializations"] = list(specializations or ())
         if certificates is not None:
             components["certificates"] = certificates
+    if replays is not None:
+        components["replays"] = replays
     return components
 
 
@@ -162,7 +167,11 @@ def numerics_components(components: dict) -> dict:
     """What fixes the bits, out of a deployment's `components` (see module docstring).
 
     Derived from the components' plan description (never from kernel names written here), so
-    a plan whose ops change (another kernel) changes the numerics id."""
+    a plan whose ops change (another kernel) changes the numerics id. A replay plan's are
+    those of the GPU deployment it computes (its ``replays`` component)."""
+    if "replays" in components:
+        replayed = {k: v for k, v in components.items() if k != "replays"}
+        return numerics_components({**replayed, **components["replays"]})
     plan = dict(components["plan"])
     numerics = {
         "format": NUMERICS_FORMAT,

@@ -80,10 +80,20 @@ def build_plan(
     chosen only for shapes it supports. CUDA (`samebits.kernels.triton.plan`): `dtype`
     default "bfloat16"; `num_threads` and `linear_kernel` do not apply. `moe` (a
     mixture-of-experts model): the plan's ops also name the MoE router and experts' kernels
-    (`samebits.kernels.moe`), so the fingerprint does.
+    (`samebits.kernels.moe`), so the fingerprint does. ``"replay"`` (CPU only): the GPU
+    invariant plan's bits computed on the CPU (`samebits.kernels.replay.plan`).
     """
-    if name not in ("invariant", "fast"):
-        raise ValueError(f"kernel_plan must be 'invariant' or 'fast', got {name!r}")
+    if name not in ("invariant", "fast", "replay"):
+        raise ValueError(f"kernel_plan must be 'invariant', 'fast' or 'replay', got {name!r}")
+    if name == "replay":  # the GPU invariant plan's bits on a CPU (kernels/replay)
+        if device != "cpu":
+            raise ValueError(f"kernel_plan 'replay' runs on the CPU, not on {device!r}")
+        from samebits.kernels.replay.plan import replay_plan_fields
+
+        fields = replay_plan_fields(head_dim, group, num_threads)
+        plan = KernelPlan(**_with_moe_ops(fields, name, moe))
+        plan.apply_threads()
+        return plan
     if device == "cuda":
         from samebits.kernels.triton.plan import cuda_plan_fields
 
@@ -103,6 +113,10 @@ def _with_moe_ops(fields: dict, name: str, moe: bool) -> dict:
     from samebits.kernels.moe import FAST_MOE_OPS, INVARIANT_MOE_OPS
 
     extra = FAST_MOE_OPS if name == "fast" else INVARIANT_MOE_OPS
+    if name == "replay":
+        from samebits.kernels.replay.plan import REPLAY_MOE_OPS
+
+        extra = REPLAY_MOE_OPS
     if name != "fast" and fields.get("device") == "cuda":  # the GPU's grouped expert launch
         from samebits.kernels.triton.moe_grouped import GROUPED_DESCRIPTION
         from samebits.kernels.triton.moe_router import ROUTER_DESCRIPTION

@@ -19,6 +19,7 @@ OpsFactory = Callable[["KernelPlan"], "Ops"]
 OPS_FACTORIES: dict[tuple[str, str], str] = {
     ("cpu", "invariant"): "samebits.kernels.cpu.ops:invariant_ops",
     ("cpu", "fast"): "samebits.kernels.cpu.ops:fast_ops",
+    ("cpu", "replay"): "samebits.kernels.replay.ops:replay_ops",  # the GPU plan's bits
     ("cuda", "fast"): "samebits.kernels.cpu.ops:fast_ops",  # stock torch on CUDA
     ("cuda", "invariant"): "samebits.kernels.triton.backend:TritonOps",
 }
