@@ -44,6 +44,12 @@
 #   replay     benchmarks/replay_linear_check.py (issue 27: the plan's linears, 8B and tiny shapes,
 #              every launch M picks, vs their CPU replay as bits; PTX/SASS survey of every kernel)
 #              then tests/gpu/test_gpu_replay.py (every MMA input class, every launch of the table)
+#   replayattn the attention kernels vs their CPU replay, and their time against the kernel before
+#              the soft exp2 (carry .whl/attention_2d34e4f.py: git show 2d34e4f:src/.../_attention_kernel.py)
+#   servingb   gpu_serving.py --only-b --no-hf (ALLOW=1: SAMEBITS_ALLOW_UNCERTIFIED)
+#   servingbold the same from the tree before the soft exp2 (carry .whl/old: git archive 2d34e4f src benchmarks)
+#   auditlogs  benchmarks/serve_audit_log.py for the tiny llama and qwen3: `samebits serve --device
+#              cuda` audit logs of 64 requests x 32 tokens (the logs a CPU verifies, issue 27)
 #   gemma      the Gemma 3 GPU tests (tests/gpu/test_gpu_gemma3.py)
 #   gemmaserve gpu_serving.py --preset gemma-3-12b --quick --sample 8 (uncertified unless
 #              SAMEBITS_CERTIFICATES names its certificates: `samebits certify --model gemma-3-12b`)
@@ -116,6 +122,15 @@ for job in "$@"; do
               --out "$OUT/replay_rows.json" 2>&1 | tail -80 ;;
     softexp) SAMEBITS_CACHE_DIR=/tmp/samebits-cache timeout 420 python3 benchmarks/softexp_speed.py \
               --out "$OUT/softexp_speed.json" 2>&1 | tail -30 ;;
+    replayattn) SAMEBITS_CACHE_DIR=/tmp/samebits-cache timeout 400 python3 benchmarks/replay_attention_check.py \
+              --baseline .whl/attention_2d34e4f.py --out "$OUT/replay_attention_check.json" 2>&1 | tail -8 ;;
+    servingb) SAMEBITS_ALLOW_UNCERTIFIED=${ALLOW:-0} timeout 280 python3 benchmarks/gpu_serving.py --only-b --no-hf \
+              --out "$OUT/gpu_serving_b.json" 2>&1 | grep -v "^after" | tail -12 ;;
+    servingbold) (cd .whl/old && PYTHONPATH="$PWD/src:/tmp/site" timeout 280 python3 benchmarks/gpu_serving.py \
+              --only-b --no-hf --out "$OUT/gpu_serving_b_baseline.json" 2>&1 | grep -v "^after" | tail -12) ;;
+    auditlogs) for arch in llama qwen3; do
+              timeout 240 python3 benchmarks/serve_audit_log.py --arch "$arch" --device cuda \
+                --log "$OUT/audit-h200-tiny-$arch.jsonl" 2>&1 | tail -3; done ;;
     *) echo "unknown job $job" ;;
   esac
 done

@@ -80,7 +80,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     mc, rc = config.model_config, config.runtime_config
     mc.check_device()
-    loaded = load_model(mc.model, True, weights_target(mc.device, mc.dtype))
+    loaded = load_model(mc.model, True, weights_target(mc.device, mc.dtype, mc.kernel_plan))
     dep = build_deployment(
         loaded, mc.kernel_plan, rc.num_threads, mc.max_model_len, device=mc.device,
         dtype=mc.dtype,

@@ -38,7 +38,7 @@ def load(cfg: EngineConfig, progress: bool) -> Any:
 
     mc = cfg.model_config
     mc.check_device()
-    target = weights_target(mc.device, _dtype(cfg))
+    target = weights_target(mc.device, _dtype(cfg), mc.kernel_plan)
     return load_model(mc.model, progress=progress, weights_to=target)
 
 

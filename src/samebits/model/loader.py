@@ -40,9 +40,13 @@ def default_model_path() -> Path:
     )
 
 
-def weights_target(device: str, dtype: str) -> WeightTarget | None:
+def weights_target(device: str, dtype: str, kernel_plan: str = "") -> WeightTarget | None:
     """Where a plan on `device` / `dtype` wants a HF folder's weights: None on the CPU (the CPU
-    plans read float32 and the stored 16-bit forms), else straight to the device."""
+    plans read float32 and the stored 16-bit forms), else straight to the device. The replay
+    plan reads them as the GPU plan does (in its dtype, on the CPU): the same tensors, the
+    same weights identity in the fingerprint."""
+    if kernel_plan == "replay":
+        return WeightTarget("cpu", dtype)
     return None if device == "cpu" else WeightTarget(device, dtype)
 
 

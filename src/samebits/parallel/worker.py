@@ -144,7 +144,7 @@ def load_source(source: tuple | None, config):
         return random_model(preset, seed, device, getattr(torch, dtype), num_layers=layers)
     from samebits.model import load_model, weights_target
 
-    return load_model(mc.model, weights_to=weights_target(mc.device, mc.dtype))
+    return load_model(mc.model, weights_to=weights_target(mc.device, mc.dtype, mc.kernel_plan))
 
 
 def main(argv: list[str]) -> None:
