@@ -35,6 +35,8 @@ PLAN_DTYPES = {("cpu", "replay"): ("bfloat16",)}
 def plan_dtypes(device: str, kernel_plan: str) -> tuple[str, ...]:
     """The dtypes plan `kernel_plan` takes on `device` (the first: its default)."""
     return PLAN_DTYPES.get((device, kernel_plan), DEVICE_DTYPES[device])
+
+
 # The scheduler budgets a device gets when none is given: (max_num_seqs,
 # max_num_batched_tokens). The CPU's are sized for a laptop; the GPU's are vLLM's defaults
 # (on an H200 they give 2.7x the throughput of the CPU's: measured, issue 25).

@@ -168,8 +168,12 @@ def replay_engine_args(contents: LogContents, args: argparse.Namespace) -> dict[
 def _replays_gpu_log(logged: dict[str, Any], engine_args: dict[str, Any], args) -> bool:
     """``--device cpu`` on a log of the GPU invariant plan (and no ``--kernel-plan``): the
     replay plan, whose numerics id is that GPU deployment's (`kernels/replay/plan.py`)."""
-    gpu_log = logged.get("device") == "cuda" and logged.get("kernel_plan", "invariant") == "invariant"
-    asked_cpu = getattr(args, "device", None) == "cpu" and getattr(args, "kernel_plan", None) is None
+    gpu_log = (
+        logged.get("device") == "cuda" and logged.get("kernel_plan", "invariant") == "invariant"
+    )
+    asked_cpu = (
+        getattr(args, "device", None) == "cpu" and getattr(args, "kernel_plan", None) is None
+    )
     return gpu_log and asked_cpu and engine_args.get("device") == "cpu"
 
 

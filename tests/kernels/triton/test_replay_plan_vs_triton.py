@@ -75,8 +75,9 @@ def test_replay_plan_logits_equal_the_gpu_plan_in_the_interpreter(arch, request,
     gpu = _triton_deployment(path)
     replay = deployment_module.build_deployment(load_model(path), "replay", device="cpu")
     assert isinstance(replay.model.ops, ReplayOps)
-    interpret.gpu_semantics(lambda obj, name, value: monkeypatch.setattr(obj, name, value,
-                                                                         raising=False))
+    interpret.gpu_semantics(
+        lambda obj, name, value: monkeypatch.setattr(obj, name, value, raising=False)
+    )
     prompt = [int(t) for t in np.random.default_rng(3).integers(0, 300, 80)]  # 2 key tiles
     want = _bits(cold_logits(gpu, prompt, all_rows=True))
     got = _bits(cold_logits(replay, prompt, all_rows=True))

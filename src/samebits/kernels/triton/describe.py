@@ -63,7 +63,9 @@ def describe() -> dict[str, str]:
         "softexp as silu_mul's",
         "attention": (
             f"triton paged attention: key tiles of {KEY_BLOCK} at absolute positions, online "
-            "softmax in tile order, denominators by MMA (p @ ones), guarded rows, exp2; launch: "
+            "softmax in tile order, denominators by MMA (p @ ones), guarded rows, softexp2 "
+            "(_softexp2.py, no ex2.approx), l = fma(l, alpha, sum), acc = dot(p, v, acc * alpha), "
+            "no fp fusion; CPU replay: replay.attention; launch: "
             f"block_m {DECODE_BLOCK_M} (decode) / {PREFILL_BLOCK_M} (otherwise), "
             f"warps {ATTENTION_WARPS}, decode launches of head dim <= 128 capped at "
             f"{DECODE_MAXNREG} registers, GQA rows packed (token, head)"
