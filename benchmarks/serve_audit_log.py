@@ -67,7 +67,18 @@ def request_body(i: int, model: str, max_tokens: int) -> dict:
     return body
 
 
+def require_llguidance() -> None:
+    """The numerics id names the llguidance version (it decides guided tokens): a log served
+    without it is refused by every verifier that has it, as the package installs it."""
+    import importlib.util
+
+    if importlib.util.find_spec("llguidance") is None:
+        sys.exit("serve_audit_log.py: llguidance is not installed here (the log's numerics id "
+                 "would record it absent); install or carry its wheel")  # fmt: skip
+
+
 def main() -> None:
+    require_llguidance()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--arch", default="llama")
     p.add_argument("--device", default="cuda")

@@ -101,7 +101,7 @@ def build_deployment(
     qualification = qualify_model(model)
     replays = None
     if plan.name == "replay":
-        from samebits.kernels.replay.plan import replayed_components
+        from samebits.kernels.replay.components import replayed_components
 
         replays, certificates = replayed_components(plan, model, certificates), None
     components = fingerprint_components(

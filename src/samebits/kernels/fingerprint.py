@@ -123,7 +123,7 @@ def fingerprint_components(
     `samebits.kernels.triton.backend.linear_specializations`); `certificates`: the kernel
     certificate set's status ("certified" / "uncertified"), digest and units (GPU plans, see
     `samebits.kernels.triton.certified.gate`); `replays`: the GPU deployment a replay plan
-    computes (`samebits.kernels.replay.plan.replayed_components`)."""
+    computes (`samebits.kernels.replay.components.replayed_components`)."""
     components = {
         "plan": plan.to_dict(),
         "qualification": qualification,

@@ -47,21 +47,3 @@ def replay_plan_fields(head_dim: int, group: int, num_threads: int | None = None
         "attention_span": ATTENTION_SPAN,
     }  # fmt: skip
 
-
-def replayed_components(plan, model, certificates: dict) -> dict:
-    """The fingerprint component ``replays`` of a replay deployment (module docstring):
-    the GPU invariant plan for ``plan``'s head shape, ``model``'s compiled linear variants,
-    and ``certificates`` (the gate's component of the GPU deployment)."""
-    from samebits.kernels.plan import build_plan
-    from samebits.kernels.triton.backend import linear_specializations
-
-    moe = "moe_router" in plan.ops
-    gpu_plan = build_plan("invariant", head_dim=plan.head_dim, group=plan.group, device="cuda",
-                          dtype="bfloat16", moe=moe)  # fmt: skip
-    shapes = [(role, lin.shape[0], lin.shape[1]) for role, lin in model.role_linears()]
-    return {
-        "plan": gpu_plan.to_dict(),
-        "gpu": dict(REPLAYED_GPU),
-        "specializations": linear_specializations(shapes),
-        "certificates": certificates,
-    }
