@@ -157,12 +157,20 @@ def replay_engine_args(contents: LogContents, args: argparse.Namespace) -> dict[
     if _replays_gpu_log(logged, engine_args, args):
         engine_args["kernel_plan"] = "replay"  # the GPU invariant plan's bits on this CPU
     model = args.model or logged.get("model")
-    if args.model is None and model is not None and not Path(model).exists():
+    if args.model is None and model is not None and not _available(model):
         model = None
     engine_args["model"] = model
     if getattr(args, "tensor_parallel_size", None):  # topology: the verifier's own choice
         engine_args["tensor_parallel_size"] = args.tensor_parallel_size
     return engine_args
+
+
+def _available(model: str) -> bool:
+    """A logged model this machine can load: a path that exists here, or a preset's random
+    weights (``random:<preset>[:seed<n>]``, drawn the same on every machine)."""
+    from samebits.model.loader import is_random_spec
+
+    return is_random_spec(model) or Path(model).exists()
 
 
 def _replays_gpu_log(logged: dict[str, Any], engine_args: dict[str, Any], args) -> bool:

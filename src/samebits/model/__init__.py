@@ -3,7 +3,7 @@
 from samebits.model.checkpoint import LoadedModel, WeightTarget, expected_weight_shapes
 from samebits.model.config import ModelConfig, RopeScaling, YarnRopeScaling
 from samebits.model.errors import ModelLoadError
-from samebits.model.loader import default_model_path, load_model, weights_target
+from samebits.model.loader import default_model_path, is_random_spec, load_model, weights_target
 from samebits.model.tokenizer import Tokenizer
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "YarnRopeScaling",
     "default_model_path",
     "expected_weight_shapes",
+    "is_random_spec",
     "load_model",
     "weights_target",
 ]

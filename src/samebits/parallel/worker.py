@@ -135,8 +135,10 @@ def load_source(source: tuple | None, config):
     """The model `model_source` describes, on this rank's device; None: the config's model,
     as rank 0 loaded it (`engine/assembly.load`'s steps). Rank 0 checks every rank's
     weights digest against its own."""
+    from samebits.model.loader import is_random_spec
+
     mc = config.model_config
-    if source is not None:
+    if source is not None and not is_random_spec(mc.model):  # a spec: drawn as rank 0 did
         from samebits.model.random_init import random_model
 
         _, preset, seed, layers, dtype = source
