@@ -50,6 +50,9 @@
 #   servingbold the same from the tree before the soft exp2 (carry .whl/old: git archive 2d34e4f src benchmarks)
 #   auditlogs  benchmarks/serve_audit_log.py for the tiny llama and qwen3: `samebits serve --device
 #              cuda` audit logs of 64 requests x 32 tokens (the logs a CPU verifies, issue 27)
+#   auditlog8b the same for random:llama-3-8b (drawn on the CPU: the host rebuilds it), then
+#              `samebits verify --device cpu --sample $VERIFY_K` (default 2) on this host's
+#              cores, each output line time-stamped (the CPU replay's speed at the 8B shape)
 #   gemma      the Gemma 3 GPU tests (tests/gpu/test_gpu_gemma3.py)
 #   gemmaserve gpu_serving.py --preset gemma-3-12b --quick --sample 8 (uncertified unless
 #              SAMEBITS_CERTIFICATES names its certificates: `samebits certify --model gemma-3-12b`)
@@ -131,6 +134,13 @@ for job in "$@"; do
     auditlogs) for arch in llama qwen3; do
               timeout 240 python3 benchmarks/serve_audit_log.py --arch "$arch" --device cuda \
                 --log "$OUT/audit-h200-tiny-$arch.jsonl" 2>&1 | tail -3; done ;;
+    auditlog8b) log="$OUT/audit-h200-random-llama-3-8b.jsonl"
+              timeout 300 python3 benchmarks/serve_audit_log.py --model random:llama-3-8b \
+                --device cuda --log "$log" 2>&1 | tail -3
+              echo "verify start $(date +%s.%N)"
+              timeout "${VERIFY_S:-400}" python3 -m samebits.cli verify "$log" --device cpu \
+                --sample "${VERIFY_K:-2}" --seed 0 --no-progress 2>&1 | while IFS= read -r line; do
+                echo "$(date +%s.%N) $line"; done | tee "$OUT/verify-cpu-random-llama-3-8b.txt" | tail -8 ;;
     *) echo "unknown job $job" ;;
   esac
 done

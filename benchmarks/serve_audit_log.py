@@ -1,7 +1,8 @@
 """Serve a tiny test checkpoint with `samebits serve` and write its audit log: the GPU-served
 logs a CPU verifies (`samebits verify LOG --device cpu --model DIR`, issue 27).
 
-Builds the tests' tiny random checkpoint of `--arch` (tests/tiny_models.py, seeded: the CPU
+Builds the tests' tiny random checkpoint of `--arch` (or serves `--model`, e.g.
+random:llama-3-8b) (tests/tiny_models.py, seeded: the CPU
 rebuilds the same bytes), starts `samebits serve --device DEVICE --audit-log LOG` on it, sends
 `--requests` completions of `--max-tokens` tokens each (`ignore_eos`), 8 at a time: even
 ones greedy, odd ones sampled at temperature 0.8 with seed = their index; then stops the
@@ -81,13 +82,16 @@ def main() -> None:
     require_llguidance()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--arch", default="llama")
+    p.add_argument("--model", default=None,
+                   help="serve this model instead of the tiny --arch checkpoint, e.g. "
+                        "random:llama-3-8b (drawn the same on the verifier's CPU)")  # fmt: skip
     p.add_argument("--device", default="cuda")
     p.add_argument("--log", required=True, help="audit log to write")
     p.add_argument("--requests", type=int, default=64)
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--port", type=int, default=8765)
     a = p.parse_args()
-    ckpt = build_checkpoint(a.arch, Path(tempfile.mkdtemp()))
+    ckpt = a.model or build_checkpoint(a.arch, Path(tempfile.mkdtemp()))
     cmd = [sys.executable, "-m", "samebits.cli", "serve", "--model", str(ckpt), "--device",
            a.device, "--port", str(a.port), "--audit-log", a.log, "--served-model-name", "tiny"]  # fmt: skip
     server = subprocess.Popen(cmd, env=dict(os.environ))
@@ -103,7 +107,8 @@ def main() -> None:
         server.wait(timeout=120)
     tokens = sum(o["usage"]["completion_tokens"] for o in outs)
     summary = {"arch": a.arch, "device": a.device, "requests": len(outs), "tokens": tokens,
-               "served_s": round(served_s, 2), "log": a.log, "checkpoint": "tests/tiny_models.py",
+               "served_s": round(served_s, 2), "log": a.log,
+               "checkpoint": a.model or "tests/tiny_models.py",
                "fingerprint": outs[0].get("samebits", {}).get("fingerprint")}  # fmt: skip
     Path(a.log + ".summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary))

@@ -58,3 +58,14 @@ def test_verify_keeps_a_logged_random_spec():
     contents = LogContents(entries=[LoggedEntry("log.jsonl", 1, session)])
     args = argparse.Namespace(model=None, device=None, kernel_plan=None)
     assert replay_engine_args(contents, args)["model"] == "random:tiny-llama:seed2"
+
+
+def test_serve_logs_a_random_spec_as_given_and_a_path_absolute(tmp_path, monkeypatch):
+    from samebits.server.cli import session_engine_args
+
+    fields = dict(kernel_plan=None, device=None, dtype=None, num_threads=None, max_model_len=None)
+    spec = argparse.Namespace(model="random:llama-3-8b:seed1", **fields)
+    assert session_engine_args(spec)["model"] == "random:llama-3-8b:seed1"
+    monkeypatch.chdir(tmp_path)
+    relative = argparse.Namespace(model="ckpt", **fields)
+    assert session_engine_args(relative)["model"] == str(tmp_path / "ckpt")

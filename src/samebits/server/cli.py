@@ -66,7 +66,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def session_engine_args(args: argparse.Namespace) -> dict[str, Any]:
     """What a verifier needs to rebuild the deployment (recorded in the session entry)."""
-    model = None if args.model is None else str(Path(args.model).resolve())
+    model = None if args.model is None else _logged_model(args.model)
     return {
         "model": model,
         "kernel_plan": args.kernel_plan,
@@ -75,6 +75,13 @@ def session_engine_args(args: argparse.Namespace) -> dict[str, Any]:
         "num_threads": args.num_threads,
         "max_model_len": args.max_model_len,
     }
+
+
+def _logged_model(model: str) -> str:
+    """A path made absolute (a verifier may run elsewhere); a random spec as given."""
+    from samebits.model.loader import is_random_spec
+
+    return model if is_random_spec(model) else str(Path(model).resolve())
 
 
 def serve_main(args: argparse.Namespace) -> int:
