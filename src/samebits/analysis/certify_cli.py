@@ -36,7 +36,7 @@ ROW_CLASS_MODELS = ("published:llama-3.2-3b", "published:qwen2.5-7b",
 ROW_CLASS_KINDS = ("rows", "gelu", "linear", "fused")
 # of those, the models whose attention head shapes are shipped too (per shape: ~12-25 min per
 # unit on the 2-core machine), so `--covers` passes for them
-ATTENTION_SHIPPED_MODELS = ("published:llama-3.2-3b", "published:qwen2.5-7b")
+ATTENTION_SHIPPED_MODELS = ("published:llama-3.2-3b", "published:qwen2.5-7b", "gemma-3-12b")
 
 
 def shipped_units() -> list[dict]:
