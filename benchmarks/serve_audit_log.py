@@ -1,9 +1,8 @@
 """Serve a tiny test checkpoint with `samebits serve` and write its audit log: the GPU-served
 logs a CPU verifies (`samebits verify LOG --device cpu --model DIR`, issue 27).
 
-Builds the tests' tiny random checkpoint of `--arch` (or serves `--model`, e.g.
-random:llama-3-8b) (tests/tiny_models.py, seeded: the CPU
-rebuilds the same bytes), starts `samebits serve --device DEVICE --audit-log LOG` on it, sends
+Builds the tests' tiny random checkpoint of `--arch` (tests/tiny_models.py, seeded: the CPU
+rebuilds the same bytes) or takes `--model` (e.g. random:llama-3-8b), starts `samebits serve --device DEVICE --audit-log LOG` on it, sends
 `--requests` completions of `--max-tokens` tokens each (`ignore_eos`), 8 at a time: even
 ones greedy, odd ones sampled at temperature 0.8 with seed = their index; then stops the
 server (SIGINT: the log is closed with its head) and writes a summary JSON next to the log.
@@ -79,7 +78,6 @@ def require_llguidance() -> None:
 
 
 def main() -> None:
-    require_llguidance()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--arch", default="llama")
     p.add_argument("--model", default=None,
@@ -91,6 +89,7 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--port", type=int, default=8765)
     a = p.parse_args()
+    require_llguidance()
     ckpt = a.model or build_checkpoint(a.arch, Path(tempfile.mkdtemp()))
     cmd = [sys.executable, "-m", "samebits.cli", "serve", "--model", str(ckpt), "--device",
            a.device, "--port", str(a.port), "--audit-log", a.log, "--served-model-name", "tiny"]  # fmt: skip
