@@ -27,7 +27,7 @@ from samebits.kernels.cpu import mma_model
 from samebits.kernels.cpu.mma_model import DEFAULT, STEP, MmaModel
 
 _HERE = Path(__file__).parent
-SOURCES = (_HERE / "mma_emu.c", _HERE / "sbpool.c")
+SOURCES = (_HERE / "mma_emu.c", _HERE / "replay_attn.c", _HERE / "sbpool.c")
 HEADERS = (_HERE / "sbpool.h",)
 _P, _L = ctypes.c_void_p, ctypes.c_long
 
@@ -89,6 +89,9 @@ def library() -> ctypes.CDLL:
     lib.sb_mma_free_weight.restype = None
     lib.sb_mma_chain_decoded.argtypes = [_P, _L, _P, _P, _P, _L]
     lib.sb_mma_chain_decoded.restype = ctypes.c_int
+    lib.sb_replay_attention.argtypes = [_P, _L, _L, _L, _P, _P, _L, _L, _P, _L, _L,
+                                        ctypes.c_uint32, _L, _L, _P, _L]  # fmt: skip
+    lib.sb_replay_attention.restype = ctypes.c_int
     return lib
 
 
@@ -132,14 +135,14 @@ def chain_bits(
         acc_ptr = None if acc is None else acc.ctypes.data
         rc = library().sb_mma_chain(
             x.ctypes.data, m, w.ctypes.data, n, x.shape[1], acc_ptr, out.ctypes.data,
-            model.flags(), threads or _cores(),
+            model.flags(), threads or cores(),
         )  # fmt: skip
         if rc != 0:
             raise MemoryError("mma_chain: out of memory decoding the operands")
     return out
 
 
-def _cores() -> int:
+def cores() -> int:
     """CPUs this process may run on (the default thread count)."""
     try:
         return len(os.sched_getaffinity(0))
@@ -219,7 +222,7 @@ class DecodedWeight:
         if available() and w.size:
             self._handle = library().sb_mma_decode_weight(
                 self.bits.ctypes.data, self.shape[0], self.shape[1], model.flags(),
-                threads or _cores(),
+                threads or cores(),
             )  # fmt: skip
             if not self._handle:
                 raise MemoryError("DecodedWeight: out of memory decoding the weight")
@@ -242,7 +245,7 @@ class DecodedWeight:
         if m:
             acc_ptr = None if acc is None else acc.ctypes.data
             rc = library().sb_mma_chain_decoded(
-                x.ctypes.data, m, self._handle, acc_ptr, out.ctypes.data, threads or _cores()
+                x.ctypes.data, m, self._handle, acc_ptr, out.ctypes.data, threads or cores()
             )
             if rc != 0:
                 raise MemoryError("mma_chain: out of memory decoding x")

@@ -27,11 +27,14 @@ exp2 is `kernels/triton/_softexp2.py` (definition in its docstring), replayed by
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
+from samebits.kernels.cpu import mma_emu
 from samebits.kernels.cpu.mma_emu import chain_bits
+from samebits.kernels.cpu.mma_model import DEFAULT
 from samebits.kernels.replay.linear import fp32_to_bf16_bits
 from samebits.kernels.replay.softexp import add_f32, canon, div_rn, fma_f32, mul_f32, softexp2
 
@@ -114,12 +117,55 @@ def attend_row(q, k, v, pos: int, window: int, launch: Launch):
 
 def paged_attention(
     q, k, v, positions, group: int, launch: Launch, window: int = 0,
-    out_dtype: str = "bfloat16",
+    out_dtype: str = "bfloat16", threads: int | None = None,
 ) -> np.ndarray:  # fmt: skip
     """Output bits [T, H, D] of q [T, H, D] for one request: k, v [L, HKV, D] bf16 bits at
     absolute positions (the cache gathered through the block table), token i at
     positions[i]; head h reads KV head h // group. `out_dtype` "bfloat16" (uint16 bits, the
-    kernel's q dtype) or "float32" (uint32 bits: the row before the output cast)."""
+    kernel's q dtype) or "float32" (uint32 bits: the row before the output cast).
+    Computed by the native replay (`kernels/cpu/replay_attn.c`, the same bits as
+    `paged_attention_numpy`); without a C compiler by the numpy reference, with a warning."""
+    if out_dtype not in ("bfloat16", "float32"):
+        raise ValueError(f"replay: out_dtype must be bfloat16 or float32, got {out_dtype!r}")
+    q, k, v = (np.asarray(a, np.uint16) for a in (q, k, v))
+    if not mma_emu.available():
+        warnings.warn(f"replay attention: native emulator unavailable "
+                      f"({mma_emu.build_error()}); the numpy reference is used", stacklevel=2)  # fmt: skip
+        return paged_attention_numpy(q, k, v, positions, group, launch, window, out_dtype)
+    rows = _native(q, k, v, np.asarray(positions, np.int64), group, launch, window, threads)
+    return fp32_to_bf16_bits(rows) if out_dtype == "bfloat16" else rows
+
+
+def _native(q, k, v, positions, group, launch, window, threads) -> np.ndarray:
+    """fp32 bits [T, H, D] from sb_replay_attention."""
+    t, h, d = q.shape
+    hkv = k.shape[1]
+    if h != hkv * group or k.shape != v.shape or k.shape[2] != d:
+        raise ValueError(f"replay attention: q {q.shape}, k {k.shape}, v {v.shape}, group {group}")
+    q = np.ascontiguousarray(q)
+    kt = np.ascontiguousarray(k.transpose(1, 0, 2))  # [HKV, L, D]
+    vt = np.ascontiguousarray(v.transpose(1, 2, 0))  # [HKV, D, L]
+    pos = np.ascontiguousarray(positions)
+    out = np.empty((t, h, d), np.uint32)
+    scale_bits = int(np.float32(launch.qk_scale).view(np.uint32))
+    rc = mma_emu.library().sb_replay_attention(
+        q.ctypes.data, t, h, d, kt.ctypes.data, vt.ctypes.data, hkv, k.shape[0],
+        pos.ctypes.data, launch.block_n, launch.span, scale_bits, window,
+        DEFAULT.flags(), out.ctypes.data, threads or mma_emu.cores(),
+    )  # fmt: skip
+    if rc == -2:
+        raise ValueError("replay attention: a position outside the keys, or a shape the "
+                         "kernel does not take (D, block_n multiples of 16; group <= 64)")  # fmt: skip
+    if rc != 0:
+        raise MemoryError("replay attention: out of memory")
+    return out
+
+
+def paged_attention_numpy(
+    q, k, v, positions, group: int, launch: Launch, window: int = 0,
+    out_dtype: str = "bfloat16",
+) -> np.ndarray:  # fmt: skip
+    """`paged_attention` by the numpy reference (`attend_row`, one row and head at a time)."""
     q, k, v = (np.asarray(a, np.uint16) for a in (q, k, v))
     out = np.empty(q.shape, np.uint16 if out_dtype == "bfloat16" else np.uint32)
     for i, pos in enumerate(np.asarray(positions).tolist()):

@@ -46,4 +46,3 @@ def replay_plan_fields(head_dim: int, group: int, num_threads: int | None = None
         "dtype": "bfloat16", "head_dim": head_dim, "group": group,
         "attention_span": ATTENTION_SPAN,
     }  # fmt: skip
-
