@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from logtools import load_entries, reseal
 
-from samebits.audit.cli import add_verify_arguments, build_engine, run_verify
+from samebits.audit.cli import add_verify_arguments, build_engine, build_forced_engine, run_verify
 from tiny_models import make_tiny_checkpoint
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "audit"
@@ -27,13 +27,16 @@ def _log(arch: str) -> Path:
     return LOGS / f"audit-h200-tiny-{arch}.jsonl"
 
 
-def _verify(log: Path, ckpt: Path, *extra: str) -> tuple[int, str]:
+FACTORIES = {"stepwise": build_engine, "forced": build_forced_engine}
+
+
+def _verify(log: Path, ckpt: Path, *extra: str, mode: str = "forced") -> tuple[int, str]:
     parser = argparse.ArgumentParser()
     add_verify_arguments(parser)
     args = parser.parse_args([str(log), "--device", "cpu", "--model", str(ckpt), "--no-progress",
                               *extra])  # fmt: skip
     out = io.StringIO()
-    return run_verify(args, build_engine, out), out.getvalue()
+    return run_verify(args, FACTORIES[mode], out), out.getvalue()
 
 
 def _verdicts(out: str, verdict: str) -> list[int]:
@@ -56,17 +59,19 @@ def test_the_logs_were_served_on_the_gpu_invariant_plan():
         assert session["engine_args"]["kernel_plan"] == "invariant"
 
 
+@pytest.mark.parametrize("mode", FACTORIES)
 @pytest.mark.parametrize("arch", ARCHS)
-def test_a_cpu_verifies_a_gpu_served_log(arch, checkpoints):
-    """16 sampled entries replayed on the CPU: every one PASSes, exit 0, accepted by the
-    numerics id (the fingerprints differ: another machine)."""
-    code, out = _verify(_log(arch), checkpoints[arch], "--sample", "16", "--seed", "0")
+def test_a_cpu_verifies_a_gpu_served_log(arch, mode, checkpoints):
+    """16 sampled entries replayed on the CPU, teacher-forced and step by step: every one
+    PASSes, exit 0, accepted by the numerics id (the fingerprints differ: another machine)."""
+    code, out = _verify(_log(arch), checkpoints[arch], "--sample", "16", "--seed", "0", mode=mode)
     assert code == 0, out
     assert len(_verdicts(out, "PASS")) == 16 and _verdicts(out, "FAIL") == [], out
     assert "another machine" in out and "16 passed, 0 failed" in out and "result: PASS" in out
 
 
-def test_an_edited_gpu_log_fails_on_the_cpu(tmp_path, checkpoints):
+@pytest.mark.parametrize("mode", FACTORIES)
+def test_an_edited_gpu_log_fails_on_the_cpu(tmp_path, mode, checkpoints):
     """A provider's edit, re-sealed so the chain holds: one output token of a sampled entry
     and one logits digest of a greedy one. Exactly the two edited entries FAIL, exit 1."""
     entries = load_entries(_log("llama"))
@@ -77,7 +82,7 @@ def test_an_edited_gpu_log_fails_on_the_cpu(tmp_path, checkpoints):
     greedy["logits_digests"][3] = "0" * 64
     log = tmp_path / "edited.jsonl"
     reseal(log, kept)
-    code, out = _verify(log, checkpoints["llama"])
+    code, out = _verify(log, checkpoints["llama"], mode=mode)
     assert code == 1, out
     assert _verdicts(out, "FAIL") == sorted([sampled["seq"], greedy["seq"]]), out
     assert len(_verdicts(out, "PASS")) == 2 and "result: FAIL" in out, out

@@ -32,6 +32,7 @@ from samebits.audit.verify import (
 
 EngineFactory = Callable[[dict[str, Any]], ReplayEngine]
 FINGERPRINT_ARGS = ("kernel_plan", "device", "dtype", "num_threads", "max_model_len")
+REPLAY_MODES = ("forced", "stepwise")
 
 
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,11 +55,18 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ray-workers", type=int, metavar="N", help="Ray replay workers (default: the CPUs)"
     )
+    parser.add_argument(
+        "--replay", choices=REPLAY_MODES, default="forced",
+        help="forced (default): each entry's rows from chunked passes over its logged tokens, "
+        "then sampled and stopped as served (the same verdict, far fewer forward passes); "
+        "stepwise: one decode step per token, as served",
+    )  # fmt: skip
 
 
 def verify_main(args: argparse.Namespace) -> int:
     """Entry point of `samebits verify`; returns the exit code."""
-    return run_verify(args, build_engine)
+    forced = getattr(args, "replay", "forced") == "forced"
+    return run_verify(args, build_forced_engine if forced else build_engine)
 
 
 def build_engine(engine_args: dict[str, Any]) -> ReplayEngine:
@@ -66,6 +74,19 @@ def build_engine(engine_args: dict[str, Any]) -> ReplayEngine:
     from samebits.engine.engine import LLMEngine
 
     return LLMEngine.from_args(**engine_args, enable_prefix_caching=False)
+
+
+def build_forced_engine(engine_args: dict[str, Any]) -> ReplayEngine:
+    """`build_engine` replaying teacher-forced (`audit/forced.py`), or step by step, said on
+    stderr, where the engine cannot (the fast plan, tensor parallelism)."""
+    from samebits.audit.forced import ForcedReplayEngine, forced_unsupported
+
+    engine = build_engine(engine_args)
+    why = forced_unsupported(engine)
+    if why is not None:
+        print(f"samebits verify: replaying step by step: {why}", file=sys.stderr)
+        return engine
+    return ForcedReplayEngine(engine)
 
 
 def run_verify(

@@ -7,7 +7,9 @@ entry (client gone mid-generation) passes when its tokens and digests are a pref
 replay (the replay then stops after as many tokens, since `max_tokens` only truncates).
 Digests are hex SHA-256 of the float32 rows, so equal strings mean equal bytes. An entry
 of a tool request whose forced grammar is not the one its logged tools give fails before
-any replay (`tools_check.py`; checked when the engine has a `tokenizer`).
+any replay (`tools_check.py`; checked when the engine has a `tokenizer`). An engine with
+`expect` (`audit/forced.py`) is told the logged tokens first: it computes the rows by
+teacher-forced passes, the same bits, and still samples and stops on its own.
 """
 
 from __future__ import annotations
@@ -67,11 +69,17 @@ def replay_entry(engine: ReplayEngine, logged: LoggedEntry) -> ReplayResult:
     if aborted:
         params = SamplingParams.from_dict({**params.to_dict(), "max_tokens": len(tokens)})
     request_id = f"verify-{entry['seq']}"
+    expect = getattr(engine, "expect", None)  # a teacher-forced engine (audit/forced.py)
     try:
+        if expect is not None:
+            expect(request_id, prompt, tokens, params.prompt_logprobs is not None)
         got_tokens, got_digests = run_alone(engine, request_id, prompt, params)
     except Exception as exc:  # the engine refused or failed: this entry fails, the run goes on
         _abort_quietly(engine, request_id)
         return _result(logged, False, f"replay failed: {type(exc).__name__}: {exc}", len(tokens))
+    finally:
+        if expect is not None:
+            engine.forget(request_id)  # type: ignore[attr-defined]
     return _compare(logged, tokens, digests, got_tokens, got_digests, prefix=aborted)
 
 
