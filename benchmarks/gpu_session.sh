@@ -53,6 +53,8 @@
 #   auditlog8b the same for random:llama-3-8b (drawn on the CPU: the host rebuilds it), then
 #              `samebits verify --device cpu --sample $VERIFY_K` (default 2) on this host's
 #              cores, each output line time-stamped (the CPU replay's speed at the 8B shape)
+#   verify8b   the committed random 8B H200 log verified on this host's CPU cores, teacher-forced
+#              (--sample $VERIFY_K, default 8) then step by step ($VERIFY_KS, default 2), time-stamped
 #   gemma      the Gemma 3 GPU tests (tests/gpu/test_gpu_gemma3.py)
 #   gemmaserve gpu_serving.py --preset gemma-3-12b --quick --sample 8 (uncertified unless
 #              SAMEBITS_CERTIFICATES names its certificates: `samebits certify --model gemma-3-12b`)
@@ -141,6 +143,14 @@ for job in "$@"; do
               timeout "${VERIFY_S:-400}" python3 -m samebits.cli verify "$log" --device cpu \
                 --sample "${VERIFY_K:-2}" --seed 0 --no-progress 2>&1 | while IFS= read -r line; do
                 echo "$(date +%s.%N) $line"; done | tee "$OUT/verify-cpu-random-llama-3-8b.txt" | tail -8 ;;
+    verify8b) log=benchmarks/results/2026-12-03-audit-h200-random-llama-3-8b.jsonl
+              for mode in forced stepwise; do
+                k=$([ "$mode" = forced ] && echo "${VERIFY_K:-8}" || echo "${VERIFY_KS:-2}")
+                echo "verify $mode start $(date +%s.%N)"
+                timeout "${VERIFY_S:-280}" python3 -m samebits.cli verify "$log" --device cpu \
+                  --replay "$mode" --sample "$k" --seed 0 --no-progress 2>&1 | while IFS= read -r line; do
+                  echo "$(date +%s.%N) $line"; done | tee "$OUT/verify-$mode-random-llama-3-8b.txt" | tail -6
+              done ;;
     *) echo "unknown job $job" ;;
   esac
 done
