@@ -10,13 +10,25 @@
  * a zero result is +0.
  *
  * Each output is computed by one thread from its row of x, its row of w and its accumulator:
- * threading (sbpool.c) never changes a bit. Integer arithmetic only: no rounding anywhere but
- * the explicit truncations. A product's grid value is < 2^27, so 16 of them fit an int32. */
+ * threading (sbpool.c) never changes a bit. A step is computed one of two ways, the same bits:
+ * - the vector step (`fast_step`, 16 outputs at once) for a block whose inputs pass the guard
+ *   (`fast_block`: no inf/NaN/subnormal input, every nonzero product's nominal exponent in
+ *   [FAST_EMIN, 126]) and an accumulator that is zero or normal with exponent >= FAST_EMIN:
+ *   each product x * w is exact in fp32 (8 x 8-bit significands, normal), the grid scale
+ *   2^(GRID - Emax) is a normal power of two, so (x * w) * 2^(GRID - Emax) is the term's exact
+ *   grid value (or below 1: it truncates to 0 either way) and the float -> int32 conversion
+ *   truncates toward zero, as the definition does;
+ * - else the scalar step (`scalar_step`, integer arithmetic on the raw bits: any input).
+ * A term's grid value is < 2^27, so 16 of them fit an int32. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sbpool.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 /* 16 int32 lanes fill one 512-bit register: let the vectorizer use them where the CPU has
  * them (measured 1.2x on AVX-512; no effect elsewhere, never an effect on the bits). */
@@ -45,19 +57,32 @@ static inline int32_t normalize_shift(int32_t s, int top) {
 }
 
 #define LANES 16 /* outputs of one row of x computed together: 16 rows of w */
+#define FAST_EMIN (-102) /* 2^(GRID - Emax) is a normal fp32 for Emax >= FAST_EMIN */
+#define FAST_EMAX 126    /* a product of nominal exponent <= 126 is < 2^128 */
+#define EMPTY_LO 1000    /* range of a block without a nonzero value: lo > hi */
+#define EMPTY_HI (-1000)
 
-/* x decoded: signed significands times 2^(GRID - 14) and nominal exponents (NONE when zero),
- * row-major [M, K]. */
-struct rows {
-    int32_t *sig, *exp;
-    uint8_t *special; /* [M * K / 16]: the row's block holds an inf/NaN */
+/* A block of 16 k (of a row of x, or of a tile of w): whether it holds an inf/NaN (1) or a
+ * subnormal (2), and the range of its nonzero values' exponents. */
+struct block {
+    uint8_t special;
+    int16_t lo, hi;
 };
 
-/* w decoded in tiles of LANES rows, lane-minor: [N / LANES][K][LANES] (rows past N: zeros);
- * special[tile * blocks + b]: the tile's block b holds an inf/NaN. */
+/* x decoded: fp32 values (bf16 widened, exact; 0 for inf/NaN/subnormal: those blocks take
+ * the scalar step) and nominal exponents (NONE when zero), row-major [M, K]; blocks [M, K/16]. */
+struct rows {
+    float *val;
+    int32_t *exp;
+    struct block *blk;
+};
+
+/* w decoded the same way in tiles of LANES rows, lane-minor: [N / LANES][K][LANES] (rows past
+ * N: zeros); blk[tile * blocks + b] describes the tile's block b (its 16 x LANES values). */
 struct tiles {
-    int32_t *sig, *exp;
-    uint8_t *special;
+    float *val;
+    int32_t *exp;
+    struct block *blk;
 };
 
 struct chain {
@@ -80,46 +105,82 @@ static void decode_value(uint16_t b, long flags, int32_t *sig, int32_t *exp) {
     *exp = s ? (field ? field : 1) - 127 - up : NONE;
 }
 
-static int decode_rows(const uint16_t *bits, long m, long k, long flags, struct rows *d) {
-    d->sig = malloc(sizeof(int32_t) * (size_t)(m * k));
+static const struct block EMPTY_BLOCK = {0, EMPTY_LO, EMPTY_HI};
+
+/* One bf16 value into the vector step's form (value, nominal exponent) and its block. */
+static void decode_fast(uint16_t b, float *val, int32_t *exp, struct block *blk) {
+    int32_t field = (b >> 7) & 0xFF;
+    uint32_t wide = (uint32_t)b << 16;
+    *exp = NONE;
+    *val = 0.0f;
+    if (field == 0xFF) {
+        blk->special |= 1;
+    } else if (field == 0 && (b & 0x7F)) {
+        blk->special |= 2;
+    } else if (field) {
+        memcpy(val, &wide, sizeof *val);
+        *exp = field - 127;
+        blk->lo = (int16_t)(*exp < blk->lo ? *exp : blk->lo);
+        blk->hi = (int16_t)(*exp > blk->hi ? *exp : blk->hi);
+    }
+}
+
+static int decode_rows(const uint16_t *bits, long m, long k, struct rows *d) {
+    d->val = malloc(sizeof(float) * (size_t)(m * k));
     d->exp = malloc(sizeof(int32_t) * (size_t)(m * k));
-    d->special = calloc((size_t)(m * k / STEP + 1), 1);
-    if (!d->sig || !d->exp || !d->special) return -1;
-    for (long i = 0; i < m * k; i++) {
-        decode_value(bits[i], flags, &d->sig[i], &d->exp[i]);
-        d->sig[i] *= 1 << (GRID - 14); /* see tile_step */
-        if ((bits[i] & 0x7F80) == 0x7F80) d->special[i / STEP] = 1;
+    d->blk = malloc(sizeof(struct block) * (size_t)(m * k / STEP + 1));
+    if (!d->val || !d->exp || !d->blk) return -1;
+    for (long b = 0; b < m * k / STEP; b++) {
+        d->blk[b] = EMPTY_BLOCK;
+        for (long i = b * STEP; i < (b + 1) * STEP; i++)
+            decode_fast(bits[i], &d->val[i], &d->exp[i], &d->blk[b]);
     }
     return 0;
 }
 
 static int alloc_tiles(long n, long k, struct tiles *d) {
     long tiles = (n + LANES - 1) / LANES, size = tiles * k * LANES;
-    d->sig = malloc(sizeof(int32_t) * (size_t)size);
+    d->val = malloc(sizeof(float) * (size_t)size);
     d->exp = malloc(sizeof(int32_t) * (size_t)size);
-    d->special = calloc((size_t)(tiles * (k / STEP) + 1), 1);
-    return d->sig && d->exp && d->special ? 0 : -1;
+    d->blk = malloc(sizeof(struct block) * (size_t)(tiles * (k / STEP) + 1));
+    return d->val && d->exp && d->blk ? 0 : -1;
 }
 
 /* Decode tile t of w (rows t * LANES ...; rows past N read as zeros). */
-static void decode_tile(const uint16_t *bits, long n, long k, long flags, struct tiles *d,
-                        long t) {
-    for (long i = 0; i < k; i++)
-        for (long l = 0; l < LANES; l++) {
-            long j = t * LANES + l, at = (t * k + i) * LANES + l;
-            uint16_t b = j < n ? bits[j * k + i] : 0;
-            decode_value(b, flags, &d->sig[at], &d->exp[at]);
-            if ((b & 0x7F80) == 0x7F80) d->special[t * (k / STEP) + i / STEP] = 1;
-        }
+static void decode_tile(const uint16_t *bits, long n, long k, struct tiles *d, long t) {
+    for (long b = 0; b < k / STEP; b++) {
+        struct block *blk = &d->blk[t * (k / STEP) + b];
+        *blk = EMPTY_BLOCK;
+        for (long i = b * STEP; i < (b + 1) * STEP; i++)
+            for (long l = 0; l < LANES; l++) {
+                long j = t * LANES + l, at = (t * k + i) * LANES + l;
+                decode_fast(j < n ? bits[j * k + i] : 0, &d->val[at], &d->exp[at], blk);
+            }
+    }
+}
+
+static void free_rows(struct rows *d) {
+    free(d->val);
+    free(d->exp);
+    free(d->blk);
+}
+
+static void free_tiles(struct tiles *d) {
+    free(d->val);
+    free(d->exp);
+    free(d->blk);
 }
 
 static void release(struct chain *c) {
-    free(c->xd.sig);
-    free(c->xd.exp);
-    free(c->xd.special);
-    free(c->wd.sig);
-    free(c->wd.exp);
-    free(c->wd.special);
+    free_rows(&c->xd);
+    free_tiles(&c->wd);
+}
+
+/* Whether the vector step is exact for every product of these two blocks (module comment). */
+static int fast_block(const struct block *x, const struct block *w) {
+    if (x->special | w->special) return 0;
+    if (x->lo > x->hi || w->lo > w->hi) return 1; /* no nonzero product */
+    return x->lo + w->lo >= FAST_EMIN && x->hi + w->hi <= FAST_EMAX;
 }
 
 /* fp32 bits of (-1)^neg * mag * 2^lsb rounded toward zero (a zero result: +0 unless
@@ -225,44 +286,78 @@ static uint32_t scalar_step(const uint16_t *xb, const uint16_t *wb, uint32_t acc
     return to_fp32(total < 0, (uint64_t)(total < 0 ? -total : total), emax - GRID, flags);
 }
 
-/* One finite k16 step of LANES outputs: xs/xe the 16 decoded x values, ws/we [16][LANES]
- * the tile's, acc[LANES] the accumulators (bits, updated). Lanes whose terms are all zero
- * are left to the caller: their bit in the returned mask is set. */
-static unsigned tile_step(const int32_t *restrict xs, const int32_t *restrict xe,
-                          const int32_t *restrict ws, const int32_t *restrict we,
+static inline float f32_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* One k16 step of LANES outputs in fp32 (module comment; the caller checked `fast_block`):
+ * xv/xe the 16 x values and exponents, wv/we [16][LANES] the tile's, acc[LANES] the
+ * accumulators (bits, updated). Lanes left to the scalar step are not written; their bit in
+ * the returned mask is set: every term zero, or an accumulator that is subnormal or of an
+ * exponent below FAST_EMIN (inf/NaN accumulators never reach here). */
+typedef float vf __attribute__((vector_size(4 * LANES)));
+typedef int32_t vi __attribute__((vector_size(4 * LANES)));
+
+static inline vf load_vf(const float *p) {
+    vf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline vi load_vi(const int32_t *p) {
+    vi v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Lane-wise maximum (vpmaxsd where AVX-512 is compiled for; the compare-select elsewhere). */
+static inline vi max_vi(vi a, vi b) {
+#if defined(__AVX512F__)
+    return (vi)_mm512_max_epi32((__m512i)a, (__m512i)b);
+#else
+    vi more = a > b;
+    return (a & more) | (b & ~more);
+#endif
+}
+
+static unsigned fast_step(const float *restrict xv, const int32_t *restrict xe,
+                          const float *restrict wv, const int32_t *restrict we,
                           uint32_t *restrict acc, long flags) {
-    int32_t csig[LANES], cexp[LANES], emax[LANES], sum[LANES];
-    for (int l = 0; l < LANES; l++) {
-        decode_acc(acc[l], flags, &csig[l], &cexp[l]);
-        emax[l] = cexp[l];
-        sum[l] = 0;
-    }
-    for (int i = 0; i < STEP; i++)
-        for (int l = 0; l < LANES; l++) {
-            int32_t e = xe[i] + we[i * LANES + l];
-            emax[l] = e > emax[l] ? e : emax[l];
-        }
-    /* xs holds the significand already scaled by 2^(GRID - 14): a product's grid value is
-     * |xs * ws| >> (Emax - its exponent), the shift truncating toward zero on the magnitude */
+    vi a, mag, field, emax, sum = {0}, left;
+    memcpy(&a, acc, sizeof a);
+    mag = a & 0x7FFFFFFF;
+    field = (a >> 23) & 0xFF; /* a's lanes hold uint32 bits: the shift of the int32 view, masked */
+    left = (mag != 0) & ((field == 0) | (field - 127 < FAST_EMIN));
+    emax = ((field - 127) & (mag != 0)) | (NONE & (mag == 0));
     for (int i = 0; i < STEP; i++) {
-        if (xs[i] == 0) continue;
-        for (int l = 0; l < LANES; l++) {
-            int32_t p = xs[i] * ws[i * LANES + l], a = p < 0 ? -p : p;
-            int32_t d = emax[l] - (xe[i] + we[i * LANES + l]);
-            int32_t t = a >> (d < 31 ? d : 31);
-            sum[l] += p < 0 ? -t : t;
-        }
+        emax = max_vi(emax, xe[i] + load_vi(we + i * LANES));
     }
-    unsigned zero = 0;
+    vi bits = GRID - emax + 127; /* 2^(GRID - Emax); lanes below FAST_EMIN are left */
+    bits = (bits & (bits >= 1)) | (1 & (bits < 1));
+    bits = (bits & (bits <= 254)) | (254 & (bits > 254));
+    vf scale;
+    bits <<= 23;
+    memcpy(&scale, &bits, sizeof scale);
+    for (int i = 0; i < STEP; i++) /* a zero x gives zero terms (w is finite here) */
+        sum += __builtin_convertvector((xv[i] * load_vf(wv + i * LANES)) * scale, vi);
+    vf accf;
+    memcpy(&accf, &a, sizeof accf);
+    vi acc_term = __builtin_convertvector(accf * scale, vi);
+    left |= emax < FAST_EMIN;
+    int32_t s_[LANES], t_[LANES], e_[LANES], k_[LANES];
+    memcpy(s_, &sum, sizeof s_);
+    memcpy(t_, &acc_term, sizeof t_);
+    memcpy(e_, &emax, sizeof e_);
+    memcpy(k_, &left, sizeof k_);
     for (int l = 0; l < LANES; l++) {
-        int32_t d = emax[l] - cexp[l], a = csig[l] < 0 ? -csig[l] : csig[l];
-        int32_t t = (a << (GRID - 23)) >> (d < 31 ? d : 31);
-        int64_t total = (int64_t)sum[l] + (csig[l] < 0 ? -t : t);
-        uint32_t r = lane_fp32(total, emax[l] - GRID, flags);
-        zero |= (unsigned)(emax[l] < NONE / 2) << l;
-        acc[l] = emax[l] < NONE / 2 ? acc[l] : r; /* zero lanes: the caller's, unchanged */
+        uint32_t r = lane_fp32((int64_t)s_[l] + t_[l], e_[l] - GRID, flags);
+        acc[l] = k_[l] ? acc[l] : r;
     }
-    return zero;
+    unsigned mask = 0;
+    for (int l = 0; l < LANES; l++) mask |= (unsigned)(k_[l] != 0) << l;
+    return mask;
 }
 
 /* Row m of x against tile t of w over the whole chain; writes the tile's outputs. */
@@ -272,16 +367,16 @@ static void chain_tile(const struct chain *c, long m, long t) {
     for (long l = 0; l < lanes; l++) acc[l] = c->acc ? c->acc[m * c->n + t * LANES + l] : 0;
     for (long b = 0; b < blocks; b++) {
         const uint16_t *xb = c->x + m * c->k + b * STEP;
-        int special = c->wd.special[t * blocks + b] | c->xd.special[m * blocks + b];
-        for (int l = 0; l < LANES; l++) special |= (acc[l] & 0x7F800000u) == 0x7F800000u;
-        unsigned zero = ~0u;
-        if (!special) {
+        int fast = fast_block(&c->xd.blk[m * blocks + b], &c->wd.blk[t * blocks + b]);
+        for (int l = 0; l < LANES; l++) fast &= (acc[l] & 0x7F800000u) != 0x7F800000u;
+        unsigned left = ~0u;
+        if (fast) {
             long xo = m * c->k + b * STEP, wo = (t * c->k + b * STEP) * LANES;
-            zero = tile_step(c->xd.sig + xo, c->xd.exp + xo, c->wd.sig + wo, c->wd.exp + wo,
+            left = fast_step(c->xd.val + xo, c->xd.exp + xo, c->wd.val + wo, c->wd.exp + wo,
                              acc, c->flags);
         }
-        for (long l = 0; zero && l < lanes; l++)
-            if (zero >> l & 1) {
+        for (long l = 0; left && l < lanes; l++)
+            if (left >> l & 1) {
                 const uint16_t *wb = c->w + (t * LANES + l) * c->k + b * STEP;
                 acc[l] = scalar_step(xb, wb, acc[l], c->flags);
             }
@@ -294,7 +389,7 @@ static void chain_tile(const struct chain *c, long m, long t) {
 
 static void decode_tiles_task(void *ctx, long begin, long end) {
     struct chain *c = ctx;
-    for (long t = begin; t < end; t++) decode_tile(c->w, c->n, c->k, c->flags, &c->wd, t);
+    for (long t = begin; t < end; t++) decode_tile(c->w, c->n, c->k, &c->wd, t);
 }
 
 /* Tiles of w in one work unit: as many as fit TILE_BYTES_PER_UNIT (at least one). */
@@ -329,7 +424,7 @@ int sb_mma_chain(const uint16_t *x, long m, const uint16_t *w, long n, long k,
                       .flags = flags};
     long tiles = (n + LANES - 1) / LANES, tb = tiles_per_unit(k);
     long units = (tiles + tb - 1) / tb * ((m + ROWS_PER_UNIT - 1) / ROWS_PER_UNIT);
-    int rc = decode_rows(x, m, k, flags, &c.xd) | alloc_tiles(n, k, &c.wd);
+    int rc = decode_rows(x, m, k, &c.xd) | alloc_tiles(n, k, &c.wd);
     if (rc == 0) {
         sb_parallel(decode_tiles_task, &c, tiles, 1, threads);
         sb_parallel(chain_units_task, &c, units, 1, threads);
@@ -347,9 +442,7 @@ struct decoded_weight {
 };
 
 static void release_weight(struct decoded_weight *d) {
-    free(d->wd.sig);
-    free(d->wd.exp);
-    free(d->wd.special);
+    free_tiles(&d->wd);
     free(d);
 }
 
@@ -379,11 +472,9 @@ int sb_mma_chain_decoded(const uint16_t *x, long m, const void *handle, const ui
                       .flags = d->flags, .wd = d->wd};
     long tiles = (d->n + LANES - 1) / LANES, tb = tiles_per_unit(d->k);
     long units = (tiles + tb - 1) / tb * ((m + ROWS_PER_UNIT - 1) / ROWS_PER_UNIT);
-    int rc = decode_rows(x, m, d->k, d->flags, &c.xd);
+    int rc = decode_rows(x, m, d->k, &c.xd);
     if (rc == 0) sb_parallel(chain_units_task, &c, units, 1, threads);
-    free(c.xd.sig);
-    free(c.xd.exp);
-    free(c.xd.special);
+    free_rows(&c.xd);
     return rc ? -1 : 0;
 }
 
