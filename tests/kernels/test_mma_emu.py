@@ -228,3 +228,36 @@ def test_long_chains_over_several_work_units_equal_the_reference():
     ref = mma_model.mma_chain(x, w, acc)
     for threads in (1, 2, 3):
         assert np.array_equal(mma_emu.chain_bits(x, w, acc, threads=threads), ref)
+
+
+def _at_exponent(rng, shape, lo: int, hi: int) -> np.ndarray:
+    """bf16 bits of random signs and significands with exponents drawn in [lo, hi]."""
+    e = rng.integers(lo, hi + 1, size=shape)
+    sig = 1.0 + rng.integers(0, 128, size=shape) / 128.0
+    sign = rng.choice([-1.0, 1.0], size=shape)
+    return _bf16(sign * sig * np.exp2(e.astype(np.float64)))
+
+
+@pytest.mark.parametrize(("x_range", "w_range", "acc_exp"), [
+    ((-51, -51), (-51, -51), None),  # every product at exponent -102: the vector step's lowest
+    ((-52, -52), (-51, -51), None),  # every product at -103: the block takes the scalar step
+    ((63, 63), (63, 63), None),  # products at exponent 126: the highest
+    ((64, 64), (63, 63), None),  # at 127: scalar (x * w could overflow fp32)
+    (None, (-5, 5), -102),  # zero products: the accumulators set Emax, at the lowest bound
+    (None, (-5, 5), -103),  # and below it: those lanes take the scalar step
+    ((-5, 5), (-5, 5), -126),  # accumulators at the smallest normal exponent beside products
+])  # fmt: skip
+def test_vector_step_guard_boundaries_equal_the_reference(x_range, w_range, acc_exp):
+    """The native vector step's guard (mma_emu.c `fast_block` / `fast_step`) at and across
+    its bounds: the same bits as the reference either way, zero and guarded lanes mixed in a
+    tile (a guard one exponent looser gives other bits here: checked by mutation)."""
+    rng = np.random.default_rng(7 if x_range is None else abs(x_range[0]))
+    x = np.zeros((9, 32), np.uint16) if x_range is None else _at_exponent(rng, (9, 32), *x_range)
+    w = _at_exponent(rng, (21, 32), *w_range)
+    acc = np.zeros((9, 21), np.uint32)
+    if acc_exp is not None:
+        acc = _at_exponent(rng, (9, 21), acc_exp, acc_exp).astype(np.uint32) << np.uint32(16)
+        acc[::3, ::2] = 0
+    for model in MODELS:
+        ref = mma_model.mma_chain(x, w, acc, model)
+        assert np.array_equal(mma_emu.chain_bits(x, w, acc, model, threads=2), ref), model
