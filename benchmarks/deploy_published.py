@@ -73,7 +73,7 @@ def run_shape(name: str, pad: int, device: str, max_tokens: int) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default=",".join(PUBLISHED))
+    p.add_argument("--models", default="llama-3.2-3b,qwen3-4b,qwen2.5-7b,mistral-nemo-12b")
     p.add_argument("--pad", type=int, default=1000, help="vocabulary padding of a second run")
     p.add_argument("--pad-models", default="llama-3.2-3b", help="the models run padded too")
     p.add_argument("--device", default="cuda")
@@ -83,14 +83,15 @@ def main() -> None:
     if os.environ.pop("SAMEBITS_ALLOW_UNCERTIFIED", None):
         print("SAMEBITS_ALLOW_UNCERTIFIED unset for this run", file=sys.stderr)
     rows = []
-    for name in a.models.split(","):
-        for pad in (0, a.pad) if name in a.pad_models.split(",") else (0,):
-            try:
-                rows.append(run_shape(name, pad, a.device, a.max_tokens))
-            except Exception as exc:  # a refusal by the gate is a result too
-                rows.append({"model": name, "pad": pad, "error": f"{type(exc).__name__}: {exc}"})
-            print(json.dumps(rows[-1]), flush=True)
-    Path(a.out).write_text(json.dumps({"device": a.device, "rows": rows}, indent=2) + "\n")
+    runs = [(name, 0) for name in a.models.split(",")]
+    runs += [(name, a.pad) for name in a.pad_models.split(",") if name]
+    for name, pad in runs:
+        try:
+            rows.append(run_shape(name, pad, a.device, a.max_tokens))
+        except Exception as exc:  # a refusal by the gate is a result too
+            rows.append({"model": name, "pad": pad, "error": f"{type(exc).__name__}: {exc}"})
+        print(json.dumps(rows[-1]), flush=True)
+        Path(a.out).write_text(json.dumps({"device": a.device, "rows": rows}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
