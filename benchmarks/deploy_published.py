@@ -15,9 +15,9 @@ Evidence class: measurement (and the gate's check of the shipped certificates).
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -65,9 +65,6 @@ def run_shape(name: str, pad: int, device: str, max_tokens: int) -> dict:
            "certificates": certs.get("status"), "units": len(certs.get("units", [])),
            "alone_equals_batched": alone == batch[0], "tokens": max_tokens,
            "batch3_tok_s": round(3 * max_tokens / batch_s, 1)}  # fmt: skip
-    del llm
-    gc.collect()
-    torch.cuda.empty_cache() if torch.cuda.is_available() else None
     return row
 
 
@@ -78,6 +75,7 @@ def main() -> None:
     p.add_argument("--pad-models", default="llama-3.2-3b", help="the models run padded too")
     p.add_argument("--device", default="cuda")
     p.add_argument("--max-tokens", type=int, default=16)
+    p.add_argument("--one", default="", help=argparse.SUPPRESS)
     p.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "deploy.json"))
     a = p.parse_args()
     if os.environ.pop("SAMEBITS_ALLOW_UNCERTIFIED", None):
@@ -85,11 +83,21 @@ def main() -> None:
     rows = []
     runs = [(name, 0) for name in a.models.split(",")]
     runs += [(name, a.pad) for name in a.pad_models.split(",") if name]
-    for name, pad in runs:
+    if a.one:  # one shape in this process (the parent runs each in its own: GPU memory)
+        name, pad = a.one.rsplit(":", 1)
         try:
-            rows.append(run_shape(name, pad, a.device, a.max_tokens))
+            row = run_shape(name, int(pad), a.device, a.max_tokens)
         except Exception as exc:  # a refusal by the gate is a result too
-            rows.append({"model": name, "pad": pad, "error": f"{type(exc).__name__}: {exc}"})
+            row = {"model": name, "pad": int(pad), "error": f"{type(exc).__name__}: {exc}"}
+        print("ROW " + json.dumps(row), flush=True)
+        return
+    for name, pad in runs:
+        cmd = [sys.executable, __file__, "--one", f"{name}:{pad}", "--device", a.device,
+               "--max-tokens", str(a.max_tokens)]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        found = [ln[4:] for ln in proc.stdout.splitlines() if ln.startswith("ROW ")]
+        rows.append(json.loads(found[-1]) if found else
+                    {"model": name, "pad": pad, "error": proc.stderr[-2000:]})  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
         Path(a.out).write_text(json.dumps({"device": a.device, "rows": rows}, indent=2) + "\n")
 
