@@ -70,3 +70,19 @@ def test_a_wrong_or_short_log_changes_no_replayed_bit(engines):
 def test_the_fast_plan_is_not_forced(tiny_llama_dir):
     assert forced_unsupported(_engine(tiny_llama_dir, "fast")) is not None
     assert forced_unsupported(_engine(tiny_llama_dir, "invariant")) is None
+
+
+def test_a_recomputed_chunk_restarts_the_history():
+    """After a preemption the scheduler recomputes from an earlier position: the pass's
+    history is cut there and the match re-checked (a gap is refused)."""
+    from samebits.audit.forced import ForcedPass
+    from samebits.engine.scheduler import ScheduledRequest
+
+    f = ForcedPass((1, 2, 3, 4, 5), first_row=2, kv=None)
+    f.feed(ScheduledRequest("r", (1, 2, 3), 0, (0,), sample=True))
+    f.feed(ScheduledRequest("r", (9,), 3, (0,), sample=True))
+    assert f.history == [1, 2, 3, 9] and f.matched == 3
+    f.feed(ScheduledRequest("r", (1, 2, 3, 4), 0, (0,), sample=True))
+    assert f.history == [1, 2, 3, 4] and f.matched == 4
+    with pytest.raises(RuntimeError, match="past its"):
+        f.feed(ScheduledRequest("r", (5,), 7, (0,), sample=True))

@@ -44,12 +44,15 @@ class ForcedPass:
     matched: int = 0  # length of the common prefix of `history` and `token_ids`
 
     def feed(self, s: ScheduledRequest) -> None:
-        """Append a scheduled chunk's tokens (they continue the history: a lone replay)."""
-        if s.start_position != len(self.history):
+        """Take a scheduled chunk's tokens: they continue the history, or (a recomputation
+        after preemption) restart it at `start_position`."""
+        if s.start_position > len(self.history):
             raise RuntimeError(
                 f"forced replay: {s.request_id!r} scheduled at {s.start_position}, "
-                f"history has {len(self.history)} tokens (recomputed or preempted?)"
+                f"past its {len(self.history)} tokens"
             )
+        del self.history[s.start_position :]
+        self.matched = min(self.matched, s.start_position)
         self.history.extend(s.token_ids)
         while (
             self.matched < min(len(self.history), len(self.token_ids))
