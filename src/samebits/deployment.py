@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -105,11 +106,28 @@ def build_deployment(
 
         replays, certificates = replayed_components(plan, model, certificates), None
     components = fingerprint_components(
-        plan, cfg, digest, qualification, _specializations(plan, model), certificates, replays
-    )
+        plan, cfg, digest, qualification, _specializations(plan, model), certificates, replays,
+        _mma_probe(plan),
+    )  # fmt: skip
     return Deployment(
         loaded, plan, model, limit, qualification, components, fingerprint(components)
     )
+
+
+def _mma_probe(plan: KernelPlan) -> dict | None:
+    """The GPU invariant plan's start-up MMA qualification (`kernels/triton/mma_probe.py`);
+    a result other than "equal" is announced on stderr (the deployment still serves)."""
+    if (plan.device, plan.name) != ("cuda", "invariant"):
+        return None
+    from samebits.kernels.triton.mma_probe import probe_component
+
+    probe = probe_component()
+    if probe["status"] != "equal":
+        print(f"samebits: WARNING: the GPU's MMA probe gave {probe['status']} (of "
+              f"{probe.get('outputs', '?')} outputs, {probe.get('mismatches', '?')} differ from "
+              "the emulator): its numerics id says so, and a CPU replay refuses its logs",
+              file=sys.stderr)  # fmt: skip
+    return probe
 
 
 def _certificates(plan: KernelPlan, loaded) -> dict | None:

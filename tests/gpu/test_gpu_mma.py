@@ -37,3 +37,18 @@ def test_chain_equals_emulator_on_every_class(cuda, gpu_record, k, config):
         bad[kind] = int((gpu != mma_emu.chain_bits(x, w, acc)).sum())
     gpu_record(f"mma chain K={k} BLOCK_M={config[0]} mismatches by class (128x192 each)", bad)
     assert not any(bad.values()), bad
+
+
+def test_a_cuda_deployment_records_a_passing_probe(cuda, gpu_record, tiny_llama_dir):
+    """build_deployment runs the probe at start-up: the fingerprint records it with the
+    machine, and a passing probe leaves the numerics id the CPU replay computes."""
+    from samebits.deployment import build_deployment
+    from samebits.kernels.fingerprint import numerics_id
+    from samebits.model import load_model
+
+    dep = build_deployment(load_model(tiny_llama_dir), "invariant", device="cuda")
+    probe = dep.components["mma_probe"]
+    gpu_record("deployment mma probe", probe)
+    assert probe["status"] == "equal" and probe["outputs"] > 0
+    without = {k: v for k, v in dep.components.items() if k != "mma_probe"}
+    assert numerics_id(without) == dep.numerics_id

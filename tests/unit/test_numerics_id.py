@@ -145,3 +145,18 @@ def test_audit_records_carry_the_numerics_id():
     assert "numerics_id" not in request_record(served, "f", "m")
     assert session_record("f", "m", {}, 0.0, "n" * 64)["numerics_id"] == "n" * 64
     assert "numerics_id" not in session_record("f", "m", {}, 0.0)
+
+
+def test_a_passing_mma_probe_keeps_the_numerics_id_and_a_failing_one_changes_it():
+    """The start-up MMA probe (kernels/triton/mma_probe.probe_component) is recorded with the
+    machine; only a GPU whose probe did not give the emulator's bits gets another numerics id
+    (a CPU replay, which assumes those bits, then refuses its logs)."""
+    base = gpu_components()
+    probe = {"vectors_sha256": "ef" * 32, "outputs": 3072, "mismatches": 0, "status": "equal"}
+    passing = {**base, "mma_probe": probe}
+    assert fp.numerics_id(passing) == fp.numerics_id(base)
+    assert fp.machine_components(passing)["mma_probe"] == probe
+    assert fp.fingerprint(passing) != fp.fingerprint(base)
+    for status in ("differs", "error: RuntimeError: no kernel"):
+        failing = {**base, "mma_probe": {**probe, "mismatches": 5, "status": status}}
+        assert fp.numerics_id(failing) != fp.numerics_id(base), status

@@ -117,13 +117,14 @@ def _driver_version() -> str:
 def fingerprint_components(
     plan, model_config, weights_hash: str, qualification: dict,
     specializations: list[str] | None = None, certificates: dict | None = None,
-    replays: dict | None = None,
+    replays: dict | None = None, mma_probe: dict | None = None,
 ) -> dict:  # fmt: skip
     """`specializations`: the compiled kernel variants a GPU plan may launch (see
     `samebits.kernels.triton.backend.linear_specializations`); `certificates`: the kernel
     certificate set's status ("certified" / "uncertified"), digest and units (GPU plans, see
     `samebits.kernels.triton.certified.gate`); `replays`: the GPU deployment a replay plan
-    computes (`samebits.kernels.replay.components.replayed_components`)."""
+    computes (`samebits.kernels.replay.components.replayed_components`); `mma_probe`: the
+    GPU's start-up MMA qualification (`kernels/triton/mma_probe.probe_component`)."""
     components = {
         "plan": plan.to_dict(),
         "qualification": qualification,
@@ -137,6 +138,8 @@ def fingerprint_components(
         components["specializations"] = list(specializations or ())
         if certificates is not None:
             components["certificates"] = certificates
+        if mma_probe is not None:
+            components["mma_probe"] = mma_probe
     if replays is not None:
         components["replays"] = replays
     return components
@@ -207,7 +210,17 @@ def _gpu_numerics(components: dict) -> dict:
         "compiler": {"triton": gpu_info.get("triton", "absent")},
         "architecture": gpu_info.get("capability", "unknown"),
         "mma_model": mma_model_definition(),
+        **_probe_numerics(components.get("mma_probe")),
     }
+
+
+def _probe_numerics(probe: dict | None) -> dict:
+    """Nothing when the GPU's MMA probe gave the emulator's bits (or predates the probe: the
+    numerics id of a passing GPU is unchanged); else its status, so a GPU whose bits differ
+    from the model does not share the numerics id of the CPU replay (which assumes them)."""
+    if probe is None or probe.get("status") == "equal":
+        return {}
+    return {"mma_probe": {"status": probe.get("status"), "vectors": probe.get("vectors_sha256")}}
 
 
 def kernel_sources_digest() -> str:
@@ -248,6 +261,8 @@ def machine_components(components: dict) -> dict:
         machine["gpu"] = gpu_info
     if "topology" in components:
         machine["topology"] = components["topology"]
+    if "mma_probe" in components:
+        machine["mma_probe"] = components["mma_probe"]
     return machine
 
 

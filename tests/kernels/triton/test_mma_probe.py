@@ -46,3 +46,19 @@ def test_chain_bits_rejects_bad_shapes():
     x = torch.zeros((2, 24), dtype=torch.int16)
     with pytest.raises(ValueError, match="K % 16"):
         mma_probe.chain_bits(x, x, torch.zeros((2, 2), dtype=torch.int32))
+
+
+def test_probe_component_records_the_outcome():
+    """What a GPU deployment's fingerprint records (the probe itself runs on the GPU only)."""
+    ok = mma_probe.ProbeReport(3072, {"normal": 0, "zeros": 0})
+    bad = mma_probe.ProbeReport(3072, {"normal": 2, "zeros": 1})
+    assert mma_probe.probe_component(lambda: ok) == {
+        "vectors_sha256": mma_probe.vectors_sha256(), "outputs": 3072, "mismatches": 0,
+        "status": "equal"}  # fmt: skip
+    assert mma_probe.probe_component(lambda: bad)["status"] == "differs"
+    assert mma_probe.probe_component(lambda: bad)["mismatches"] == 3
+
+    def broken():
+        raise RuntimeError("no GPU")
+
+    assert mma_probe.probe_component(broken)["status"] == "error: RuntimeError: no GPU"

@@ -5,13 +5,17 @@ invariant plan's linears use (`acc = tl.dot(x_k, w_k, acc)` over k tiles in orde
 tensors. `qualify()` runs it on the committed vector set (mma_probe_vectors.npz: every input
 class of mma_cases, fixed seeds) and compares the bits with the expected ones, which are the
 emulator's (tests/kernels/test_mma_probe.py checks the emulator still gives them). A GPU whose
-bits equal them computes the chains the CPU emulator replays. Not wired into the engine yet:
-the fingerprint would record `ProbeReport.passed` and `VECTORS_SHA256`.
+bits equal them computes the chains the CPU emulator replays. Every GPU invariant deployment
+runs it at start-up (`probe_component`, `deployment.build_deployment`): the fingerprint
+records the result; a GPU whose bits differ (or a probe that cannot run) gets another
+numerics id than the CPU replay's (`fingerprint._gpu_numerics`), so its logs are refused on
+a CPU instead of failing there.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -119,3 +123,17 @@ def qualify(device: str = "cuda") -> ProbeReport:
         outputs += got.size
         mismatches[kind] = int((got != vectors[f"{kind}_y"]).sum())
     return ProbeReport(outputs, mismatches)
+
+
+def probe_component(run: Callable[[], ProbeReport] = qualify) -> dict:
+    """The fingerprint's record of the start-up probe: the vector set, outputs compared,
+    mismatches and `status` ("equal": every output is the emulator's; "differs"; "error: ..."
+    when it could not run, which serving survives)."""
+    record: dict = {"vectors_sha256": vectors_sha256()}
+    try:
+        report = run()
+    except Exception as exc:  # the probe's own failure must not stop a deployment
+        return {**record, "status": f"error: {type(exc).__name__}: {exc}"[:300]}
+    mismatches = sum(report.mismatches.values())
+    status = "equal" if report.passed else "differs"
+    return {**record, "outputs": report.outputs, "mismatches": mismatches, "status": status}
