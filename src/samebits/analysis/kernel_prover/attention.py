@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 import z3
 
 from samebits.analysis.kernel_prover import terms as T
+from samebits.analysis.kernel_prover.solving import check
 from samebits.analysis.kernel_prover.specs import MODELS
 from samebits.analysis.kernel_prover.symbolic.execution import Execution
 from samebits.analysis.kernel_prover.symbolic.folds import _assigned
@@ -439,7 +440,7 @@ class _Side:
             ok = z3.And(rest.z3() >= 0, rest.z3() < ps, blk.z3() >= 0, blk.z3() < self.stride.z3())
             s.push()
             s.add(z3.Not(ok))
-            res = s.check()
+            res = check(s)
             s.pop()
             if res == z3.unsat:
                 canon = blk.scale(ps).add(rest)
@@ -741,7 +742,7 @@ def _prove(src, spec: AttentionSpec, stats, Refuted, _compare, _final) -> None:
 
     s = z3.Solver()
     s.add(*base)
-    if s.check() == z3.unsat:
+    if check(s) == z3.unsat:
         raise Unsupported("goal", "the executions' facts are inconsistent (vacuous proof)")
     _no_loop_vars(base, sides)
     for name in ("L", "R"):
@@ -762,7 +763,7 @@ def _prove(src, spec: AttentionSpec, stats, Refuted, _compare, _final) -> None:
         s = z3.Solver()
         s.set("timeout", 60000)
         s.add(*facts)
-        if s.check() != z3.sat:
+        if check(s) != z3.sat:
             raise Unsupported("goal", f"{label}: the obligation's facts are inconsistent "
                               "(a vacuous step)")  # fmt: skip
 
@@ -875,7 +876,7 @@ def _scratch_injective(ex: Execution, side: _Side, spec: AttentionSpec) -> None:
             s.set("timeout", 60000)
             s.add(*ex.facts, *[T.cond_z3(c) for c in st.path])
             s.add(hi.z3() > side.max_spans.z3())
-            if not _vars(lo) <= launch or s.check() != z3.unsat:
+            if not _vars(lo) <= launch or check(s) != z3.unsat:
                 raise Unsupported(st.where, f"store of {st.array} read by a later call: the "
                                   f"bound {hi} of a write variable may exceed max_spans")  # fmt: skip
             ranges[k] = (lo, side.max_spans)
@@ -897,7 +898,7 @@ def _scratch_injective(ex: Execution, side: _Side, spec: AttentionSpec) -> None:
         s = z3.Solver()
         s.set("timeout", 60000)
         s.add(*_launch_facts(ex), *facts, *_mul_lemmas([oa, ob]))
-        res = s.check()
+        res = check(s)
         if res != z3.unsat:
             raise Unsupported(st.where, f"store of {st.array} read by a later call: two "
                               f"writers of one element are not excluded (solver {res})")  # fmt: skip

@@ -39,6 +39,7 @@ from samebits.analysis.kernel_prover.prover import (
     _model_dict,
     _unique,
 )
+from samebits.analysis.kernel_prover.solving import check
 from samebits.analysis.kernel_prover.symbolic.execution import Execution
 from samebits.analysis.kernel_prover.symbolic.memory import RaceError, _active
 from samebits.analysis.kernel_prover.symbolic.oracle import Oracle
@@ -108,7 +109,7 @@ def _check(facts: list, claim, reason: str, where: str) -> None:
     s = z3.Solver()
     s.set("timeout", 60000)
     s.add(*facts, z3.Not(claim))
-    res = s.check()
+    res = check(s)
     if res == z3.sat:
         raise Refuted({"reason": reason, "store": where,
                        "model": _model_dict(s.model(), ["L.", "R."])})  # fmt: skip
@@ -221,7 +222,7 @@ def _prove_store(src, spec: GroupedSpec, left: Execution, sl, tile) -> int:
         pair = [*base, *_active(sr, {}, col)]
         s = z3.Solver()
         s.add(*pair)
-        if s.check() == z3.unsat:
+        if check(s) == z3.unsat:
             continue
         compared += 1
         _compare(sl, sr, pair, "y")

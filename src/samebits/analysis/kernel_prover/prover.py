@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import z3
 
 from samebits.analysis.kernel_prover import terms as T
+from samebits.analysis.kernel_prover.solving import check
 from samebits.analysis.kernel_prover.symbolic import folds
 from samebits.analysis.kernel_prover.symbolic.execution import Execution
 from samebits.analysis.kernel_prover.symbolic.memory import (
@@ -204,7 +205,7 @@ def _check_int32(ex: Execution, goal: Goal, m: Lin, side: str) -> int:
         s = z3.Solver()
         s.set("timeout", 60000)
         s.add(*facts, *bounds, z3.Or(v.z3() < INT32[0], v.z3() > INT32[1]))
-        res = s.check()
+        res = check(s)
         if res == z3.sat:
             raise Refuted({"reason": f"int32 overflow in the {side} execution at {where}: "
                            f"{v} can leave the int32 range",
@@ -231,11 +232,11 @@ def _prove(src, goal, left_calls, right_calls, m_left, stats) -> None:
             s.add(*ambient)
             s.push()
             s.add(z3.Not(T.cond_z3(inside)))
-            if s.check() == z3.unsat:
+            if check(s) == z3.unsat:
                 return array, T.mul(elem_r, w).add(idx)
             s.pop()
             s.add(T.cond_z3(inside))
-            if s.check() == z3.unsat:
+            if check(s) == z3.unsat:
                 # outside the one row the M = 1 launch was given: memory no left read can see
                 return f"{array}@right-outside-row", idx
             raise Unsupported(where, f"cannot decide whether {array}[{idx}] stays in its row")
@@ -286,7 +287,7 @@ def _prove(src, goal, left_calls, right_calls, m_left, stats) -> None:
                     facts += inj([sl.offset, sr.offset, t_left])
                 s = z3.Solver()
                 s.add(*facts)
-                if s.check() == z3.unsat:
+                if check(s) == z3.unsat:
                     continue
                 compared += 1
                 _compare(sl, sr, facts, out)
@@ -342,7 +343,7 @@ def _coverage(ex: Execution, array: str, target: Lin, elem: list, side: str, log
     s.set("timeout", 60000)
     s.add(*elem)
     s.add(z3.Not(z3.Or(covers)))
-    res = s.check()
+    res = check(s)
     if res == z3.sat:
         raise Refuted(
             {
@@ -370,7 +371,7 @@ def _unique(ex: Execution, array: str, side: str, inj=None, call: int | None = N
                 s.add(*inj([a.offset, T.subst_lin(b.offset, ren)]))
             if a is b:
                 s.add(z3.Or([Lin(((k, 1),), 0).z3() != ren[k].z3() for k in a.wvars] or [False]))
-            res = s.check()
+            res = check(s)
             if res == z3.unknown:  # never taken as "unique" (non-linear offsets: a timeout)
                 raise Unsupported(a.where, f"uniqueness of the writers of {array}: solver unknown")
             if res == z3.sat:
@@ -458,7 +459,7 @@ def _scatter_rows(ex: Execution, array: str, slot: str, width: int, base: list, 
         s.add(*ex.facts, *base, *_active(st, {}, st.offset))
         inside = [rest.z3() >= 0, rest.z3() < width, e.z3() >= 0, e.z3() < m.z3()]
         s.add(z3.Not(z3.And(inside)))
-        res = s.check()
+        res = check(s)
         if res == z3.sat:
             raise Refuted(
                 {
@@ -518,7 +519,7 @@ def _compare(
     :func:`_products`)."""
     s = z3.Solver()
     s.add(*facts)
-    if s.check() == z3.unsat:
+    if check(s) == z3.unsat:
         return
     oracle = Oracle(facts)
     parents: dict = {}
@@ -542,9 +543,9 @@ def _compare(
         if mm.extra is not None:
             s.push()
             s.add(mm.extra)
-            if s.check() != z3.sat:
+            if check(s) != z3.sat:
                 s.pop()
-        model = _model_dict(s.model(), ["elem.", "L.", "R."]) if s.check() == z3.sat else {}
+        model = _model_dict(s.model(), ["elem.", "L.", "R."]) if check(s) == z3.sat else {}
         path = []
         key = (mm.left.id, mm.right.id) if mm.left is not None else None
         while key in parents:
