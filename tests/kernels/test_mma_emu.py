@@ -124,9 +124,11 @@ def test_zero_results_are_plus_zero():
     assert _step(zeros, ones, neg_zero, signed) == 0  # products +0
     x = _bf16([3.0, -3.0] + [0.0] * 14)
     assert _step(x, ones, neg_zero, signed) == 0  # exact cancellation: +0 either way
-    tiny = _bf16([-(2.0**-80)] + [0.0] * 15)  # -2^-160: truncated to zero
-    assert _step(tiny, _bf16([2.0**-80] + [0.0] * 15)) == 0
-    assert _step(tiny, _bf16([2.0**-80] + [0.0] * 15), 0, signed) == neg_zero
+    tiny = _bf16([-(2.0**-75)] + [0.0] * 15)  # -2^-150: on the grid, truncated to zero in fp32
+    assert _step(tiny, _bf16([2.0**-75] + [0.0] * 15)) == 0
+    assert _step(tiny, _bf16([2.0**-75] + [0.0] * 15), 0, signed) == neg_zero
+    tinier = _bf16([-(2.0**-80)] + [0.0] * 15)  # -2^-160: below the floored grid 2^-158
+    assert _step(tinier, _bf16([2.0**-80] + [0.0] * 15), 0, signed) == 0
     ones_acc = _f32_bits(1.0)
     assert _step(neg_zeros, ones, ones_acc) == ones_acc  # zero products leave acc exact
 

@@ -57,6 +57,10 @@ static inline int32_t normalize_shift(int32_t s, int top) {
 }
 
 #define LANES 16 /* outputs of one row of x computed together: 16 rows of w */
+/* The grid is never finer than 2^(EMAX_FLOOR - GRID): a step whose largest nominal exponent is
+ * below EMAX_FLOOR (all its terms tiny: a zero accumulator and products below 2^-126) aligns to
+ * EMAX_FLOOR, as the H200 does (docs/mma_emulator.md, "The exponent floor") */
+#define EMAX_FLOOR (-133)
 #define FAST_EMIN (-102) /* 2^(GRID - Emax) is a normal fp32 for Emax >= FAST_EMIN */
 #define FAST_EMAX 126    /* a product of nominal exponent <= 126 is < 2^128 */
 #define EMPTY_LO 1000    /* range of a block without a nonzero value: lo > hi */
@@ -281,6 +285,7 @@ static uint32_t scalar_step(const uint16_t *xb, const uint16_t *wb, uint32_t acc
         emax = e[i] > emax ? e[i] : emax;
     }
     if (emax < NONE / 2) return zero_step(xb, wb, acc, flags);
+    emax = emax < EMAX_FLOOR ? EMAX_FLOOR : emax;
     for (int i = 0; i < STEP; i++) total += on_grid(p[i], e[i] - emax + (GRID - 14));
     total += on_grid(csig, cexp - emax + (GRID - 23));
     return to_fp32(total < 0, (uint64_t)(total < 0 ? -total : total), emax - GRID, flags);

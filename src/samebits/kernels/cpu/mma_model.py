@@ -3,7 +3,9 @@
 `d = mma_k16(a[16], b[16], c)` as measured on the H200 (Triton 3.6 `tl.dot` chains, wgmma):
 1. the 16 products are exact: significands ma*mb (8x8 bits), *nominal* exponent ea+eb (the
    exponent fields' sum: a product whose significand reaches [2,4) is not renormalized);
-2. Emax = the largest nominal exponent among the nonzero products and the accumulator c;
+2. Emax = the largest nominal exponent among the nonzero products and the accumulator c, but
+   at least EMAX_FLOOR = -133 (a step of tiny terms only, e.g. a zero accumulator and products
+   below 2^-126, aligns to -133: measured on the H200 2026-12-03, docs/mma_emulator.md);
 3. every term (c included) is put on the fixed-point grid of step 2^(Emax-25), truncated
    toward zero (sign-magnitude) when it has lower bits;
 4. the 17 grid values are added exactly;
@@ -29,6 +31,7 @@ import numpy as np
 STEP = 16  # k per MMA step
 GRID = 25  # fraction bits kept below Emax (step 3)
 CANONICAL_NAN = 0x7FFFFFFF
+EMAX_FLOOR = -133  # the grid is never finer than 2^(EMAX_FLOOR - GRID) (step 2)
 _NONE = -100_000  # exponent of a zero term: never the maximum, always shifted out
 
 
@@ -144,6 +147,7 @@ def mma_k16(x: np.ndarray, w: np.ndarray, acc: np.ndarray, model: MmaModel = DEF
     nominal = lsb + np.array([23] + [14] * STEP)  # c: its exponent; products: ea + eb
     neg = np.concatenate([cs[:, :, None], xs[:, None, :] ^ ws[None, :, :]], axis=2)
     emax = np.where(sig != 0, nominal, _NONE).max(axis=2)
+    emax = np.where(emax == _NONE, _NONE, np.maximum(emax, EMAX_FLOOR))
     shift = lsb - (emax[:, :, None] - GRID)  # onto the grid of step 2^(Emax - 25)
     grid = np.where(shift >= 0, sig << np.clip(shift, 0, 40), sig >> np.clip(-shift, 0, 63))
     grid = np.where(shift < -62, 0, grid)
