@@ -28,6 +28,13 @@ SPLIT_CANDIDATES: dict[str, tuple[int, ...]] = {
 # grid (K=256, S=4), consistent with Triton folding `total + dot(a, b, 0)` into
 # `dot(a, b, total)`; with two or more steps the chain's last dot never has a zero accumulator.
 MIN_STEPS_PER_RANGE = 2
+# The roles whose linear may add a bias (Qwen2's qkv; `certified.units.has_bias`). Their
+# ranges hold MIN_STEPS_PER_RANGE steps even when S = 1 (a smaller block_k for small K):
+# measured on the H200 (2026-12-03, benchmarks/replay_k64_probe.py), a range of one
+# `tl.dot(a, b, 0)` followed by `+ bias` is compiled as `tl.dot(a, b, bias)` (the bias as the
+# MMA accumulator: other bits than chain-then-add; qkv 128x64 with bias, 8 of 12 input classes,
+# every launch alike); with two steps per range every launch adds the bias after the chain.
+BIAS_ROLES = ("qkv",)
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,17 @@ def plan_block_k(k: int) -> int:
     return 64 if k >= 64 else 32
 
 
+def _bias_block_k(k: int, block_k: int) -> int:
+    """The largest block_k <= ``block_k`` (64, 32, 16) giving a single range of ``k`` at least
+    MIN_STEPS_PER_RANGE steps; a K of one MMA step (16) cannot carry a bias."""
+    while block_k > 16 and -(-k // block_k) < MIN_STEPS_PER_RANGE:
+        block_k //= 2
+    if -(-k // block_k) < MIN_STEPS_PER_RANGE:
+        raise ValueError(f"a linear of role in {BIAS_ROLES} needs K > 16 (got K={k}): one MMA "
+                         "step would take its bias as the accumulator")  # fmt: skip
+    return block_k
+
+
 def _candidates(role: str) -> tuple[int, ...]:
     return SPLIT_CANDIDATES["row_parallel" if role in ROW_PARALLEL_ROLES else "column"]
 
@@ -66,6 +84,8 @@ def split_plan(n: int, k: int, role: str) -> SplitPlan:
     if n < 1 or k < 1:
         raise ValueError(f"weight shape must be positive, got n={n}, k={k}")
     block_k = plan_block_k(k)
+    if role in BIAS_ROLES:
+        block_k = _bias_block_k(k, block_k)
     splits = next(
         s for s in _candidates(role)
         if s == 1 or (k % (s * block_k) == 0 and k // s >= MIN_STEPS_PER_RANGE * block_k)

@@ -25,6 +25,9 @@ from samebits.kernels.triton.splitplan import SplitPlan, split_plan
         (40, 48, "qkv", 1, 32, 64),
         (40, 16, "lm_head", 1, 32, 32),
         (40, 64, "down", 1, 64, 64),
+        (128, 64, "qkv", 1, 32, 64),  # a role with a bias: two steps even when S = 1
+        (128, 64, "gate_up", 1, 64, 64),
+        (40, 32, "qkv", 1, 16, 32),
     ],
 )
 def test_split_table(n, k, role, splits, block_k, range_k):
@@ -65,3 +68,13 @@ def test_every_range_holds_two_steps():
 def test_launch_rejects_empty_batch():
     with pytest.raises(ValueError):
         choose_launch(split_plan(40, 512, "down"), 0)
+
+
+def test_a_biased_role_has_two_steps_in_its_range():
+    """Triton compiles `dot(a, b, 0) + bias` as `dot(a, b, bias)` (measured on the H200): a
+    role that may carry a bias never has a one-step range."""
+    for k in (32, 48, 64, 96, 128, 256, 576, 4096):
+        plan = split_plan(128, k, "qkv")
+        assert plan.range_k >= 2 * plan.block_k and plan.range_k < k + plan.block_k
+    with pytest.raises(ValueError, match="K > 16"):
+        split_plan(128, 16, "qkv")
