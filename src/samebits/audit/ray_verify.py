@@ -63,6 +63,9 @@ class ReplayWorker:
         return replay_entry(self.engine, logged)
 
 
+IN_FLIGHT = 2  # entries queued per actor: the next one starts while the driver reads a result
+
+
 class RayReplayPool:
     """`num_workers` ReplayWorker actors; `close()` kills them (and a cluster it started)."""
 
@@ -89,11 +92,13 @@ class RayReplayPool:
         self.numerics_id: str = identities[0][1]
 
     def replay_in_order(self, entries: Sequence[LoggedEntry]) -> Iterator[ReplayResult]:
-        """Replay every entry on the pool; yield the results in `entries` order."""
+        """Replay every entry on the pool; yield the results in `entries` order. Each actor
+        holds IN_FLIGHT entries (it runs them in turn), so it never waits on the driver."""
         ray = self._ray
         pending: dict[Any, tuple[int, Any]] = {}  # object ref -> (entry index, actor)
         done: dict[int, ReplayResult] = {}
-        free, todo, emitted = list(self.actors), iter(range(len(entries))), 0
+        free = [a for _ in range(IN_FLIGHT) for a in self.actors]
+        todo, emitted, dead = iter(range(len(entries))), 0, set()
         while emitted < len(entries):
             while free and (i := next(todo, None)) is not None:
                 actor = free.pop()
@@ -106,9 +111,12 @@ class RayReplayPool:
                 i, actor = pending.pop(ref)
                 try:
                     done[i] = ray.get(ref)
-                    free.append(actor)
+                    if id(actor) not in dead:
+                        free.append(actor)
                 except Exception as exc:  # the actor died: this entry fails, it leaves the pool
                     done[i] = _lost(entries[i], f"replay worker failed: {type(exc).__name__}")
+                    dead.add(id(actor))
+                    free = [a for a in free if id(a) not in dead]
             while emitted in done:
                 yield done.pop(emitted)
                 emitted += 1
