@@ -23,12 +23,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from samebits.engine.runner import COLD_BLOCK as BLOCK
 from samebits.engine.runner import ModelRunner, build_flat_batch, cold_logits
 from samebits.engine.scheduler import ScheduledRequest
 from samebits.engine.step_result import ReadyStep, StepLogits, StepResult
 
 CHUNK = 256  # positions per forced forward: bounds the rows held (CHUNK x vocab x 4 bytes)
-BLOCK = 16
 
 
 @dataclasses.dataclass

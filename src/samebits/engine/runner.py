@@ -380,6 +380,9 @@ def _side_stream(device: torch.device, role: str) -> torch.cuda.Stream:
     return _SIDE_STREAMS[key]
 
 
+COLD_BLOCK = 16  # the page size of the Ref forward's fresh cache (any size gives the same bits)
+
+
 def cold_logits(deployment, token_ids, all_rows: bool = False):
     """Cold, batch-of-one, no-cache forward over `token_ids` (the spec's Ref).
 
@@ -387,7 +390,7 @@ def cold_logits(deployment, token_ids, all_rows: bool = False):
     ([len, vocab]) with `all_rows`. Uses a fresh KV cache with an identity block table.
     """
     n = len(token_ids)
-    block = 16
+    block = COLD_BLOCK
     num_blocks = -(-n // block)
     ids = tuple(int(t) for t in token_ids)
     req = ScheduledRequest("ref", ids, 0, tuple(range(num_blocks)), sample=True)
