@@ -36,19 +36,11 @@ def _bits(t) -> np.ndarray:
     return out.view(np.uint16 if view == torch.int16 else np.uint32)
 
 
-def _launches(plan):
-    from samebits.kernels.triton.launches import Launch, launch_table, pointer_kind
-
-    rows = launch_table(plan)
-    out = [Launch(r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows]
-    out += [Launch(pointer_kind(plan), r[2], r[3], r[4], r[5], 1) for r in rows]
-    return list(dict.fromkeys(out))
-
-
 def _cell(plan, role, x, w, bias, arrays: dict, tag: str) -> dict:
     import torch
 
     from samebits.kernels.replay import ReplayLinear
+    from samebits.kernels.triton.launches import table_launches
     from samebits.kernels.triton.linear import linear, split_partials
 
     out_dtype = torch.float32 if role == "lm_head" else torch.bfloat16
@@ -59,14 +51,14 @@ def _cell(plan, role, x, w, bias, arrays: dict, tag: str) -> dict:
     rep32 = ReplayLinear(w, bias, plan, "float32")
     want, want32, parts = rep(x), rep32(x), rep.partials(x)
     res: dict = {}
-    for launch in _launches(plan):
+    for launch in table_launches(plan):
         key = f"{launch.kind} {launch.block_m}x{launch.block_n} w{launch.num_warps} s{launch.num_stages}"
         y = _bits(linear(xt, wt, bt, plan, out_dtype, launch=launch))
         y32 = _bits(linear(xt, wt, bt, plan, torch.float32, launch=launch))
         res[key] = {"out": int((y != want).sum()), "out_fp32": int((y32 != want32).sum())}
         arrays[f"{tag}|{key}|out"] = y
         arrays[f"{tag}|{key}|out32"] = y32
-    ptr = [lc for lc in _launches(plan) if lc.kind != "tma"][0]
+    ptr = [lc for lc in table_launches(plan) if lc.kind != "tma"][0]
     gp = _bits(split_partials(xt, wt, plan, ptr))
     res["partials"] = int((gp != parts).sum())
     arrays.update({f"{tag}|x": x, f"{tag}|w": w, f"{tag}|want": want, f"{tag}|want32": want32,

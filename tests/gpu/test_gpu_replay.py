@@ -21,15 +21,6 @@ SHAPES = [  # (role, n, k, bias)
 ]
 
 
-def _launches(plan):
-    from samebits.kernels.triton.launches import Launch, launch_table, pointer_kind
-
-    rows = launch_table(plan)
-    out = [Launch(r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows]
-    out += [Launch(pointer_kind(plan), r[2], r[3], r[4], r[5], 1) for r in rows]
-    return list(dict.fromkeys(out))
-
-
 def _bits(t) -> np.ndarray:
     import torch
 
@@ -44,6 +35,7 @@ def test_linear_equals_replay_on_every_class(cuda, gpu_record, role, n, k, has_b
 
     from samebits.kernels.replay import ReplayLinear
     from samebits.kernels.splitplan import split_plan
+    from samebits.kernels.triton.launches import table_launches
     from samebits.kernels.triton.linear import linear
 
     plan = split_plan(n, k, role)
@@ -58,7 +50,7 @@ def test_linear_equals_replay_on_every_class(cuda, gpu_record, role, n, k, has_b
         bt = None if bias is None else torch.from_numpy(bias).cuda()
         for m in (1, 17, 130):
             want = replay(x[:m])
-            for launch in _launches(plan):
+            for launch in table_launches(plan):
                 y = linear(xt[:m].contiguous(), wt, bt, plan, out_dtype, launch=launch)
                 key = f"{kind} M={m} {launch.kind} {launch.block_m}x{launch.block_n}"
                 bad[key] = int((_bits(y) != want).sum())

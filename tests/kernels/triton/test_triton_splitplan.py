@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from samebits.kernels.triton.launches import RANGES, SPLIT_GRID, TMA, choose_launch, pointer_kind
+from samebits.kernels.triton.launches import (
+    RANGES,
+    SPLIT_GRID,
+    TMA,
+    choose_launch,
+    pointer_kind,
+    table_launches,
+)
 from samebits.kernels.triton.splitplan import SplitPlan, split_plan
 
 
@@ -78,3 +85,15 @@ def test_a_biased_role_has_two_steps_in_its_range():
         assert plan.range_k >= 2 * plan.block_k and plan.range_k < k + plan.block_k
     with pytest.raises(ValueError, match="K > 16"):
         split_plan(128, 16, "qkv")
+
+
+def test_table_launches_hold_every_launch_m_picks():
+    for plan in (
+        split_plan(40, 512, "down"),
+        split_plan(40, 100, "qkv"),
+        split_plan(9000, 64, "o"),
+    ):
+        every = table_launches(plan)
+        assert len(every) == len(set(every))
+        for m in (1, 16, 17, 64, 65, 256, 257, 5000):
+            assert choose_launch(plan, m) in every and choose_launch(plan, m, tma=False) in every

@@ -92,6 +92,15 @@ def pointer_kind(plan: SplitPlan) -> str:
     return SPLIT_GRID if plan.splits > 1 else RANGES
 
 
+def table_launches(plan: SplitPlan) -> list[Launch]:
+    """Every row of the plan's table as its launch, then the same tiles in the pointer kind
+    (what a bitwise check of every launch runs; duplicates dropped, order kept)."""
+    rows = launch_table(plan)
+    out = [Launch(r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows]
+    out += [Launch(pointer_kind(plan), r[2], r[3], r[4], r[5], 1) for r in rows]
+    return list(dict.fromkeys(out))
+
+
 def choose_launch(plan: SplitPlan, m: int, tma: bool = True) -> Launch:
     """The launch for ``m`` rows from :func:`launch_table`; with ``tma=False`` a TMA row runs
     as :func:`pointer_kind` with the same tiles."""
