@@ -109,7 +109,31 @@ def test_tiles_of_one_page_are_refuted_across_block_sizes():
                   "for key0 in range(span0, stop, PAGE):")  # fmt: skip
     text = mutate(text, "m_s, l_s, acc_s, HKV, D, PAGE, BLOCK_N)",
                   "m_s, l_s, acc_s, HKV, D, PAGE, PAGE)")  # fmt: skip
-    assert_refuted(run(text, "tiny.attention.bm64-p16~bm64-p32"), "reads v at different indices")
+    # the key tiles are 16 keys wide in L, 32 in R: the P @ V products contract another K
+    assert_refuted(run(text, "tiny.attention.bm64-p16~bm64-p32"), "dotk: parameters differ")
+
+
+KEY_ORDER = ("    key = key0 + tl.arange(0, BLOCK_N)\n",
+             "    key = key0 + (tl.arange(0, BLOCK_N) + PAGE) % BLOCK_N\n")
+
+
+def test_key_order_following_the_block_size_is_refuted():
+    # the tile's keys in a rotated order that follows PAGE: the same keys (the exact max is
+    # equal), but P @ V and the p @ ones denominator chain them in another order. The generic
+    # k lane of tl.dot tells the orders apart; the same rotation on both sides is proved
+    text = mutate(ATTN, *KEY_ORDER)
+    assert run(text, SAME).status == "proved"
+    assert_refuted(run(text, "tiny.attention.bm64-p16~bm64-p32"), "at different indices")
+
+
+def test_score_columns_following_the_block_size_are_refuted():
+    # k's head-dim columns rotated by PAGE // 16 (PAGE % D is 0 at D = 16): q . k pairs other
+    # columns at another block size
+    text = mutate(ATTN, "    k = tl.load(k_ptr + kv[:, None] + d[None, :], mask=kmask[:, None], other=0.0)\n",
+                  "    k = tl.load(k_ptr + kv[:, None] + ((d + PAGE // 16) % D)[None, :],"
+                  " mask=kmask[:, None], other=0.0)\n")  # fmt: skip
+    assert run(text, SAME).status == "proved"
+    assert_refuted(run(text, "tiny.attention.bm64-p16~bm64-p32"), "reads k at different indices")
 
 
 def test_denominator_by_tl_sum_over_the_tile_is_refuted_across_tile_heights():

@@ -82,7 +82,7 @@ from samebits.kernels.triton.certified.units import ALSO_FILES, ATTENTION_PAGES
 ATTENTION = "attention_invariance"
 ACT = "bf16"
 RULES = frozenset({"ctx", "zero-product"})
-EXEC_RULES = frozenset({"max-any-order", "sum-of-zeros"})
+EXEC_RULES = frozenset({"max-any-order", "sum-of-zeros", "dot-lanes"})
 PAGED, SPLIT = "paged", "split"
 PAGED_KERNEL = "paged_attention_kernel"
 SPLIT_KERNEL = "split_span_kernel"

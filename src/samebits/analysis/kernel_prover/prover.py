@@ -29,6 +29,7 @@ from samebits.analysis.kernel_prover.symbolic.memory import (
 )
 from samebits.analysis.kernel_prover.symbolic.oracle import Oracle
 from samebits.analysis.kernel_prover.symbolic.source import KernelSource
+from samebits.analysis.kernel_prover.symbolic.tl_semantics import DOTK
 from samebits.analysis.kernel_prover.symbolic.values import Unsupported
 from samebits.analysis.kernel_prover.terms import Lin, Term
 
@@ -788,9 +789,17 @@ def _equal(oracle, a, b, parents, rules, done: set, ctx0: tuple, first: dict, fa
                 parents.setdefault((px.id, py.id), (key, f"dot16.product[{j}]"))
                 stack.append((px, py, ctx))
             continue
+        if products and x.op == DOTK:
+            if x.args[1] != y.args[1] or x.args[4] != y.args[4]:
+                raise _Mismatch("dotk: parameters differ", None, x, y)
+            px, py = _product(x.args[2], x.args[3]), _product(y.args[2], y.args[3])
+            parents.setdefault((x.args[0].id, y.args[0].id), (key, "dot16.acc"))
+            parents.setdefault((px.id, py.id), (key, "dotk.product[l]"))
+            stack += [(x.args[0], y.args[0], ctx), (px, py, ctx)]
+            continue
         for i, (p, q) in enumerate(zip(x.args, y.args, strict=True)):
             if isinstance(p, Term):
-                lab = "dot16.acc" if x.op == "dot16" and i == 0 else f"{x.op}.arg{i}"
+                lab = "dot16.acc" if x.op in ("dot16", DOTK) and i == 0 else f"{x.op}.arg{i}"
                 parents.setdefault((p.id, q.id), (key, lab))
                 stack.append((p, q, ctx))
             elif isinstance(p, tuple) and p and isinstance(p[0], Term):

@@ -583,6 +583,8 @@ def describe(t: Term, depth: int = 2) -> str:
             n += 1
             cur = cur.args[0]
         return f"dot16-chain[{n} atoms, last k-atom a0={describe(t.args[1][0], depth - 1)}]"
+    if t.op == "dotk":
+        return f"dot[K={t.args[1]}, generic k lane: a={describe(t.args[2], depth - 1)}]"
     if t.op == "ite":
         return (
             f"ite({t.args[0]}, {describe(t.args[1], depth - 1)}, {describe(t.args[2], depth - 1)})"

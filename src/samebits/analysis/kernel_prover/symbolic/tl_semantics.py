@@ -243,8 +243,6 @@ def _tl_dot(p, e, args, kw):
     (m, (k, ka)), ((k2, kb), n) = (a.dims[0], a.dims[1]), (b.dims[0], b.dims[1])
     if k != k2 or k % DOT_ATOM or ka is None or kb is None:
         raise Unsupported(p.where(e), f"tl.dot K must match and be a multiple of {DOT_ATOM}")
-    av = [T.subst_term(a.v, {ka: T.const(q)}) for q in range(k)]
-    bv = [T.subst_term(b.v, {kb: T.const(q)}) for q in range(k)]
     dims = (m, n)
     if acc is None:
         cur = T.fconst(0.0, out_dt)
@@ -254,6 +252,10 @@ def _tl_dot(p, e, args, kw):
         if acc.kind != "float":
             raise Unsupported(p.where(e), "tl.dot accumulator must be float")
         cur = T.cast(vals[1], out_dt)
+    if DOT_LANES in p.ex.rules:
+        return Tile("float", dims, _dot_lanes(p, a.v, b.v, ka, kb, k, cur, prec, out_dt), out_dt)
+    av = [T.subst_term(a.v, {ka: T.const(q)}) for q in range(k)]
+    bv = [T.subst_term(b.v, {kb: T.const(q)}) for q in range(k)]
     for g in range(0, k, DOT_ATOM):
         cur = T.Term(
             "dot16",
@@ -261,6 +263,60 @@ def _tl_dot(p, e, args, kw):
             out_dt,
         )
     return Tile("float", dims, cur, out_dt)
+
+
+DOT_LANES = "dot-lanes"  # rule: tl.dot as one generic k lane (`dot_lane`), not K constant lanes
+DOTK = "dotk"
+
+
+def dot_lane(k: int, level: int, kind: str = "dot.k") -> Lin:
+    """The lane bound by a generic tl.dot over K = ``k`` (or a generic ``kind`` reduction over
+    k lanes); ``level``: how many such terms its operands already nest. The same in both
+    executions, never a tile lane."""
+    return Lin.var(z3.Int(f"{kind}{k}.{level}"))
+
+
+def _bind(p, k: int, kind: str, *operands: Term) -> Lin:
+    """A bound lane over ``k`` lanes free in none of ``operands``, its range a fact."""
+    free: set = set()
+    for t in operands:
+        free |= T.free_atoms(t)
+    level = 0
+    while dot_lane(k, level, kind).terms[0][0] in free:
+        level += 1
+    bound = dot_lane(k, level, kind)
+    key = bound.terms[0][0]
+    if key not in p.ex.bound_lanes:
+        p.ex.bound_lanes.add(key)
+        p.ex.facts += [bound.z3() >= 0, bound.z3() < k]
+    return bound
+
+
+def _max_lanes(p, e, x: Tile, axis: int) -> Tile:
+    """With "max-any-order" and "dot-lanes": the exact maximum over an axis of n lanes as
+    ``reduce(max, any-order, n, LANES, body)``, ``body`` the element at a bound lane (one
+    comparison for a generic lane: equal element sequences have equal maxima)."""
+    dims, (size, lane) = p.reduce_axis(x, axis, e)
+    if lane is None:
+        raise Unsupported(p.where(e), "tl.max over a broadcast axis")
+    bound = _bind(p, size, "max.lane", x.v)
+    p.ex.layouts.add(("max", "any-order"))
+    body = p.subst_val(x, {lane: bound})
+    return Tile("float", dims, T.Term("reduce", ("max", "any-order", size, LANES, body), x.dtype),
+                x.dtype)  # fmt: skip
+
+
+def _dot_lanes(p, av: Term, bv: Term, ka: int, kb: int, k: int, cur: Term, prec, dt) -> Term:
+    """Rule "dot-lanes" (the attention goals): ``tl.dot`` is the term
+    ``dotk(acc, K, a(l), b(l), precision)``, ``a(l)`` / ``b(l)`` the operands' elements at the
+    bound k lane ``l`` (``0 <= l < K``, a fact of the execution). Under the k-atom chain model
+    the product is a function of ``acc`` and the K-element sequences, so two such terms with
+    the same K are equal when their accumulators are and their elements are equal for every
+    lane in range: compared once for a generic lane, not once per k. Both executions must
+    contract the same K in one call (a dot split into two calls is another term: refused)."""
+    bound = _bind(p, k, "dot.k", av, bv)
+    a_l, b_l = T.subst_term(av, {ka: bound}), T.subst_term(bv, {kb: bound})
+    return T.Term(DOTK, (cur, k, a_l, b_l, prec), dt)
 
 
 def _tl_where(p, e, args, kw):
@@ -319,6 +375,8 @@ def _reduce(name):
         generic = _lane_reduce(p, e, name, layout, x, axis)
         if generic is not None:
             return generic
+        if name == "max" and "max-any-order" in p.ex.rules and DOT_LANES in p.ex.rules:
+            return _max_lanes(p, e, x, axis)
         dims, vals = p.elems(x, axis, e)
         if name == "max" and "max-any-order" in p.ex.rules:
             # the exact maximum of the elements, whatever the reduction tree (assumption
@@ -384,7 +442,7 @@ def opaque_mul(a: Lin, b: Lin) -> Lin:
 
 def _from_zero_dot(t: Term) -> bool:
     """A tl.dot chain whose accumulator starts at the constant +0.0."""
-    while t.op == "dot16":
+    while t.op in ("dot16", DOTK):
         t = t.args[0]
     return T.is_pos_zero(t)
 
