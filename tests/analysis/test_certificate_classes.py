@@ -107,6 +107,22 @@ def test_more_rows_than_the_int32_obligations_assume_refuse(monkeypatch, capsys)
     assert "running uncertified" in capsys.readouterr().err
 
 
+def test_contexts_past_the_attention_int32_bounds_refuse(monkeypatch, capsys):
+    class Dep:
+        components = {"certificates": {"status": "certified"}}
+
+    b = U.ATTENTION_BOUNDS
+    monkeypatch.delenv(gate.ENV_ALLOW, raising=False)
+    gate.check_attention_bounds(Dep(), b["POS_MAX"], b["BLOCKS_MAX"])
+    gate.check_attention_bounds(object(), b["POS_MAX"] + 1, 1)  # no certificates: not gated
+    for too_big in ((b["POS_MAX"] + 1, 1), (4096, b["BLOCKS_MAX"] + 1)):
+        with pytest.raises(gate.UncertifiedKernelError, match="attention certificates' int32"):
+            gate.check_attention_bounds(Dep(), *too_big)
+    monkeypatch.setenv(gate.ENV_ALLOW, "1")
+    gate.check_attention_bounds(Dep(), b["POS_MAX"] + 1, 1)
+    assert "running uncertified" in capsys.readouterr().err
+
+
 def _down(n: int, k: int) -> dict:
     return dict(key=f"linear.down.{n}x{k}", kind="linear", role="down", n=n, k=k, bias=False)
 

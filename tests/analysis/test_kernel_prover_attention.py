@@ -181,3 +181,48 @@ def test_metadata_gives_each_query_token_one_program_of_its_request():
             assert (owner[toks] == -1).all()
             owner[toks] = p
         assert (owner >= 0).all()
+
+
+# --- int32 index arithmetic at the deployment bounds (units.ATTENTION_BOUNDS) -------------
+
+
+def _spec(heads: int, kv_heads: int, head_dim: int, index: int = 0):
+    return attention_specs("x", {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim})[index]
+
+
+def _prove_text(text: str, spec):
+    return prove_attention(joined(text, "_attention_kernel.py", ALSO_FILES["attention"]), spec)
+
+
+def test_int32_obligations_are_proved_at_the_deployment_bounds():
+    for spec in (_spec(4, 2, 16), _spec(32, 8, 128, 4)):  # spans in sequence; split-KV
+        res = _prove_text(ATTN, spec)
+        assert res.status == "proved", res.unsupported or res.counterexample
+        assert res.stats["int32_obligations"] >= 20
+        assert spec.goal.to_dict()["int32"]["bounds"] == U.ATTENTION_BOUNDS
+
+
+def test_q_row_offset_in_int32_overflows_only_at_large_heads_x_head_dim():
+    # tokens * heads * head_dim: 2^20 * 4 * 16 fits in int32, 2^20 * 32 * 128 does not
+    text = mutate(ATTN, "rows = (tok.to(tl.int64) * (HKV * GROUP)", "rows = (tok * (HKV * GROUP)")
+    assert _prove_text(text, _spec(4, 2, 16)).status == "proved"
+    assert_refuted(_prove_text(text, _spec(32, 8, 128)), "int32 overflow in the L execution")
+
+
+def test_kv_page_offset_in_int32_is_refuted():
+    # a block-table entry below BLOCKS_MAX times PAGE * HKV * D leaves int32 at any head shape
+    text = mutate(ATTN, "other=0).to(tl.int64)", "other=0)")
+    assert_refuted(_prove_text(text, _spec(4, 2, 16)), "int32 overflow")
+
+
+def test_split_state_offset_in_int32_is_refuted():
+    # the split launch's token * max_spans is int32 and fits within the host's rule (requests
+    # * kv heads < DECODE_SPLIT_PROGRAMS, the host's own constant); the state offset scaled by
+    # heads and head_dim does not, without the int64 cast
+    from samebits.kernels.triton.attention import DECODE_SPLIT_PROGRAMS, FULL_WINDOW
+
+    assert U.ATTENTION_BOUNDS["SPLIT_PROGRAMS"] == DECODE_SPLIT_PROGRAMS
+    assert U.ATTENTION_BOUNDS["FULL_WINDOW"] == FULL_WINDOW
+    text = mutate(ATTN, "    return tok.to(tl.int64) * (HKV * GROUP) + hk * GROUP + r % GROUP\n",
+                  "    return tok * (HKV * GROUP) + hk * GROUP + r % GROUP\n")  # fmt: skip
+    assert_refuted(_prove_text(text, _spec(32, 8, 128, 4)), "int32 overflow in the R execution")

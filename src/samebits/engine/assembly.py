@@ -98,10 +98,12 @@ def assemble(deployment: Any, cfg: EngineConfig) -> tuple[EngineConfig, Any, Sch
         )
     cfg = resolve(deployment, cfg)
     if deployment.components.get("certificates"):  # a certified GPU plan: certified pages
-        from samebits.kernels.triton.certified.gate import check_block_size, check_rows_bound
+        from samebits.kernels.triton.certified import gate
 
-        check_block_size(deployment, cfg.cache_config.block_size)
-        check_rows_bound(deployment, max(cfg.max_num_batched_tokens, cfg.max_num_seqs))
+        gate.check_block_size(deployment, cfg.cache_config.block_size)
+        gate.check_rows_bound(deployment, max(cfg.max_num_batched_tokens, cfg.max_num_seqs))
+        gate.check_attention_bounds(deployment, deployment.max_model_len,
+                                    cfg.cache_config.num_kv_blocks)  # fmt: skip
     salt = bytes.fromhex(deployment.fingerprint)
     scheduler = Scheduler.from_configs(cfg.cache_config, cfg.scheduler_config, salt)
     return cfg, _runner(deployment, cfg), scheduler

@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 import z3
 
 from samebits.analysis.kernel_prover import terms as T
+from samebits.analysis.kernel_prover.attention_int32 import check_int32
 from samebits.analysis.kernel_prover.solving import check
 from samebits.analysis.kernel_prover.specs import MODELS
 from samebits.analysis.kernel_prover.symbolic.execution import Execution
@@ -77,7 +78,7 @@ from samebits.analysis.kernel_prover.symbolic.values import (
     Unsupported,
 )
 from samebits.analysis.kernel_prover.terms import Lin, Term
-from samebits.kernels.triton.certified.units import ALSO_FILES, ATTENTION_PAGES
+from samebits.kernels.triton.certified.units import ALSO_FILES, ATTENTION_BOUNDS, ATTENTION_PAGES
 
 ATTENTION = "attention_invariance"
 ACT = "bf16"
@@ -206,6 +207,9 @@ class _Goal:
             "key_tile": s.block_n,
             "span": s.span,
             "launches": [s.left.launch, s.right.launch],
+            "int32": {"bounds": dict(ATTENTION_BOUNDS), "statement": "every int32 + - * of "
+                      "both executions stays in [-2^31, 2^31) for every metadata value within "
+                      "the bounds (attention_int32.py)"},
             "loop": "summarized by induction over the spans and over the key tiles of a span "
             "(no context bound)"
             + ("; split spans: a grid-stride loop over any number of programs" if
@@ -706,6 +710,7 @@ def _prove(src, spec: AttentionSpec, stats, Refuted, _compare, _final) -> None:
         ex.focus_lanes = {sd.block_m: side.rstar}
         ex.rules = EXEC_RULES
         ex.opaque_mul = True
+        ex.int32 = []  # every int32 + - *: proved in range at the deployment bounds
         rs = side.rstar.z3()
         v = lambda n, name=name: z3.Int(f"{name}.{n}")  # noqa: E731
         ex.facts += [v("grid_hkv") == spec.kv_heads, rs >= 0, rs < sd.block_m,
@@ -744,6 +749,10 @@ def _prove(src, spec: AttentionSpec, stats, Refuted, _compare, _final) -> None:
     s.add(*base)
     if check(s) == z3.unsat:
         raise Unsupported("goal", "the executions' facts are inconsistent (vacuous proof)")
+    stats["int32_obligations"] = sum(
+        check_int32(exs[n], ATTENTION_BOUNDS, sd.page, spec.span, spec.kv_heads, n, Refuted)
+        for n, sd in (("L", spec.left), ("R", spec.right))
+    )
     _no_loop_vars(base, sides)
     for name in ("L", "R"):
         _scratch_injective(exs[name], sides[name], spec)

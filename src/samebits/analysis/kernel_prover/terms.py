@@ -142,10 +142,13 @@ def const(v: int) -> Lin:
 
 
 def mul(a: Lin, b: Lin) -> Lin:
+    """``a * b``; a non-linear product is one atom, its factors first recombined by
+    `fold_divmod` (``c*(x div c) + x mod c`` is ``x``), so equal products are equal atoms."""
     if a.is_const():
         return b.scale(a.const)
     if b.is_const():
         return a.scale(b.const)
+    a, b = fold_divmod(a), fold_divmod(b)
     return Lin.of_z3(a.z3() * b.z3())
 
 
@@ -231,7 +234,13 @@ def _subst_atom(k: int, rel: tuple, mapping: dict[int, Lin]) -> Lin:
         if arg.is_const():
             return const(arg.const // c if op == "div" else arg.const % c)
         return Lin.of_z3(arg.z3() / c if op == "div" else arg.z3() % c)
-    return Lin.of_z3(z3.substitute(atom(k), *[(atom(v), m.z3()) for v, m in rel]))
+    e = atom(k)
+    if z3.is_mul(e):  # a product: each factor through its Lin (fold_divmod applies), then `mul`
+        out = const(1)
+        for f in e.children():
+            out = mul(out, subst_lin(_lin_of_z3(f), mapping))
+        return out
+    return Lin.of_z3(z3.substitute(e, *[(atom(v), m.z3()) for v, m in rel]))
 
 
 _SUBST: dict = {}

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 import triton
 
+from samebits.kernels.attention_check import check_metadata
 from samebits.kernels.interface import ATTENTION_SPAN
 from samebits.kernels.metadata import to_device_aligned
 
@@ -86,7 +87,10 @@ def attention_metadata(
     if block_m < max(16, group) or block_m & (block_m - 1):
         raise ValueError(f"block_m must be a power of two >= max(16, group), got {block_m}")
     req, row0 = _programs(qsl, block_m // group)
-    arrays = [np.asarray(positions, dtype=np.int32), req, row0, qsl[1:], tables]
+    pos = np.asarray(positions, dtype=np.int32)
+    # the certificates' metadata precondition, checked (kernels.attention_check)
+    check_metadata(pos, qsl, tables, req, row0, block_m // group, block_size)
+    arrays = [pos, req, row0, qsl[1:], tables]
     pos_d, req_d, row0_d, qend_d, bt_d = to_device_aligned(arrays, np.int32, device)
     return AttentionMeta(
         positions=pos_d, prog_req=req_d, prog_row0=row0_d, query_end=qend_d,

@@ -49,7 +49,7 @@ class Execution:
         self.call_hook = None  # (call index, KernelCall, pid vars) -> None, before a call runs
         # "lane-reduce" (the default: linear and row goals); the attention goals replace it
         # by "max-any-order", "sum-of-zeros" (rules that look at the elements one by one)
-        self.rules: frozenset = frozenset({"lane-reduce"})
+        self.rules: frozenset = frozenset({"lane-reduce", "dot-lanes"})
         self.bound_lanes: set = set()  # atom keys of the bound lanes with range facts
         # a product of two runtime integers as an uninterpreted function (sound for proving
         # equalities; keeps Z3 in linear arithmetic)

@@ -244,11 +244,32 @@ def check_rows_bound(deployment, rows: int, stderr=None) -> None:
         return
     msg = (f"{rows} rows per step: the class certificates' int32 obligations are proved for "
            f"launches of at most {U.M_MAX} rows")  # fmt: skip
+    _refuse(msg, "Lower max_num_batched_tokens", stderr)
+
+
+def check_attention_bounds(deployment, max_model_len: int, num_kv_blocks: int,
+                           stderr=None) -> None:  # fmt: skip
+    """An engine over a certified GPU deployment must stay within the bounds the attention
+    certificates' int32 obligations assume (``units.ATTENTION_BOUNDS``): positions below
+    POS_MAX (``max_model_len <= POS_MAX``) and block-table entries below BLOCKS_MAX. Else
+    :class:`UncertifiedKernelError`, or with ``SAMEBITS_ALLOW_UNCERTIFIED=1`` a banner."""
+    comp = getattr(deployment, "components", {}).get("certificates")
+    b = U.ATTENTION_BOUNDS
+    if not comp or (max_model_len <= b["POS_MAX"] and num_kv_blocks <= b["BLOCKS_MAX"]):
+        return
+    msg = (f"max_model_len {max_model_len}, num_kv_blocks {num_kv_blocks}: the attention "
+           f"certificates' int32 obligations are proved for max_model_len <= {b['POS_MAX']} "
+           f"and num_kv_blocks <= {b['BLOCKS_MAX']}")  # fmt: skip
+    _refuse(msg, "Lower max_model_len or the KV cache size", stderr)
+
+
+def _refuse(msg: str, hint: str, stderr=None) -> None:
+    """Refuse (`UncertifiedKernelError`), or with the opt-out print the banner and return."""
     if os.environ.get(ENV_ALLOW) == "1":
         print(f"\n*** samebits: WARNING: {ENV_ALLOW}=1: {msg}; running uncertified.\n",
               file=stderr or sys.stderr, flush=True)  # fmt: skip
         return
-    raise UncertifiedKernelError(f"{msg}. Lower max_num_batched_tokens, or {ENV_ALLOW}=1.")
+    raise UncertifiedKernelError(f"{msg}. {hint}, or {ENV_ALLOW}=1.")
 
 
 def certificate_lines(deployment) -> list[str]:

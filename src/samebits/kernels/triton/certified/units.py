@@ -16,6 +16,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from samebits.kernels.attention_check import ATTENTION_BOUNDS as _BOUNDS
+
 KERNEL_DIR = Path(__file__).resolve().parents[1]  # samebits/kernels/triton (this package's parent)
 KERNEL_FILES = {
     "linear": "_linear_kernels.py",
@@ -335,7 +337,8 @@ def specialization(unit: dict) -> dict:
 
     g = unit["heads"] // unit["kv_heads"]
     shape = {"heads": unit["heads"], "kv_heads": unit["kv_heads"], "head_dim": unit["head_dim"],
-             "key_block": KEY_BLOCK, "span": ATTENTION_SPAN}  # fmt: skip
+             "key_block": KEY_BLOCK, "span": ATTENTION_SPAN,
+             "int32_bounds": dict(ATTENTION_BOUNDS)}  # fmt: skip
     if unit.get("launch") == "split":  # decode tiles (`default_block_m(1, group)`), any S
         return {**shape, "launch": "split_kv", "block_m": am.default_block_m(1, g),
                 "pages": list(ATTENTION_PAGES), "warps": am.ATTENTION_WARPS,
@@ -394,6 +397,8 @@ N_MAX = 1 << 24  # the largest N / width a class certificate covers (stated boun
 # the most rows (M) of one launch the class proofs' int32 obligations assume: a step's tokens
 # (the scheduler's max_num_batched_tokens; CUDA-graph padding stays below it)
 M_MAX = 1 << 20
+# the deployment bounds of the attention certificates' int32 obligations (kernels.attention_check)
+ATTENTION_BOUNDS = {**_BOUNDS, "M_MAX": M_MAX}
 
 
 def _tma_rows(plan) -> list:
