@@ -163,6 +163,27 @@ class AttentionSpec:
     span: int = 0  # SPAN (keys per span); 0: the plan's (ATTENTION_SPAN)
     # R loop (function, ordinal) -> the L loop it is paired with (default: the same loop)
     pairs: dict = field(default_factory=dict)
+    # a head class: the KV head count is the shape symbol KV in these inclusive bounds (the
+    # group heads // kv_heads and head_dim stay fixed); None: kv_heads as given
+    kv_class: tuple | None = None
+
+    @property
+    def group(self) -> int:
+        return self.heads // self.kv_heads
+
+    def kv_lin(self) -> Lin:
+        """The KV head count: the constant, or the class's shape symbol ``shape.KV``."""
+        return KV_SYMBOL() if self.kv_class else T.const(self.kv_heads)
+
+    def heads_lin(self) -> Lin:
+        return self.kv_lin().scale(self.group)
+
+    def times_heads(self, x: Lin, heads: Lin) -> Lin:
+        """``x * heads`` as the kernels' index arithmetic forms it (an opaque product when
+        the head count is symbolic, `tl_semantics.opaque_mul`)."""
+        if heads.is_const():
+            return x.scale(heads.const)
+        return Lin.of_z3(opaque_mul(x, heads).z3())  # simplified, as the kernels' terms are
 
     def __post_init__(self):
         if not self.span:
@@ -203,7 +224,8 @@ class _Goal:
         return {
             "kind": ATTENTION,
             "statement": statement,
-            "outputs": {"o": s.heads * s.head_dim},
+            "outputs": {"o": f"{s.group * s.head_dim}*KV" if s.kv_class else s.heads * s.head_dim},
+            **({"shape": {"KV": list(s.kv_class)}} if s.kv_class else {}),
             "key_tile": s.block_n,
             "span": s.span,
             "launches": [s.left.launch, s.right.launch],
@@ -215,6 +237,11 @@ class _Goal:
             + ("; split spans: a grid-stride loop over any number of programs" if
                s.right.launch == SPLIT else ""),
         }  # fmt: skip
+
+
+def KV_SYMBOL() -> Lin:  # noqa: N802
+    """The KV head count of a head class: one integer shared by both executions."""
+    return Lin.var(z3.Int("shape.KV"))
 
 
 def WINDOW() -> Lin:  # noqa: N802
@@ -232,7 +259,8 @@ def calls(side: str, spec: AttentionSpec, sd: Side) -> list[KernelCall]:
     g = spec.heads // spec.kv_heads
     arr = lambda n, dt: ArrayArg(f"{n}@{side}", dt)  # noqa: E731
     var = lambda n: Lin.var(z3.Int(f"{side}.{n}"))  # noqa: E731
-    facts = dict(HKV=spec.kv_heads, GROUP=g, D=spec.head_dim, BLOCK_M=sd.block_m, SPAN=spec.span)
+    hkv = spec.kv_lin() if spec.kv_class else spec.kv_heads
+    facts = dict(HKV=hkv, GROUP=g, D=spec.head_dim, BLOCK_M=sd.block_m, SPAN=spec.span)
     if sd.launch == PAGED:
         args = dict(
             q_ptr=ArrayArg("q", ACT), k_ptr=ArrayArg("k", ACT), v_ptr=ArrayArg("v", ACT),
@@ -407,7 +435,7 @@ class _Side:
     def read(self, prog, array, idx: Lin, mask, dtype, ambient):
         sp, sh = self.spec, self.sh
         if array == "q":
-            base = self.tok.scale(sp.heads).add(sh["h"]).scale(sp.head_dim)
+            base = sp.times_heads(self.tok, sp.heads_lin()).add(sh["h"]).scale(sp.head_dim)
             off = idx.add(base, -1)
             inside = T.c_and(T.cmp(">=", off, T.ZERO), T.cmp("<", off, T.const(sp.head_dim)))
             return T.ite(
@@ -431,6 +459,8 @@ class _Side:
         return Lin.var(z3.Function(f"mem.req@{self.name}", z3.IntSort(), z3.IntSort())(pid.z3()))
 
     def _kv(self, prog, array, idx, dtype, ambient):
+        if self.spec.kv_class:
+            return self._kv_class(prog, array, idx, dtype, ambient)
         sp = self.spec
         hd = sp.kv_heads * sp.head_dim
         ps = self.sd.page * hd
@@ -456,6 +486,47 @@ class _Side:
                 )
         # not an address inside a page the request's block table maps: unrelated memory
         return T.read(f"{array}@{self.name}-raw", idx, dtype)
+
+    def _kv_class(self, prog, array, idx, dtype, ambient):
+        """A KV read of a head class: ``idx = D * imul(slot, KV) + rest`` with ``0 <= rest <
+        KV * D`` (the kernel's ``(slot * HKV + hk) * D + d``), ``slot = bt[row + blk] * PAGE +
+        r`` with ``0 <= r < PAGE`` and ``0 <= blk < stride``: key ``blk * PAGE + r`` of the
+        request, read at the canonical ``D * imul(key, KV) + rest``."""
+        sp = self.spec
+        kv, d = sp.kv_lin(), sp.head_dim
+        s = z3.Solver()
+        s.set("timeout", 20000)
+        s.add(*ambient)
+        for app in _apps(idx, "imul", 2):
+            if not app.arg(1).eq(kv.z3()):
+                continue
+            rest = idx.add(Lin.var(app).scale(d), -1)
+            key = self._key(s, Lin.of_z3(app.arg(0)), prog)
+            if key is None or not _proved(s, z3.And(rest.z3() >= 0, rest.z3() < kv.z3() * d)):
+                continue
+            canon = Lin.of_z3(opaque_mul(key, kv).z3()).scale(d).add(rest)
+            beyond = T.cmp(">=", key, self.sh["t"].add(T.const(1)))
+            return T.ite(beyond, T.read(f"{array}@{self.name}-beyond", canon, dtype),
+                         T.read(array, canon, dtype))  # fmt: skip
+        return T.read(f"{array}@{self.name}-raw", idx, dtype)
+
+    def _key(self, s, slot: Lin, prog) -> Lin | None:
+        """The request's key ``blk * PAGE + r`` a cache slot ``bt[row + blk] * PAGE + r``
+        holds, where the facts prove ``0 <= r < PAGE`` and ``0 <= blk < stride``; else None."""
+        page = self.sd.page
+        rowbase = opaque_mul(self._request(prog), self.stride)
+        for k, c in slot.terms:  # the page term: bt[...] or the masked load's If(m, bt[...], 0)
+            if c != page:
+                continue
+            entry = T.atom(k)
+            for app in _apps(Lin.var(entry), f"mem.bt@{self.name}"):
+                rest = slot.add(Lin.var(entry).scale(page), -1)
+                blk = Lin.of_z3(app.arg(0)).add(rowbase, -1)
+                ok = z3.And(entry == app, rest.z3() >= 0, rest.z3() < page, blk.z3() >= 0,
+                            blk.z3() < self.stride.z3())  # fmt: skip
+                if _proved(s, ok):
+                    return T.fold_divmod(blk.scale(page).add(rest))
+        return None
 
     def int_reduce_facts(self, name, red: Lin, prog) -> list:
         if name != "max":
@@ -614,6 +685,15 @@ class _Side:
         return Tile("float", tuple(dims), T.ite(cond, mine, other), like.dtype)
 
 
+def _proved(s: z3.Solver, f) -> bool:
+    """``f`` holds under the solver's assertions."""
+    s.push()
+    s.add(z3.Not(f))
+    res = check(s)
+    s.pop()
+    return res == z3.unsat
+
+
 def _reach(ex: Execution, keys: set) -> set:
     """The variables ``keys`` depend on through the execution's facts (a reduction's result is
     a fresh variable defined by facts over the program's lanes and ids); the launch's own
@@ -643,7 +723,8 @@ def _cond_vars(c) -> set:
     return set() if isinstance(c, bool) else {T.atom_key(v) for v in T.z3_vars(T.cond_z3(c))}
 
 
-def _apps(x: Lin, decl: str) -> list:
+def _apps(x: Lin, decl: str, arity: int = 1) -> list:
+    """The applications of the function ``decl`` (of ``arity`` arguments) inside ``x``."""
     out, seen = [], set()
     stack = [T.atom(k) for k, _ in x.terms]
     while stack:
@@ -651,7 +732,7 @@ def _apps(x: Lin, decl: str) -> list:
         if e.get_id() in seen:
             continue
         seen.add(e.get_id())
-        if z3.is_app(e) and e.decl().name() == decl and e.num_args() == 1:
+        if z3.is_app(e) and e.decl().name() == decl and e.num_args() == arity:
             out.append(e)
         stack.extend(e.children())
     return out
@@ -697,8 +778,10 @@ def _prove(src, spec: AttentionSpec, stats, Refuted, _compare, _final) -> None:
     h = z3.Int("attn.h")
     dd = z3.Int("attn.d")
     shared = {"t": Lin.var(t), "h": Lin.var(h)}
-    D, H = spec.head_dim, spec.heads
-    base = [t >= 0, h >= 0, h < H, dd >= 0, dd < D]
+    D, H, KV = spec.head_dim, spec.heads_lin(), spec.kv_lin()
+    base = [t >= 0, h >= 0, h < H.z3(), dd >= 0, dd < D]
+    if spec.kv_class:
+        base += [KV.z3() >= spec.kv_class[0], KV.z3() <= spec.kv_class[1]]
     sides, exs = {}, {}
     for name, sd in (("L", spec.left), ("R", spec.right)):
         side = _Side(name, spec, sd, shared, src)
@@ -713,8 +796,10 @@ def _prove(src, spec: AttentionSpec, stats, Refuted, _compare, _final) -> None:
         ex.int32 = []  # every int32 + - *: proved in range at the deployment bounds
         rs = side.rstar.z3()
         v = lambda n, name=name: z3.Int(f"{name}.{n}")  # noqa: E731
-        ex.facts += [v("grid_hkv") == spec.kv_heads, rs >= 0, rs < sd.block_m,
-                     side.stride.z3() >= 1, side.hk.z3() >= 0, side.hk.z3() < spec.kv_heads]  # fmt: skip
+        ex.facts += [v("grid_hkv") == KV.z3(), rs >= 0, rs < sd.block_m,
+                     side.stride.z3() >= 1, side.hk.z3() >= 0, side.hk.z3() < KV.z3()]  # fmt: skip
+        if spec.kv_class:
+            ex.facts += [KV.z3() >= spec.kv_class[0], KV.z3() <= spec.kv_class[1]]
         if sd.launch == PAGED:
             ex.facts.append(v("programs") >= 1)
         else:
@@ -741,8 +826,10 @@ def _prove(src, spec: AttentionSpec, stats, Refuted, _compare, _final) -> None:
         if len(lanes) != 2:
             raise Unsupported(st.where, "o store: a [rows, head_dim] tile expected")
         sub = {lanes[0]: side.rstar, lanes[1]: Lin.var(dd)}
-        target = side.tok.scale(H).add(shared["h"]).scale(D).add(Lin.var(dd))
+        target = spec.times_heads(side.tok, H).add(shared["h"]).scale(D).add(Lin.var(dd))
         base += _active(st, sub, target)
+        if spec.kv_class:  # imul(tok, H) + h = imul(tok', H) + h' with h, h' < H: tok = tok'
+            base += _mul_lemmas([target, T.subst_lin(st.offset, sub)])
         stores[name] = (st, sub)
 
     s = z3.Solver()
@@ -750,7 +837,9 @@ def _prove(src, spec: AttentionSpec, stats, Refuted, _compare, _final) -> None:
     if check(s) == z3.unsat:
         raise Unsupported("goal", "the executions' facts are inconsistent (vacuous proof)")
     stats["int32_obligations"] = sum(
-        check_int32(exs[n], ATTENTION_BOUNDS, sd.page, spec.span, spec.kv_heads, n, Refuted)
+        check_int32(
+            exs[n], ATTENTION_BOUNDS, sd.page, spec.span, spec.kv_class or spec.kv_heads, n, Refuted
+        )  # fmt: skip
         for n, sd in (("L", spec.left), ("R", spec.right))
     )
     _no_loop_vars(base, sides)

@@ -37,7 +37,7 @@ def _apps(e, seen: set, out: list) -> None:
         stack.extend(x.children())
 
 
-def _range(x, name: str, b: dict, page: int, span: int, kv_heads: int) -> list:
+def _range(x, name: str, b: dict, page: int, span: int, kv_heads) -> list:
     """The stated range of one metadata value or launch integer (empty: none needed)."""
     v = x
     for suffix, lo, hi in (
@@ -51,11 +51,14 @@ def _range(x, name: str, b: dict, page: int, span: int, kv_heads: int) -> list:
             return [v >= lo, v <= hi]
     tail = name.split(".", 1)[-1]
     spans = b["POS_MAX"] // span + 1
+    if name == "shape.KV":  # a head class: kv_heads is its (lo, hi)
+        return [v >= kv_heads[0], v <= kv_heads[1]]
+    kv_min = kv_heads[0] if isinstance(kv_heads, tuple) else kv_heads
     limits = {
         "bt_stride": (1, b["POS_MAX"] // page + 1),
         "max_spans": (1, spans),
         "programs": (1, b["M_MAX"]),
-        "requests": (1, max(1, (b["SPLIT_PROGRAMS"] - 1) // kv_heads)),
+        "requests": (1, max(1, (b["SPLIT_PROGRAMS"] - 1) // kv_min)),
         "splits": (1, spans),
     }
     if name == "window":
@@ -68,7 +71,7 @@ def _range(x, name: str, b: dict, page: int, span: int, kv_heads: int) -> list:
     return []
 
 
-def bounds_for(exprs: list, b: dict, page: int, span: int, kv_heads: int) -> list:
+def bounds_for(exprs: list, b: dict, page: int, span: int, kv_heads) -> list:
     """The stated ranges of every metadata application and launch integer in ``exprs``."""
     apps: list = []
     seen: set = set()
@@ -87,9 +90,10 @@ def _products(e):
     return z3.substitute_funs(e, (imul, z3.Var(0, z3.IntSort()) * z3.Var(1, z3.IntSort())))
 
 
-def check_int32(ex, b: dict, page: int, span: int, kv_heads: int, side: str, refuted) -> int:
+def check_int32(ex, b: dict, page: int, span: int, kv_heads, side: str, refuted) -> int:
     """Every recorded int32 operation of ``ex`` stays in range under the bounds ``b``; the
-    number of distinct obligations. ``refuted``: the prover's Refuted (a counterexample)."""
+    number of distinct obligations. ``kv_heads``: the count, or a head class's (lo, hi);
+    ``refuted``: the prover's Refuted (a counterexample)."""
     done = set()
     for where, v, facts in ex.int32 or ():
         if (where, v) in done:

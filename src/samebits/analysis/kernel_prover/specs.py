@@ -756,4 +756,21 @@ def symbolic_unit_specs(sym: dict) -> list[Spec]:
         return symbolic_linear_specs(sym)
     if sym["kind"] == "fused":
         return symbolic_fused_specs(sym)
+    if sym["kind"] == "attention":
+        return symbolic_attention_specs(sym)
     return symbolic_row_specs(sym)
+
+
+def symbolic_attention_specs(sym: dict) -> list:
+    """An attention head class's specializations: those of a member (kv_heads = lo) with the
+    KV head count symbolic (``shape.KV`` in lo..hi), named after the class."""
+    import dataclasses
+
+    member = dict(sym, heads=sym["group"] * sym["lo"], kv_heads=sym["lo"], symbolic=None)
+    out = []
+    for sp in unit_specs(member):
+        sp = dataclasses.replace(sp, kv_class=(sym["lo"], sym["hi"]))
+        sp.description = {**sp.description, "unit": sym["key"], "kv_heads": "KV",
+                          "heads": f"{sym['group']}*KV"}  # fmt: skip
+        out.append(sp)
+    return out

@@ -11,6 +11,7 @@ that may hit an element no program wrote is rejected, never defaulted.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -234,8 +235,17 @@ def _zmatch(pat, term, holes: set, bind: dict) -> bool:
         return False
     if pat.num_args() == 0 or not pat.decl().eq(term.decl()):
         return False
-    return all(_zmatch(a, b, holes, bind) for a, b in zip(pat.children(), term.children(),
-                                                          strict=True))  # fmt: skip
+    orders = [term.children()]
+    if pat.decl().kind() in (z3.Z3_OP_ADD, z3.Z3_OP_MUL) and pat.num_args() <= 4:
+        # a sum / product's operands in any order (Z3 orders them by AST creation, which
+        # differs between executions built in another order)
+        orders = [list(p) for p in itertools.permutations(term.children())]
+    for kids in orders:
+        trial = dict(bind)
+        if all(_zmatch(a, b, holes, trial) for a, b in zip(pat.children(), kids, strict=True)):
+            bind.update(trial)
+            return True
+    return False
 
 
 def read(self, array: str, idx: Lin, mask, dtype: str, node):

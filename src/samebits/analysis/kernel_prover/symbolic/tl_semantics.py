@@ -434,10 +434,13 @@ _IMUL = None
 
 
 def opaque_mul(a: Lin, b: Lin) -> Lin:
+    """``imul(a, b)``: a product of two runtime integers as an uninterpreted function, its
+    operands in Z3's simplified form (so the term does not depend on how, or in what order,
+    equal operands were built: ``shape.KV*2`` and ``2*shape.KV`` are one operand)."""
     global _IMUL
     if _IMUL is None:
         _IMUL = z3.Function("imul", z3.IntSort(), z3.IntSort(), z3.IntSort())
-    return Lin.var(_IMUL(a.z3(), b.z3()))
+    return Lin.var(_IMUL(z3.simplify(a.z3()), z3.simplify(b.z3())))
 
 
 def _from_zero_dot(t: Term) -> bool:

@@ -331,15 +331,28 @@ def specialization(unit: dict) -> dict:
         return {"op": op, "heads": unit["heads"], "half": unit["head_dim"] // 2,
                 "block_h": _next_pow2(unit["heads"]), "block_d": _next_pow2(unit["head_dim"] // 2),
                 "warps": rows.ROPE_WARPS}  # fmt: skip
+    g = unit["heads"] // unit["kv_heads"]
+    shape = {"heads": unit["heads"], "kv_heads": unit["kv_heads"], "head_dim": unit["head_dim"]}
+    return _launch_facts(shape, g, unit.get("launch") == "split")
+
+
+def _attention_specialization(sym: dict) -> dict:
+    """A head class of attention as the engine launches every member (KV heads lo..hi)."""
+    shape = {"group": sym["group"], "kv_heads": [sym["lo"], sym["hi"]],
+             "head_dim": sym["head_dim"]}  # fmt: skip
+    return _launch_facts(shape, sym["group"], sym.get("launch") == "split")
+
+
+def _launch_facts(shape: dict, g: int, split: bool) -> dict:
+    """The attention launch facts for GQA group ``g``: key tile, span, int32 bounds, tile
+    heights, pages, warps (and the split-KV decode launch's kernels)."""
     from samebits.kernels.interface import ATTENTION_SPAN
     from samebits.kernels.triton import attention_meta as am
     from samebits.kernels.triton.attention import KEY_BLOCK
 
-    g = unit["heads"] // unit["kv_heads"]
-    shape = {"heads": unit["heads"], "kv_heads": unit["kv_heads"], "head_dim": unit["head_dim"],
-             "key_block": KEY_BLOCK, "span": ATTENTION_SPAN,
+    shape = {**shape, "key_block": KEY_BLOCK, "span": ATTENTION_SPAN,
              "int32_bounds": dict(ATTENTION_BOUNDS)}  # fmt: skip
-    if unit.get("launch") == "split":  # decode tiles (`default_block_m(1, group)`), any S
+    if split:  # decode tiles (`default_block_m(1, group)`), any S
         return {**shape, "launch": "split_kv", "block_m": am.default_block_m(1, g),
                 "pages": list(ATTENTION_PAGES), "warps": am.ATTENTION_WARPS,
                 "kernels": ["split_span_kernel", "merge_spans_kernel"],
@@ -457,7 +470,25 @@ def symbolic_unit(unit: dict) -> dict | None:
                     op=unit["op"], symbolic="width", lo=lo, hi=hi, block=block)  # fmt: skip
     if unit["kind"] == "rows" and unit["op"] in HEAD_CLASS_OPS:
         return head_class(unit)
+    if unit["kind"] == "attention":
+        return attention_class(unit)
     return None
+
+
+def attention_class(unit: dict) -> dict | None:
+    """The head class of an attention unit: every KV head count 1..HEADS_MAX at the unit's
+    group (heads // kv_heads: the tile's GQA packing) and head_dim; one class per launch
+    (spans in sequence, split-KV decode). The kernels see the KV head count only in index
+    arithmetic, which the class proof keeps symbolic (``shape.KV``)."""
+    g, d, kv = unit["heads"] // unit["kv_heads"], unit["head_dim"], unit["kv_heads"]
+    if unit["heads"] % kv or not 1 <= kv <= HEADS_MAX:
+        return None
+    split = unit.get("launch") == "split"
+    out = dict(key=f"attention.{'split_kv.' if split else ''}g{g}.d{d}", kind="attention",
+               symbolic="kv_heads", lo=1, hi=HEADS_MAX, group=g, head_dim=d)  # fmt: skip
+    if split:
+        out["launch"] = "split"
+    return out
 
 
 # row kernels whose class makes the head count symbolic (HEADS; head_dim and, for the fused
@@ -580,7 +611,7 @@ def class_bounds(sym: dict) -> dict:
     """The shape symbols every proof of class ``sym`` assumes, with their bounds."""
     if sym.get("symbolic") == "nk":
         return {"N": [sym["lo"], sym["hi"]], **k_class_bounds(sym["splits"])}
-    name = {"heads": "HEADS", "width": "WIDTH"}.get(str(sym.get("symbolic")), "N")
+    name = {"heads": "HEADS", "width": "WIDTH", "kv_heads": "KV"}.get(str(sym.get("symbolic")), "N")
     return {name: [sym["lo"], sym["hi"]]}
 
 
@@ -628,6 +659,8 @@ def symbolic_specialization(sym: dict) -> dict:
                 "grid_launches": [launch_name(la) for la in grid_launches(plan)],
                 "block": sym["block"], "warps": rows.row_num_warps(sym["block"]),
                 "ordered_sum": [ORDERED_SUM_BLOCK, ORDERED_SUM_WARPS], "m_max": M_MAX}  # fmt: skip
+    if sym["kind"] == "attention":
+        return _attention_specialization(sym)
     if sym["op"] in ("silu_mul", "gelu_mul"):
         return {"op": sym["op"], "width": [sym["lo"], sym["hi"]], "block": sym["block"],
                 "warps": rows.SILU_WARPS, "m_max": M_MAX}  # fmt: skip
@@ -664,4 +697,6 @@ def shape_value(unit: dict, sym: dict) -> int:
         return unit["n"]
     if sym.get("symbolic") == "heads":
         return unit["heads"]
+    if sym.get("symbolic") == "kv_heads":
+        return unit["kv_heads"]
     return unit["width"] if "width" in unit else unit["inner"]
