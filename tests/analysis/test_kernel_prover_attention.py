@@ -226,3 +226,40 @@ def test_split_state_offset_in_int32_is_refuted():
     text = mutate(ATTN, "    return tok.to(tl.int64) * (HKV * GROUP) + hk * GROUP + r % GROUP\n",
                   "    return tok * (HKV * GROUP) + hk * GROUP + r % GROUP\n")  # fmt: skip
     assert_refuted(_prove_text(text, _spec(32, 8, 128, 4)), "int32 overflow in the R execution")
+
+
+# --- head classes: the KV head count symbolic (units.attention_class) ----------------------
+
+
+def _class_specs(group: int, head_dim: int, split: bool = False):
+    from samebits.analysis.kernel_prover.specs import symbolic_unit_specs
+
+    unit = dict(key="u", kind="attention", heads=group * 2, kv_heads=2, head_dim=head_dim)
+    if split:
+        unit["launch"] = "split"
+    return symbolic_unit_specs(U.symbolic_unit(unit))
+
+
+def test_a_head_class_proves_every_kv_head_count():
+    sym = U.symbolic_unit(dict(key="attention.h28.kv4.d128", kind="attention", heads=28,
+                               kv_heads=4, head_dim=128))  # fmt: skip
+    assert sym["key"] == "attention.g7.d128" and (sym["lo"], sym["hi"]) == (1, U.HEADS_MAX)
+    for split in (False, True):
+        specs = _class_specs(2, 16, split)
+        assert len(specs) == (2 if split else 4)
+        for spec in specs:
+            assert spec.kv_class == (1, U.HEADS_MAX)
+            assert spec.goal.to_dict()["shape"] == {"KV": [1, U.HEADS_MAX]}
+            res = _prove_text(ATTN, spec)
+            assert res.status == "proved", (spec.name, res.unsupported or res.counterexample)
+
+
+@pytest.mark.parametrize("old, new", [
+    ("rows = (tok.to(tl.int64) * (HKV * GROUP)", "rows = (tok.to(tl.int64) * (8 * GROUP)"),
+    ("kv = ((page * PAGE + key % PAGE) * HKV + hk) * D", "kv = ((page * PAGE + key % PAGE) * 8 + hk) * D"),
+])  # fmt: skip
+def test_a_kernel_right_only_at_eight_kv_heads_is_refuted_by_the_class(old, new):
+    # q rows or K/V slots laid out for 8 KV heads: proved at kv_heads = 8, refuted for the class
+    text = mutate(ATTN, old, new)
+    assert _prove_text(text, _spec(16, 8, 16)).status == "proved"
+    assert _prove_text(text, _class_specs(2, 16)[0]).status == "refuted"

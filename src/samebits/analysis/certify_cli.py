@@ -30,27 +30,39 @@ SHIPPED_MODELS = ("llama-3-8b", "qwen3-8b", "tiny-test:llama", "tiny-test:qwen2"
 # published shapes nobody deploys in the tests: the shipped set holds the certificates of
 # their units of kinds ROW_CLASS_KINDS (row-kernel and linear classes: N and K symbolic, seconds
 # to minutes each; the fused units per shape), so `--covers` names only what is missing beyond
-# them (attention head shapes not shipped)
+# them
 ROW_CLASS_MODELS = ("published:llama-3.2-3b", "published:qwen2.5-7b",
                     "published:mistral-nemo-12b", "gemma-3-12b")  # fmt: skip
 ROW_CLASS_KINDS = ("rows", "gelu", "linear", "fused")
-# of those, the models whose attention head shapes are shipped too (per shape: ~12-25 min per
-# unit on the 2-core machine), so `--covers` passes for them
-ATTENTION_SHIPPED_MODELS = ("published:llama-3.2-3b", "published:qwen2.5-7b", "gemma-3-12b")
+# the attention head classes shipped besides the models' own (KV heads symbolic, 1..HEADS_MAX):
+# every GQA group 1..8 at the head dims 64, 128 and 256 (a stated set: the published dense and
+# MoE models of Llama 3, Qwen 2.5 / 3, Mistral, Gemma 3, SmolLM2 fall in it); both launches
+ATTENTION_GROUPS = tuple(range(1, 9))
+ATTENTION_HEAD_DIMS = (64, 128, 256)
+
+
+def attention_class_units() -> list[dict]:
+    """One member unit per shipped attention head class (each launch): group g, one KV head."""
+    out = []
+    for d in ATTENTION_HEAD_DIMS:
+        for g in ATTENTION_GROUPS:
+            base = dict(kind="attention", heads=g, kv_heads=1, head_dim=d)
+            out.append(dict(base, key=f"attention.h{g}.kv1.d{d}"))
+            out.append(dict(base, key=f"attention.split_kv.h{g}.kv1.d{d}", launch="split"))
+    return out
 
 
 def shipped_units() -> list[dict]:
     """The units `--shipped` proves: every unit of SHIPPED_MODELS, the units of kinds
     ROW_CLASS_KINDS of ROW_CLASS_MODELS (proved as their class units where they have one), and
-    the attention units of ATTENTION_SHIPPED_MODELS."""
+    the attention head classes of `attention_class_units`."""
     out = units_of(SHIPPED_MODELS)
     seen = {u["key"] for u in out}
-    for model in ROW_CLASS_MODELS:
-        kinds = ROW_CLASS_KINDS + (("attention",) if model in ATTENTION_SHIPPED_MODELS else ())
-        for u in units_of([model]):
-            if u["kind"] in kinds and u["key"] not in seen:
-                seen.add(u["key"])
-                out.append(u)
+    extra = [u for m in ROW_CLASS_MODELS for u in units_of([m]) if u["kind"] in ROW_CLASS_KINDS]
+    for u in extra + attention_class_units():
+        if u["key"] not in seen:
+            seen.add(u["key"])
+            out.append(u)
     return out
 
 
