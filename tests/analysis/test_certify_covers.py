@@ -129,3 +129,34 @@ def test_tied_embeddings_and_qkv_bias_are_in_the_units():
     sym = U.symbolic_unit(next(u for u in certify_cli.units_of(["published:qwen2.5-7b"])
                                if u["role"] == "qkv" if u["kind"] == "linear"))  # fmt: skip
     assert sym["key"].endswith(".bias") and sym["bias"]
+
+
+# published attention head shapes that no shipped model has: covered by the head classes
+# (KV heads symbolic at each group 1..8 and head dim 64 / 128 / 256), with no per-shape proof
+UNSHIPPED_HEADS = {
+    "qwen2.5-14b / 32b": (40, 8, 128), "qwen2.5-0.5b": (14, 2, 64), "qwen2.5-1.5b": (12, 2, 128),
+    "qwen2.5-3b": (16, 2, 128), "llama-3.1-70b": (64, 8, 128), "llama-3.2-1b": (32, 8, 64),
+    "gemma-3-1b": (4, 1, 256), "gemma-3-4b": (8, 4, 256), "smollm2-360m": (15, 5, 64),
+    "smollm2-1.7b (MHA)": (32, 32, 64), "qwen3-0.6b": (16, 8, 128),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(UNSHIPPED_HEADS))
+def test_unshipped_attention_head_shapes_are_covered_by_the_head_classes(monkeypatch, name):
+    monkeypatch.delenv(gate.ENV_DIR, raising=False)
+    h, kv, d = UNSHIPPED_HEADS[name]
+    dims = U.dims_of(
+        {
+            "hidden_size": h * d,
+            "intermediate_size": 4 * h * d,
+            "head_dim": d,
+            "num_attention_heads": h,
+            "num_key_value_heads": kv,
+            "vocab_size": 32000,
+        }
+    )
+    units = [u for u in U.units_for(dims) if u["kind"] == "attention"]  # fmt: skip
+    assert len(units) == 2
+    assert not any((gate.SHIPPED_DIR / f"{u['key']}.json").exists() for u in units)
+    res = gate.check(units)
+    assert all(p is None for p in res["units"].values()), res["units"]

@@ -113,8 +113,10 @@ def test_tiles_of_one_page_are_refuted_across_block_sizes():
     assert_refuted(run(text, "tiny.attention.bm64-p16~bm64-p32"), "dotk: parameters differ")
 
 
-KEY_ORDER = ("    key = key0 + tl.arange(0, BLOCK_N)\n",
-             "    key = key0 + (tl.arange(0, BLOCK_N) + PAGE) % BLOCK_N\n")
+KEY_ORDER = (
+    "    key = key0 + tl.arange(0, BLOCK_N)\n",
+    "    key = key0 + (tl.arange(0, BLOCK_N) + PAGE) % BLOCK_N\n",
+)
 
 
 def test_key_order_following_the_block_size_is_refuted():

@@ -90,13 +90,13 @@ ADD = "        total = total + tl.load(p_ptr + s * mn + offs, mask=mask, other=0
         (False, "s * mn + offs", "(SPLITS - s) * mn + offs", "reads w at different indices"),
         # each partial added on the left of the running total
         (False, ADD, ADD.replace("total + tl.load(", "tl.load(").replace(")\n", ") + total\n"),
-         "add:fp32 vs dot16:fp32"),
+         "add:fp32 vs dotk:fp32"),
         # the row not rounded to out's dtype before the residual add
         (False, "r = total.to(out_ptr.dtype.element_ty).to(tl.float32)", "r = total",
          "add:fp32 vs cast:fp32"),
         # the bias never added
         (True, "total = total + tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)",
-         "total = total", "dot16:fp32 vs read:fp32"),
+         "total = total", "dotk:fp32 vs read:fp32"),
         # the residual added on the right
         (False, "r = tl.load(res_ptr + offs, mask=mask, other=0.0) + r",
          "r = r + tl.load(res_ptr + offs, mask=mask, other=0.0)", "read:fp32 vs cast:fp32"),

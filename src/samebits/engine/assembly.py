@@ -102,8 +102,8 @@ def assemble(deployment: Any, cfg: EngineConfig) -> tuple[EngineConfig, Any, Sch
 
         gate.check_block_size(deployment, cfg.cache_config.block_size)
         gate.check_rows_bound(deployment, max(cfg.max_num_batched_tokens, cfg.max_num_seqs))
-        gate.check_attention_bounds(deployment, deployment.max_model_len,
-                                    cfg.cache_config.num_kv_blocks)  # fmt: skip
+        blocks = resolved(cfg.cache_config.num_kv_blocks, "num_kv_blocks")
+        gate.check_attention_bounds(deployment, deployment.max_model_len, blocks)
     salt = bytes.fromhex(deployment.fingerprint)
     scheduler = Scheduler.from_configs(cfg.cache_config, cfg.scheduler_config, salt)
     return cfg, _runner(deployment, cfg), scheduler

@@ -107,7 +107,9 @@ class DecodeBuffers:
         pos[n:] = 0
         # the attention certificates' metadata precondition (the program map of a graphed
         # decode step, program r = request r's token, is fixed by construction)
-        check_positions(pos[:n], np.array([len(s.block_table) for s in scheduled]) * self.block_size)
+        check_positions(
+            pos[:n], np.array([len(s.block_table) for s in scheduled]) * self.block_size
+        )
         h["ids"][:n] = 0 if fed is not None else [s.token_ids[0] for s in scheduled]
         h["ids"][n:bucket] = 0
         if fed is not None:
@@ -184,4 +186,3 @@ class DecodeBuffers:
             num_warps=am.ATTENTION_WARPS, span=self.span, one_token_each=True,
             max_position=self.width * self.block_size - 1 if long else self.span - 1,
         )  # fmt: skip
-

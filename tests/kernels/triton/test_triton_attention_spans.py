@@ -116,6 +116,10 @@ def _decode_meta(cache, positions, requests=None):
     requests = requests or [0] * len(positions)
     qsl = np.arange(len(positions) + 1)
     tables = cache.tables[requests]
+    # a table row wide enough for the positions (the metadata check's precondition); only
+    # the launch choice is tested here, no kernel reads the pages
+    width = max(positions) // cache.block_size + 1
+    tables = np.pad(tables, ((0, 0), (0, max(width - tables.shape[1], 0))))
     return attention_metadata(
         np.array(positions), qsl, tables, cache.block_size, 4, "cpu", span=SPAN
     )

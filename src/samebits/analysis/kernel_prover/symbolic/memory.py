@@ -288,6 +288,27 @@ def _read_witness(st: Store, idx: Lin, ambient: list) -> dict | None:
     return flat
 
 
+def _pin_unbound(st: Store, sub: dict, target: Lin, ambient: list) -> dict:
+    """``sub`` with each write variable the offset does not name (a lane whose term vanished
+    from the offset, e.g. ``r % GROUP`` at GROUP 1) bound to the one value the store's active
+    condition allows it, when Z3 proves that value unique; else left free (the caller's
+    coverage check then fails: a refusal, never a wrong proof)."""
+    for k in st.wvars:
+        if k in sub:
+            continue
+        x = Lin(((k, 1),), 0).z3()
+        s = z3.Solver()
+        s.set("timeout", 20000)
+        s.add(*ambient, *_active(st, sub, target))
+        if s.check() != z3.sat:
+            continue
+        val = s.model().eval(x, model_completion=True)
+        s.add(x != val)
+        if s.check() == z3.unsat:
+            sub = {**sub, k: T.const(val.as_long())}
+    return sub
+
+
 def _resolve(self, groups: list, array: str, idx: Lin, ambient: list, node):
     """The value of ``array[idx]`` written by the stores of ``groups`` (one list per kernel
     call, latest first): the writer of the latest call that wrote it; where that call may not
@@ -300,6 +321,7 @@ def _resolve(self, groups: list, array: str, idx: Lin, ambient: list, node):
             sub = match_witness(st, idx)
         if sub is None:
             raise Unsupported(self.where(node), f"cannot invert the store to {array} at {st.where}")
+        sub = _pin_unbound(st, sub, idx, ambient)
         f = z3.And(_active(st, sub, idx))
         s = z3.Solver()
         s.set("timeout", 20000)
