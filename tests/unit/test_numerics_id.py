@@ -96,7 +96,8 @@ def test_cpu_plan_build_and_isa_are_numerics(base, path):
 @pytest.mark.parametrize(
     "path", [("gpu", "name"), ("gpu", "driver"), ("gpu", "cuda"), ("gpu", "multiprocessors"),
              ("versions", "python"), ("versions", "torch"), ("hardware", "cpu"),
-             ("plan", "num_threads"), ("certificates", "units")],
+             ("plan", "num_threads"), ("certificates", "units"), ("certificates", "digest"),
+             ("certificates", "status")],
 )  # fmt: skip
 def test_gpu_machine_is_not_numerics(path):
     comps = gpu_components()
@@ -107,7 +108,7 @@ def test_gpu_machine_is_not_numerics(path):
 
 @pytest.mark.parametrize(
     "path", [("gpu", "capability"), ("gpu", "triton"), ("plan", "ops", "silu"),
-             ("plan", "dtype"), ("specializations",), ("certificates", "digest"),
+             ("plan", "dtype"), ("specializations",),
              ("weights_sha256",), ("model_config", "hidden_size"), ("versions", "llguidance")],
 )  # fmt: skip
 def test_gpu_numerics_change_with_what_fixes_the_bits(path):

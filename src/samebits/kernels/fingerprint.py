@@ -199,14 +199,16 @@ def numerics_components(components: dict) -> dict:
 
 
 def _gpu_numerics(components: dict) -> dict:
-    """A GPU plan's kernel definitions (sources, compiled variants, certificates, compiler),
+    """A GPU plan's kernel definitions (sources, compiled variants, compiler),
     the MMA model its bits follow and the architecture that model describes."""
     gpu_info = components.get("gpu", {})
-    certificates = components.get("certificates") or {}
+    # the certificates are evidence about the bits, not what fixes them: the same kernels and
+    # specializations give the same bits proved or not, so a re-proof (a prover change, a new
+    # class certificate) keeps the numerics id and the logs served before it verifiable; the
+    # certificates' status and digest stay in the fingerprint
     return {
         "kernel_sources": kernel_sources_digest(),
         "specializations": list(components.get("specializations", ())),
-        "certificates": {k: certificates[k] for k in ("status", "digest") if k in certificates},
         "compiler": {"triton": gpu_info.get("triton", "absent")},
         "architecture": gpu_info.get("capability", "unknown"),
         "mma_model": mma_model_definition(),
