@@ -19,11 +19,13 @@ from samebits.analysis.kernel_prover.solving import check
 # into its limit while a fresh one answers in milliseconds, so a long first limit only waits.
 INCREMENTAL_TIMEOUT_MS = 2000
 FRESH_TIMEOUT_MS = 60000
-# the fresh solvers tried in turn: Z3's older simplex arithmetic (``smt.arith.solver=2``)
-# decides the split-grid's flat-index equalities (div / mod by constants) in 0.02-0.4 s where
-# the default takes 3-20 s (measured 2026-12-04), then the default; unsat from any is a proof
-FRESH_ARITH = (2, None)
-ALT_TIMEOUT_MS = 10000
+# the fresh solvers tried in turn, (arithmetic solver, limit ms), each until one answers:
+# Z3's older simplex arithmetic (``smt.arith.solver=2``) decides the split-grid's flat-index
+# equalities (div / mod by constants) in 0.02-0.4 s where the default takes 3-20 s, and the
+# default decides others at once where the older one runs into any limit (measured
+# 2026-12-04 / 2026-12-07), so both are tried briefly before either gets a long limit;
+# unsat from any is a proof. The last (None) goes through `solving.check` (its retry).
+FRESH_TRIES = ((2, 1000), (None, 2000), (2, 10000), (None, FRESH_TIMEOUT_MS))
 
 
 class Oracle:
@@ -53,15 +55,15 @@ class Oracle:
         self.solver.add(*extra)
         r = self.solver.check()
         self.solver.pop()
-        for arith in FRESH_ARITH:
+        for i, (arith, limit) in enumerate(FRESH_TRIES):
             if r != z3.unknown:
                 break
             s = z3.Solver()
             if arith is not None:
                 s.set("smt.arith.solver", arith)
-            s.set("timeout", FRESH_TIMEOUT_MS if arith is None else ALT_TIMEOUT_MS)
+            s.set("timeout", limit)
             s.add(*self.solver.assertions(), *extra)
-            r = check(s) if arith is None else s.check()
+            r = check(s) if i == len(FRESH_TRIES) - 1 else s.check()
         return r == z3.unsat
 
     def decide(self, c):
