@@ -142,7 +142,7 @@ for job in "$@"; do
               --only-b --no-hf --out "$OUT/gpu_serving_b_baseline.json" 2>&1 | grep -v "^after" | tail -12) ;;
     auditlogs) for arch in llama qwen3; do
               timeout 240 python3 benchmarks/serve_audit_log.py --arch "$arch" --device cuda \
-                --log "$OUT/audit-h200-tiny-$arch.jsonl" 2>&1 | tail -3; done ;;
+                --log "$OUT/audit-gpu-tiny-$arch.jsonl" 2>&1 | tail -3; done ;;
     auditlog8b) log="$OUT/audit-h200-random-llama-3-8b.jsonl"
               timeout 300 python3 benchmarks/serve_audit_log.py --model random:llama-3-8b \
                 --device cuda --log "$log" 2>&1 | tail -3

@@ -1,10 +1,13 @@
-"""Audit logs served on an H200 (`samebits serve --device cuda`, the invariant plan, by
+"""Audit logs served on an sm_90 GPU (`samebits serve --device cuda`, the invariant plan, by
 benchmarks/serve_audit_log.py) are verified on this CPU by `samebits verify --device cpu`:
 the replay plan has the GPU deployment's numerics id and recomputes its logits' bits.
 
 The logs (tests/data/audit) were served from the tests' tiny random checkpoints, which the
-CPU rebuilds byte for byte (`make_tiny_checkpoint`, seeded). A kernel source, certificate
-or model-config change invalidates them: re-serve with `benchmarks/gpu_session.sh auditlogs`.
+CPU rebuilds byte for byte (`make_tiny_checkpoint`, seeded); the current ones on an H100 on
+2026-12-07 (an H200 and an H100 share the numerics id: capability 9.0, the same kernels; only
+the fingerprint's machine part differs). A kernel source, plan or model-config change
+invalidates them (the certificates are not part of the numerics id): re-serve with
+`benchmarks/gpu_session.sh auditlogs`.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ ARCHS = ("llama", "qwen3")
 
 
 def _log(arch: str) -> Path:
-    return LOGS / f"audit-h200-tiny-{arch}.jsonl"
+    return LOGS / f"audit-gpu-tiny-{arch}.jsonl"
 
 
 FACTORIES = {"stepwise": build_engine, "forced": build_forced_engine}
