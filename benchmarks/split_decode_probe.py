@@ -2,10 +2,12 @@
 timed apart, and launch variants of each that compute the same bits (checked here, as int32
 views of the output, against the shipped launch).
 
-Merge variants fold the same stored span states in the same span order with the same formula
-(`_attention_kernel._merge`), each program over a slice of the head dim (its rows' m and l are
-recomputed by every slice: the same operations on the same inputs). Span-kernel variants
-change only warps and pipeline stages.
+Merge variants (`merge_slices_kernel`: the shipped `merge_spans_kernel` with two launch
+knobs, a head-dim slice per program and the span loop's pipeline stages; a deliberate
+near-copy, so the shipped kernel keeps no knob it does not use) fold the same stored span
+states in the same span order with the same formula (`_attention_kernel._merge`); a slice's
+rows recompute m and l (the same operations on the same inputs). The span kernel runs at the
+plan's launch (warps / stages / register-cap variants changed nothing: RESULTS, run 1).
 
     python benchmarks/split_decode_probe.py --out $OUT/split_decode_probe.json
 
@@ -102,24 +104,22 @@ def cell(batch: int, context: int) -> dict:
     facts = dict(HKV=hkv, GROUP=meta.group, D=d, BLOCK_M=meta.block_m, SPAN=meta.span)
     win = A.FULL_WINDOW
 
-    def split(warps=4, stages=None, cap=128):
-        extra = {} if stages is None else {"num_stages": stages}
-        if cap:
-            extra["maxnreg"] = cap
+    launch = dict(num_warps=meta.num_warps, enable_fp_fusion=A.FP_FUSION, **facts)
+
+    def split():  # the plan's own launch (`attention._split_decode`)
         split_span_kernel[(r, splits, hkv)](
             q, kv.k_cache, kv.v_cache, m_s, l_s, acc_s, meta.positions, meta.block_tables,
             meta.block_tables.shape[1], max_spans, scale, win, PAGE=16, BLOCK_N=A.KEY_BLOCK,
-            num_warps=warps, enable_fp_fusion=False, **facts, **extra)  # fmt: skip
+            maxnreg=A.register_cap(meta.block_m, d), **launch)  # fmt: skip
 
-    def merge(out, warps=4, stages=None):
-        extra = {} if stages is None else {"num_stages": stages}
+    def merge(out):  # the shipped merge, as the plan launches it
         merge_spans_kernel[(r, hkv)](out, m_s, l_s, acc_s, meta.positions, max_spans, win,
-                                     num_warps=warps, enable_fp_fusion=False, **facts, **extra)  # fmt: skip
+                                     **launch)  # fmt: skip
 
     def merge_sliced(out, block_d, warps=4, stages=1):
         merge_slices_kernel[(r, hkv, d // block_d)](
             out, m_s, l_s, acc_s, meta.positions, max_spans, win, BLOCK_D=block_d, STAGES=stages,
-            num_warps=warps, enable_fp_fusion=False, **facts)  # fmt: skip
+            num_warps=warps, enable_fp_fusion=A.FP_FUSION, **facts)  # fmt: skip
 
     row = {"batch": batch, "context": context, "splits": splits, "spans": max_spans}
     if not splits:

@@ -18,6 +18,7 @@ from typing import Any
 import z3
 
 from samebits.analysis.kernel_prover import terms as T
+from samebits.analysis.kernel_prover.solving import staged
 from samebits.analysis.kernel_prover.symbolic.values import FLOAT_RANK, Unsupported
 from samebits.analysis.kernel_prover.terms import Lin, Term
 
@@ -271,27 +272,15 @@ def read(self, array: str, idx: Lin, mask, dtype: str, node):
     return Lin.var(f(idx.z3()))
 
 
-# Z3's older simplex arithmetic (``smt.arith.solver=2``) decides most of the stores'
-# flat-index questions (div / mod by constants, products of shape symbols) in a fraction of
-# the default's time (the split-grid partials of a tiny down projection: 33 s -> 13 s,
-# 2026-12-07), the default some others; each is tried briefly, then longer (as
-# `oracle.FRESH_TRIES`). sat / unsat from any is an answer.
+# the stages of the store resolution's questions (`solving.staged`): most of its flat-index
+# questions (div / mod by constants, products of shape symbols) fall to the older arithmetic
+# (the split-grid partials of a tiny down projection: 33 s -> 13 s, 2026-12-07)
 ARITH_TRIES = ((2, 1000), (None, 2000), (2, 10000), (None, 20000))
 
 
 def _check(facts: list):
-    """``sat`` / ``unsat`` / ``unknown`` of ``facts``, by the solvers of ARITH_TRIES in turn."""
-    r = z3.unknown
-    for arith, limit in ARITH_TRIES:
-        s = z3.Solver()
-        if arith is not None:
-            s.set("smt.arith.solver", arith)
-        s.set("timeout", limit)
-        s.add(*facts)
-        r = s.check()
-        if r != z3.unknown:
-            return r
-    return r
+    """``sat`` / ``unsat`` / ``unknown`` of ``facts`` (`solving.staged` over ARITH_TRIES)."""
+    return staged(facts, ARITH_TRIES)
 
 
 def _read_witness(st: Store, idx: Lin, ambient: list) -> dict | None:

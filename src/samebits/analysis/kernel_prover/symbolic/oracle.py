@@ -11,7 +11,7 @@ from __future__ import annotations
 import z3
 
 from samebits.analysis.kernel_prover import terms as T
-from samebits.analysis.kernel_prover.solving import check
+from samebits.analysis.kernel_prover.solving import staged
 
 # The incremental solver's limit per question; a question it leaves undecided goes to a fresh
 # solver (FRESH_TIMEOUT_MS). Measured (2026-12-04): the non-linear index equalities of the
@@ -19,12 +19,8 @@ from samebits.analysis.kernel_prover.solving import check
 # into its limit while a fresh one answers in milliseconds, so a long first limit only waits.
 INCREMENTAL_TIMEOUT_MS = 2000
 FRESH_TIMEOUT_MS = 60000
-# the fresh solvers tried in turn, (arithmetic solver, limit ms), each until one answers:
-# Z3's older simplex arithmetic (``smt.arith.solver=2``) decides the split-grid's flat-index
-# equalities (div / mod by constants) in 0.02-0.4 s where the default takes 3-20 s, and the
-# default decides others at once where the older one runs into any limit (measured
-# 2026-12-04 / 2026-12-07), so both are tried briefly before either gets a long limit;
-# unsat from any is a proof. The last (None) goes through `solving.check` (its retry).
+# the fresh solvers' stages (`solving.staged`: each arithmetic engine briefly, then long; the
+# last through `solving.check`, its retry)
 FRESH_TRIES = ((2, 1000), (None, 2000), (2, 10000), (None, FRESH_TIMEOUT_MS))
 
 
@@ -55,15 +51,8 @@ class Oracle:
         self.solver.add(*extra)
         r = self.solver.check()
         self.solver.pop()
-        for i, (arith, limit) in enumerate(FRESH_TRIES):
-            if r != z3.unknown:
-                break
-            s = z3.Solver()
-            if arith is not None:
-                s.set("smt.arith.solver", arith)
-            s.set("timeout", limit)
-            s.add(*self.solver.assertions(), *extra)
-            r = check(s) if i == len(FRESH_TRIES) - 1 else s.check()
+        if r == z3.unknown:
+            r = staged([*self.solver.assertions(), *extra], FRESH_TRIES, retry=True)
         return r == z3.unsat
 
     def decide(self, c):
