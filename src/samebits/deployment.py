@@ -95,6 +95,7 @@ def build_deployment(
         moe=cfg.moe is not None,
     )  # fmt: skip
     certificates = _certificates(plan, loaded)  # before any weight moves: fail fast
+    plan = plan.with_op_by_op(certificates)
     limit = min(max_model_len or cfg.max_context_len, cfg.max_context_len)
     digest = loaded.weights_identity or weights_digest(loaded.weights)
     decoder = Gemma3Model if cfg.gemma3 is not None else DecoderModel

@@ -118,10 +118,11 @@ def test_valid_certificates_pass_and_enter_the_fingerprint(loaded, cuda_plan, ce
     assert all(line.endswith(": proved") for line in lines[1:])
 
 
-def test_missing_fused_certificate_refuses(loaded, cuda_plan, certdir):
+def test_missing_fused_certificate_runs_op_by_op(loaded, cuda_plan, certdir, capsys):
     """tiny-llama's o_proj (256x256) splits K: its deployment launches the fused split-K sum +
-    residual add + RMSNorm, so it needs that unit's certificate besides the linear's and the
-    row kernels'; without it (or with a stale one) the GPU plan is refused."""
+    residual add + RMSNorm where that unit has a valid certificate; without one (missing or
+    stale) the plan runs its op-by-op path (the linear and add_rms_norm, both certified),
+    announced and listed in the component; without the op-by-op path's too, it is refused."""
     units = _units(loaded)
     fused = [u for u in units if u["kind"] == "fused"]
     assert [u["key"] for u in fused] == ["fused.linear_add_rms_norm.o.256x256",
@@ -129,18 +130,44 @@ def test_missing_fused_certificate_refuses(loaded, cuda_plan, certdir):
     for u in units:
         if u["kind"] != "fused":
             _write_valid(certdir, u)
-    with pytest.raises(gate.UncertifiedKernelError) as e:
-        _certificates(cuda_plan, loaded)
-    msg = str(e.value)
-    assert "2 of" in msg and all(f"{u['key']}: missing" in msg for u in fused)
+    comp = _certificates(cuda_plan, loaded)
+    assert comp["status"] == "certified" and comp["op_by_op"] == sorted(u["key"] for u in fused)
+    err = capsys.readouterr().err
+    assert "2 fused launch(es) without a valid certificate run op by op" in err
+    assert all(f"{u['key']}: missing" in err for u in fused)
+    plan = cuda_plan.with_op_by_op(comp)
+    assert plan.op_by_op == tuple(comp["op_by_op"]) and plan.to_dict() == cuda_plan.to_dict()
+    assert "run op by op" in plan.describe()
+    lines = gate.certificate_lines(type("D", (), {"components": {"certificates": comp}})())
+    assert sum("runs op by op" in line for line in lines) == 2
     for u in fused:
         _write_valid(certdir, u)
-    assert _certificates(cuda_plan, loaded)["status"] == "certified"
+    assert "op_by_op" not in _certificates(cuda_plan, loaded)
     path = certdir / f"{fused[0]['key']}.json"
     rec = json.loads(path.read_text())
     rec[U.ALSO_RECORD]["_linear_kernels.py"] = "0" * 64  # proved against another ordered sum
     path.write_text(json.dumps(rec))
-    with pytest.raises(gate.UncertifiedKernelError, match="stale: _linear_kernels.py changed"):
+    assert _certificates(cuda_plan, loaded)["op_by_op"] == [fused[0]["key"]]
+    assert "stale: _linear_kernels.py changed" in capsys.readouterr().err
+    (certdir / f"rows.add_rms_norm.{loaded.config.hidden_size}.json").unlink()
+    with pytest.raises(gate.UncertifiedKernelError) as e:
+        _certificates(cuda_plan, loaded)
+    assert f"{fused[0]['key']}: stale" in str(e.value) and "rows.add_rms_norm" in str(e.value)
+
+
+def test_fused_qkv_without_certificate_runs_op_by_op_when_rope_is_certified(
+    loaded, cuda_plan, certdir
+):
+    units = _units(loaded)
+    qkv = next(u for u in units if u.get("op") == "qkv_rope_store")
+    assert U.op_by_op_units(qkv) == [f"rows.rope.h{h}.d{qkv['head_dim']}"
+                                     for h in sorted({qkv["heads"], qkv["kv_heads"]})]  # fmt: skip
+    for u in units:
+        if u is not qkv:
+            _write_valid(certdir, u)
+    assert _certificates(cuda_plan, loaded)["op_by_op"] == [qkv["key"]]
+    (certdir / f"{U.op_by_op_units(qkv)[-1]}.json").unlink()
+    with pytest.raises(gate.UncertifiedKernelError, match=qkv["key"]):
         _certificates(cuda_plan, loaded)
 
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from samebits.analysis import certify_cli
-from samebits.analysis.published_shapes import LLAMA_3_2_3B, PUBLISHED
+from samebits.analysis.published_shapes import LARGER, LLAMA_3_2_3B, PUBLISHED
 from samebits.kernels.triton.certified import gate
 from samebits.kernels.triton.certified import units as U
 from samebits.model.config import model_config_from_hf
@@ -112,6 +112,22 @@ def test_published_shape_is_covered_by_the_shipped_set(tmp_path, monkeypatch, na
         rc, out, cpu = _covers(tmp_path, {**raw, "vocab_size": raw["vocab_size"] + pad})
         assert rc == 0 and "NOT COVERED" not in out, out
         assert cpu < 60, cpu
+
+
+@pytest.mark.parametrize("name", sorted(LARGER))
+def test_larger_published_shapes_are_covered_with_fused_launches_op_by_op(tmp_path, monkeypatch,
+                                                                          name):  # fmt: skip
+    """Shapes past the shipped per-shape units (head counts 33-64, hidden 5120-8192): every
+    unit is covered by a class certificate, except fused launches, which run op by op (their
+    op-by-op path is covered); in seconds."""
+    monkeypatch.delenv(gate.ENV_DIR, raising=False)
+    rc, out, cpu = _covers(tmp_path, LARGER[name])
+    assert rc == 0 and "NOT COVERED" not in out, out
+    op_by_op = [line.split()[3].rstrip(":") for line in out.splitlines()
+                if line.startswith("OP BY OP")]  # fmt: skip
+    assert op_by_op and all(k.startswith(("fused.", "rows.qkv_rope_store.")) for k in op_by_op)
+    assert f"({len(op_by_op)} fused units run op by op)" in out
+    assert cpu < 60, cpu
 
 
 def test_gemma_3_12b_is_covered(capsys, monkeypatch):

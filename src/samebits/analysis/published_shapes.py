@@ -36,3 +36,32 @@ QWEN3_4B = {
 }  # fmt: skip
 PUBLISHED = {"llama-3.2-3b": LLAMA_3_2_3B, "qwen2.5-7b": QWEN2_5_7B,
              "mistral-nemo-12b": MISTRAL_NEMO_12B, "qwen3-4b": QWEN3_4B}  # fmt: skip
+
+
+def _dense(
+    arch: str, hidden: int, inter: int, layers: int, heads: int, kv: int, vocab: int, **extra
+) -> dict:
+    """A config.json of a dense Llama / Qwen / Mistral-family checkpoint (head_dim 128)."""
+    model_type = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
+                  "Qwen3ForCausalLM": "qwen3", "MistralForCausalLM": "mistral"}[arch]  # fmt: skip
+    return {"architectures": [arch], "model_type": model_type, "hidden_size": hidden,
+            "intermediate_size": inter, "num_hidden_layers": layers,
+            "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": 128,
+            "vocab_size": vocab, "max_position_embeddings": 32768, "rms_norm_eps": 1e-5,
+            "rope_theta": 1000000.0, "tie_word_embeddings": False, "hidden_act": "silu",
+            **extra}  # fmt: skip
+
+
+# larger published shapes (numbers of their config.json files): past the shipped per-shape
+# units (head counts 33-128, hidden 5120-16384), covered by the class certificates with their
+# fused launches run op by op (`certified.gate.resolve`)
+LARGER = {
+    "qwen2.5-14b": _dense("Qwen2ForCausalLM", 5120, 13824, 48, 40, 8, 152064),
+    "qwen2.5-32b": _dense("Qwen2ForCausalLM", 5120, 27648, 64, 40, 8, 152064),
+    "qwen2.5-72b": _dense("Qwen2ForCausalLM", 8192, 29568, 80, 64, 8, 152064),
+    "qwen3-14b": _dense("Qwen3ForCausalLM", 5120, 17408, 40, 40, 8, 151936),
+    "qwen3-32b": _dense("Qwen3ForCausalLM", 5120, 25600, 64, 64, 8, 151936),
+    "llama-3.1-70b": _dense("LlamaForCausalLM", 8192, 28672, 80, 64, 8, 128256,
+                            rope_theta=500000.0),
+    "mistral-small-24b": _dense("MistralForCausalLM", 5120, 32768, 40, 32, 8, 131072),
+}  # fmt: skip

@@ -7,7 +7,7 @@ of kernels is per device: `samebits.kernels.cpu.plan` and `samebits.kernels.trit
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
@@ -34,6 +34,10 @@ class KernelPlan:
     # why the native kernels are not used although the plan would use them (the build failed);
     # shown by describe(), not part of to_dict() (the fingerprint has linear_kernel)
     native_fallback: str = field(default="", compare=False)
+    # the fused units (`certified.units` keys) the GPU plan runs op by op because they have no
+    # certificate and their op-by-op path has (`certified.gate.resolve`): the same bits, so
+    # not in to_dict(); the certificate component lists them
+    op_by_op: tuple[str, ...] = field(default=(), compare=False)
 
     def intra_op_threads(self) -> int:
         """Threads torch may use inside a forward pass. With the native kernels torch only
@@ -48,8 +52,13 @@ class KernelPlan:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        del d["native_fallback"]
+        del d["native_fallback"], d["op_by_op"]
         return d
+
+    def with_op_by_op(self, certificates: dict | None) -> KernelPlan:
+        """This plan running op by op the fused units a certificate component names."""
+        keys = tuple((certificates or {}).get("op_by_op", ()))
+        return replace(self, op_by_op=keys) if keys else self
 
     def describe(self) -> str:
         threads = f"threads={self.num_threads}"
@@ -59,6 +68,9 @@ class KernelPlan:
             threads = f"device={self.device}, dtype={self.dtype}"
         lines = [f"kernel plan: {self.name} ({threads})"]
         lines += [f"  {op:<18} {kernel}" for op, kernel in self.ops.items()]
+        if self.op_by_op:
+            lines.append(f"  NOTE: {len(self.op_by_op)} fused launch(es) run op by op (no "
+                         f"certificate; their op-by-op path has one): {', '.join(self.op_by_op)}")  # fmt: skip
         if self.native_fallback:
             lines.append(f"  NOTE: the native C kernels failed to build, so the plan runs "
                          f"mkl-tiles + numba: {self.native_fallback}")  # fmt: skip

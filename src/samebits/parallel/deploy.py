@@ -144,7 +144,7 @@ def prepare_rank(loaded, config, group: Group):
     cfg = loaded.config
     plan = rank_plan(cfg, config)
     if plan.device == "cuda" and plan.name == "invariant":
-        _gate_local(loaded, group.world_size)
+        plan = plan.with_op_by_op(_gate_local(loaded, group.world_size))
     max_len = config.model_config.max_model_len
     limit = min(max_len or cfg.max_context_len, cfg.max_context_len)
     digest = loaded.weights_identity or weights_digest(loaded.weights)
@@ -160,9 +160,11 @@ def prepare_rank(loaded, config, group: Group):
     return model, limit, qualification, digest
 
 
-def _gate_local(loaded, degree: int) -> None:
+def _gate_local(loaded, degree: int) -> dict:
     """The GPU plan deploys certified kernels only: the shard's shapes (heads / degree) too."""
     from samebits.kernels.triton.certified import gate, units
 
     local = local_config(loaded.config, degree)
-    gate.gate(units.units_for(units.dims_of(local)), model_hint=getattr(loaded, "name", "<model>"))
+    return gate.gate(
+        units.units_for(units.dims_of(local)), model_hint=getattr(loaded, "name", "<model>")
+    )

@@ -22,6 +22,7 @@ from samebits.kernels.placement import TorchPlacement
 from samebits.kernels.plan import KernelPlan
 from samebits.kernels.triton import attention as triton_attention
 from samebits.kernels.triton import moe_router, rows
+from samebits.kernels.triton.certified.units import fused_key, qkv_store_key
 from samebits.kernels.triton.linear import TritonLinear, choose_launch
 from samebits.kernels.triton.moe_grouped import GroupedExperts, combine, grouped_outputs
 
@@ -56,6 +57,7 @@ class TritonOps(InvariantMoe, TorchPlacement):
         self.act_dtype = getattr(torch, plan.dtype)
         self.group = plan.group
         self.span = plan.attention_span
+        self.op_by_op = frozenset(plan.op_by_op)  # fused units without a certificate
 
     def linear(self, weight, bias, source=None, role: str = "") -> QualifiedLinear:
         w = weight.to(device=self.device, dtype=self.act_dtype).contiguous()
@@ -94,10 +96,13 @@ class TritonOps(InvariantMoe, TorchPlacement):
     def linear_add_rms_norm(self, linear, x, residual, w, eps):
         """Where M's launch is the split-K grid (S > 1, decode-sized M), the ordered sum of its
         partials is fused with the residual add and RMSNorm (`rows.sum_add_rms_norm`, one
-        launch instead of two); elsewhere op by op. The same bits either way."""
+        launch instead of two); elsewhere, and where the fused unit has no certificate
+        (`plan.op_by_op`), op by op. The same bits either way."""
         partials = None
         if isinstance(linear, TritonLinear) and linear.out_dtype == self.act_dtype:
-            partials = linear.grid_partials(x)
+            n, k = linear.shape
+            if fused_key(linear.role, n, k, linear.bias is not None) not in self.op_by_op:
+                partials = linear.grid_partials(x)
         if partials is None:
             return super().linear_add_rms_norm(linear, x, residual, w, eps)
         out = rows.sum_add_rms_norm(partials, linear.bias, residual, w, eps, self.act_dtype)
@@ -111,9 +116,9 @@ class TritonOps(InvariantMoe, TorchPlacement):
 
     def qkv_rope_store(self, qkv, batch: FlatBatch, cos, sin, kv, layer: int, heads: int,
                        kv_heads: int, head_dim: int, norms=None) -> torch.Tensor:  # fmt: skip
-        """Without q/k norms one kernel per layer (`rows.qkv_rope_store`), with them op by op:
-        the same bits as the op-by-op default either way."""
-        if norms is not None:
+        """Without q/k norms one kernel per layer (`rows.qkv_rope_store`); with them, or where
+        the fused unit has no certificate (`plan.op_by_op`), op by op: the same bits either way."""
+        if norms is not None or qkv_store_key(heads, kv_heads, head_dim) in self.op_by_op:
             args = (qkv, batch, cos, sin, kv, layer, heads, kv_heads, head_dim, norms)
             return super().qkv_rope_store(*args)
         return rows.qkv_rope_store(

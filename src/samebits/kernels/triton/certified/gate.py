@@ -186,14 +186,36 @@ def how_to_fix(model_hint: str = "<model>") -> str:
     )
 
 
+def resolve(units: list[dict], problems: dict) -> tuple[dict, dict]:
+    """``(bad, op_by_op)`` of a check's problems: a fused unit without a valid certificate
+    whose op-by-op path (``units.op_by_op_units``) is certified goes to ``op_by_op`` (the engine
+    runs that path instead: the same bits, one more launch); every other problem is bad."""
+    bad, op_by_op = {}, {}
+    for unit in units:
+        problem = problems.get(unit["key"])
+        if problem is None:
+            continue
+        path = U.op_by_op_units(unit)
+        if path is not None and all(k in problems and problems[k] is None for k in path):
+            op_by_op[unit["key"]] = problem
+        else:
+            bad[unit["key"]] = problem
+    return bad, op_by_op
+
+
 def gate(units: list[dict], model_hint: str = "<model>", stderr=None) -> dict:
     """The fingerprint component ``certificates`` of a GPU deployment; raises
     :class:`UncertifiedKernelError` (naming the missing / invalid units) unless every unit has
-    a valid certificate or ``SAMEBITS_ALLOW_UNCERTIFIED=1``."""
+    a valid certificate, or is a fused unit whose op-by-op path has (``resolve``: listed under
+    ``op_by_op``, announced on stderr; the deployment runs that path), or
+    ``SAMEBITS_ALLOW_UNCERTIFIED=1``."""
     res = check(units)
-    bad = {k: p for k, p in res["units"].items() if p is not None}
+    bad, op_by_op = resolve(units, res["units"])
     comp = {"status": "certified" if not bad else "uncertified", "digest": res["digest"],
             "units": sorted(res["units"])}  # fmt: skip
+    if op_by_op:
+        comp["op_by_op"] = sorted(op_by_op)
+        _announce_op_by_op(op_by_op, stderr)
     if not bad:
         return comp
     lines = "\n".join(f"  {k}: {p}" for k, p in sorted(bad.items()))
@@ -213,6 +235,13 @@ def gate(units: list[dict], model_hint: str = "<model>", stderr=None) -> dict:
         f"specialization it launches; {len(bad)} of {len(res['units'])} are missing or invalid "
         f"in {res['directory']}:\n{lines}\n{how_to_fix(model_hint)}"
     )
+
+
+def _announce_op_by_op(op_by_op: dict, stderr=None) -> None:
+    lines = "\n".join(f"  {k}: {p}" for k, p in sorted(op_by_op.items()))
+    print(f"samebits: note: {len(op_by_op)} fused launch(es) without a valid certificate run "
+          f"op by op (their certified path; the same bits, one more launch each):\n{lines}",
+          file=stderr or sys.stderr, flush=True)  # fmt: skip
 
 
 def check_block_size(deployment, block_size: int, stderr=None) -> None:
@@ -279,7 +308,8 @@ def certificate_lines(deployment) -> list[str]:
         return []
     out = [f"kernel certificates: {comp['status']} ({len(comp['units'])} units, "
            f"digest {comp['digest'][:16]})"]  # fmt: skip
-    problems = comp.get("problems", {})
+    problems, op_by_op = comp.get("problems", {}), set(comp.get("op_by_op", ()))
     for key in comp["units"]:
-        out.append(f"  {key}: {problems.get(key) or 'proved'}")
+        state = "not launched: runs op by op (certified)" if key in op_by_op else "proved"
+        out.append(f"  {key}: {problems.get(key) or state}")
     return out

@@ -104,8 +104,8 @@ def units_for(d: dict, shapes: list[tuple[str, int, int]] | None = None) -> list
     out = []
     for role, n, k in shapes or linear_shapes(d):
         bias = has_bias(d, role)
-        key = f"linear.{role}.{n}x{k}" + (".bias" if bias else "")
-        out.append(dict(key=key, kind="linear", role=role, n=n, k=k, bias=bias))
+        out.append(dict(key=linear_key(role, n, k, bias), kind="linear", role=role, n=n, k=k,
+                        bias=bias))  # fmt: skip
     h, hd = d["hidden"], d["head_dim"]
     out += [
         dict(key=f"rows.rms_norm.{h}", kind="rows", op="rms_norm", width=h),
@@ -124,7 +124,7 @@ def units_for(d: dict, shapes: list[tuple[str, int, int]] | None = None) -> list
             out.append(dict(key=f"rows.head_rms_norm.h{heads}.d{hd}", kind="rows",
                             op="head_rms_norm", heads=heads, head_dim=hd))  # fmt: skip
     else:  # llama.py `_attention`: without q/k norms the fused qkv split + RoPE + K/V store
-        out.append(dict(key=f"rows.qkv_rope_store.h{d['heads']}.kv{d['kv_heads']}.d{hd}",
+        out.append(dict(key=qkv_store_key(d["heads"], d["kv_heads"], hd),
                         kind="rows", op="qkv_rope_store", heads=d["heads"],
                         kv_heads=d["kv_heads"], head_dim=hd))  # fmt: skip
     out.append(dict(key=f"attention.h{d['heads']}.kv{d['kv_heads']}.d{hd}", kind="attention",
@@ -165,10 +165,39 @@ def fused_units(d: dict, shapes: list[tuple[str, int, int]]) -> list[dict]:
     for role, n, k in shapes:
         if role in FUSED_ROLES and split_plan(n, k, role).splits > 1:
             bias = has_bias(d, role)
-            key = f"fused.linear_add_rms_norm.{role}.{n}x{k}" + (".bias" if bias else "")
-            out.append(dict(key=key, kind="fused", op="linear_add_rms_norm", role=role, n=n,
-                            k=k, bias=bias))  # fmt: skip
+            out.append(dict(key=fused_key(role, n, k, bias), kind="fused",
+                            op="linear_add_rms_norm", role=role, n=n, k=k, bias=bias))  # fmt: skip
     return out
+
+
+def linear_key(role: str, n: int, k: int, bias: bool) -> str:
+    return f"linear.{role}.{n}x{k}" + (".bias" if bias else "")
+
+
+def fused_key(role: str, n: int, k: int, bias: bool) -> str:
+    """The unit key of the fused split-K sum + add + RMSNorm after weight (role, N, K)."""
+    return f"fused.linear_add_rms_norm.{role}.{n}x{k}" + (".bias" if bias else "")
+
+
+def qkv_store_key(heads: int, kv_heads: int, head_dim: int) -> str:
+    """The unit key of the fused qkv split + RoPE + K/V store (`rows.qkv_rope_store`)."""
+    return f"rows.qkv_rope_store.h{heads}.kv{kv_heads}.d{head_dim}"
+
+
+def op_by_op_units(unit: dict) -> list[str] | None:
+    """The units of the op-by-op path a fused unit replaces (None: the unit is not fused):
+    the engine runs that path where the fused unit has no certificate (`gate.resolve`). The
+    fused certificates prove the fused launch equal to it, so either path gives its bits.
+    Fused linear + add + RMSNorm: the linear and `rows.add_rms_norm` (width N = hidden);
+    qkv split + RoPE + K/V store: RoPE at the query and the KV head counts (`TorchPlacement`
+    splits and stores by copies, no kernel of ours)."""
+    if unit["kind"] == "fused":
+        return [linear_key(unit["role"], unit["n"], unit["k"], unit["bias"]),
+                f"rows.add_rms_norm.{unit['n']}"]  # fmt: skip
+    if unit["kind"] == "rows" and unit["op"] == "qkv_rope_store":
+        d = unit["head_dim"]
+        return [f"rows.rope.h{h}.d{d}" for h in sorted({unit["heads"], unit["kv_heads"]})]
+    return None
 
 
 def grouped_units(d: dict) -> list[dict]:
