@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "src"))
 import torch  # noqa: E402
 
 from samebits import SamplingParams  # noqa: E402
-from samebits.analysis.published_shapes import PUBLISHED  # noqa: E402
+from samebits.analysis.published_shapes import ALL_PUBLISHED as PUBLISHED  # noqa: E402
 from samebits.engine.engine import LLMEngine  # noqa: E402
 from samebits.llm import LLM  # noqa: E402
 from samebits.model.config import model_config_from_hf  # noqa: E402

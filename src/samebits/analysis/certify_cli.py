@@ -34,6 +34,11 @@ SHIPPED_MODELS = ("llama-3-8b", "qwen3-8b", "tiny-test:llama", "tiny-test:qwen2"
 ROW_CLASS_MODELS = ("published:llama-3.2-3b", "published:qwen2.5-7b",
                     "published:mistral-nemo-12b", "gemma-3-12b")  # fmt: skip
 ROW_CLASS_KINDS = ("rows", "gelu", "linear", "fused")
+# larger published shapes whose class units are shipped but not their fused units (those run
+# op by op, `gate.resolve`): Qwen2.5-72B brings the row-parallel S = 2 K class (down 8192 x
+# 29568) and the fused qkv head class h33-64 kv8 d128 (Qwen2.5-14B-72B, Llama-3.1-70B)
+CLASS_ONLY_MODELS = ("published:qwen2.5-72b",)
+CLASS_ONLY_KINDS = ("rows", "linear")
 # the attention head classes shipped besides the models' own (KV heads symbolic, 1..HEADS_MAX):
 # every GQA group 1..8 at the head dims 64, 128 and 256 (a stated set: the published dense and
 # MoE models of Llama 3, Qwen 2.5 / 3, Mistral, Gemma 3, SmolLM2 fall in it); both launches
@@ -65,12 +70,14 @@ def rope_class_units() -> list[dict]:
 
 def shipped_units() -> list[dict]:
     """The units `--shipped` proves: every unit of SHIPPED_MODELS, the units of kinds
-    ROW_CLASS_KINDS of ROW_CLASS_MODELS (proved as their class units where they have one), and
+    ROW_CLASS_KINDS of ROW_CLASS_MODELS and CLASS_ONLY_KINDS of CLASS_ONLY_MODELS (proved as
+    their class units where they have one), and
     the attention head classes of `attention_class_units` and the RoPE head classes of
     `rope_class_units`."""
     out = units_of(SHIPPED_MODELS)
     seen = {u["key"] for u in out}
     extra = [u for m in ROW_CLASS_MODELS for u in units_of([m]) if u["kind"] in ROW_CLASS_KINDS]
+    extra += [u for u in units_of(CLASS_ONLY_MODELS) if u["kind"] in CLASS_ONLY_KINDS]
     for u in extra + attention_class_units() + rope_class_units():
         if u["key"] not in seen:
             seen.add(u["key"])
@@ -112,13 +119,13 @@ def model_dims(spec: str) -> dict:
     if spec.startswith("random:"):  # a random-weight model's name: random:<preset>:seed<n>
         spec = spec.split(":")[1]
     if spec.startswith("published:"):  # a published checkpoint's config (no weights)
-        from samebits.analysis.published_shapes import PUBLISHED
+        from samebits.analysis.published_shapes import ALL_PUBLISHED
         from samebits.model.config import model_config_from_hf
 
         name = spec.split(":", 1)[1]
-        if name not in PUBLISHED:
-            raise ValueError(f"model {spec!r}: published shapes are {sorted(PUBLISHED)}")
-        return dims_of(model_config_from_hf(PUBLISHED[name]))
+        if name not in ALL_PUBLISHED:
+            raise ValueError(f"model {spec!r}: published shapes are {sorted(ALL_PUBLISHED)}")
+        return dims_of(model_config_from_hf(ALL_PUBLISHED[name]))
     if spec == "smollm2":  # the embedded default model
         from samebits.model.loader import default_model_path
 

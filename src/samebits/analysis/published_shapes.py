@@ -65,3 +65,5 @@ LARGER = {
                             rope_theta=500000.0),
     "mistral-small-24b": _dense("MistralForCausalLM", 5120, 32768, 40, 32, 8, 131072),
 }  # fmt: skip
+# every published shape by name (`samebits certify --covers published:<name>`)
+ALL_PUBLISHED = {**PUBLISHED, **LARGER}
