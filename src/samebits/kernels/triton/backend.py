@@ -23,6 +23,7 @@ from samebits.kernels.plan import KernelPlan
 from samebits.kernels.triton import attention as triton_attention
 from samebits.kernels.triton import moe_router, rows
 from samebits.kernels.triton.certified.units import fused_key, qkv_store_key
+from samebits.kernels.triton.launches import M_PROBES
 from samebits.kernels.triton.linear import TritonLinear, choose_launch
 from samebits.kernels.triton.moe_grouped import GroupedExperts, combine, grouped_outputs
 
@@ -153,9 +154,6 @@ def linear_specializations(shapes: list[tuple[str, int, int]]) -> list[str]:
     lines = []
     for role, n, k in shapes:
         plan = split_plan(n, k, role)
-        launches = sorted({choose_launch(plan, m) for m in _M_PROBES}, key=repr)
+        launches = sorted({choose_launch(plan, m) for m in M_PROBES}, key=repr)
         lines.append(f"{role}[{n}x{k}] {plan} -> {launches}")
     return lines
-
-
-_M_PROBES = (1, 2, 8, 16, 32, 64, 65, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)

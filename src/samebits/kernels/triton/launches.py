@@ -47,6 +47,9 @@ NARROW_ROWS = {  # replace the rows of these max M when N < WIDE_N
     256: (256, TMA, 64, 64, 4, 6, 1),
 }
 WIDE_N = 16384
+# the Ms whose launches the fingerprint lists per weight (`backend.linear_specializations`)
+# and the certification units cover (`certified.units.m_probes`, with each table row's max M)
+M_PROBES = (1, 2, 8, 16, 32, 64, 65, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 SPLIT_TABLE: tuple[tuple, ...] = (
     (16, SPLIT_GRID, 16, 32, 4, 4, 1),
     (64, SPLIT_GRID, 64, 64, 4, 4, 1),

@@ -282,11 +282,10 @@ def plan_launches(plan) -> list:
 
 def m_probes(plan) -> list[int]:
     """The M values that reach every row of the plan's launch table: the engine's probes
-    (`backend._M_PROBES`) and each row's largest M."""
-    from samebits.kernels.triton.backend import _M_PROBES
-    from samebits.kernels.triton.launches import launch_table
+    (`launches.M_PROBES`) and each row's largest M."""
+    from samebits.kernels.triton.launches import M_PROBES, launch_table
 
-    return sorted(set(_M_PROBES) | {row[0] for row in launch_table(plan) if row[0] < 1 << 40})
+    return sorted(set(M_PROBES) | {row[0] for row in launch_table(plan) if row[0] < 1 << 40})
 
 
 def grid_launches(plan) -> list:
