@@ -63,6 +63,7 @@ def run_shape(name: str, pad: int, device: str, max_tokens: int) -> dict:
     batch_s = time.perf_counter() - start
     row = {"model": name, "vocab_size": raw["vocab_size"], "build_s": round(build_s, 1),
            "certificates": certs.get("status"), "units": len(certs.get("units", [])),
+           "op_by_op": certs.get("op_by_op", []),
            "alone_equals_batched": alone == batch[0], "tokens": max_tokens,
            "batch3_tok_s": round(3 * max_tokens / batch_s, 1)}  # fmt: skip
     return row

@@ -58,7 +58,7 @@
 #              cores, each output line time-stamped (the CPU replay's speed at the 8B shape)
 #   verify8b   the committed random 8B H200 log verified on this host's CPU cores, teacher-forced
 #              (--sample $VERIFY_K, default 8) then step by step ($VERIFY_KS, default 2), time-stamped
-#   deploy28   benchmarks/deploy_published.py: published shapes (random weights) deployed certified
+#   deploy28   benchmarks/deploy_published.py $DEPLOY_ARGS: published shapes (random weights) deployed certified
 #              by the shipped certificates alone (issue 28), alone vs batched digests; host lscpu
 #   gemma      the Gemma 3 GPU tests (tests/gpu/test_gpu_gemma3.py)
 #   gemmaserve gpu_serving.py --preset gemma-3-12b --quick --sample 8 (uncertified unless
@@ -159,7 +159,7 @@ for job in "$@"; do
                   echo "$(date +%s.%N) $line"; done | tee "$OUT/verify-$mode-random-llama-3-8b.txt" | tail -6
               done ;;
     deploy28) lscpu | grep -E "Model name|^CPU\(s\)|Thread|MHz" | tee "$OUT/host_cpu.txt"
-              timeout 560 python3 benchmarks/deploy_published.py --out "$OUT/deploy_published.json" 2>&1 | tail -12 ;;
+              timeout 560 python3 benchmarks/deploy_published.py --out "$OUT/deploy_published.json" ${DEPLOY_ARGS:-} 2>&1 | tail -12 ;;
     *) echo "unknown job $job" ;;
   esac
 done
