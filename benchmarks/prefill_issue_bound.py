@@ -1,0 +1,102 @@
+"""Issue 25, prefill: how far the span kernel's instruction stream alone keeps it from SDPA
+flash. Compiles `paged_attention_kernel` for sm_90 on the CPU (Triton's bundled ptxas,
+nvdisasm; the plan's prefill launch: Llama-3-8B heads, D 128, BLOCK_M 64, BLOCK_N 64, 4
+warps, pointers 16-byte aligned as at run time), counts the SASS instructions of the key-tile
+loop by opcode, and turns the count into the time the warp schedulers need just to issue
+them for one 8k / 32k causal prefill (every SM issuing one instruction per scheduler per
+cycle at the boost clock: a lower bound, not a prediction). No GPU needed.
+
+    python benchmarks/prefill_issue_bound.py --out benchmarks/results/prefill_issue_bound.json
+Evidence class: measurement (of the compiled binary) and arithmetic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+H200 = {"sms": 132, "schedulers": 4, "boost_ghz": 1.98}  # NVIDIA's H200 SXM figures
+HEADS, KV_HEADS, D, BLOCK_M, BLOCK_N, WARPS = 32, 8, 128, 64, 64, 4
+# the exponential's instructions per element (`_softexp2.py`'s docstring: 2 clamps, 3 adds,
+# 6 fma, 5 integer operations, 1 multiply, a compare and a select)
+SOFTEXP2_OPS = 19
+SIGNATURE = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "o_ptr": "*bf16",
+             "pos_ptr": "*i32", "req_ptr": "*i32", "row0_ptr": "*i32", "qend_ptr": "*i32",
+             "bt_ptr": "*i32", "bt_stride": "i32", "qk_scale": "fp32", "window": "i32",
+             "HKV": "constexpr", "GROUP": "constexpr", "D": "constexpr", "PAGE": "constexpr",
+             "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "SPAN": "constexpr"}  # fmt: skip
+
+
+def compile_sass() -> str:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from samebits.kernels.triton import _attention_kernel as K
+    from samebits.kernels.triton.attention import FP_FUSION
+
+    consts = {"HKV": KV_HEADS, "GROUP": HEADS // KV_HEADS, "D": D, "PAGE": 16,
+              "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "SPAN": 512}  # fmt: skip
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(9)}  # the pointers
+    src = ASTSource(K.paged_attention_kernel, SIGNATURE, constexprs=consts, attrs=attrs)
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": WARPS, "enable_fp_fusion": FP_FUSION})  # fmt: skip
+    cubin = Path("/tmp/samebits_prefill.cubin")
+    cubin.write_bytes(k.asm["cubin"])
+    nvdisasm = Path(triton.__file__).parent / "backends/nvidia/bin/nvdisasm"
+    return subprocess.run([str(nvdisasm), "-c", str(cubin)], capture_output=True, text=True,
+                          check=True).stdout  # fmt: skip
+
+
+def tile_loop(sass: str) -> list[str]:
+    """The opcodes of the innermost loop: the block between a label and the backward branch
+    to it that holds the HGMMA instructions (the key tile's three MMAs)."""
+    lines = sass.splitlines()
+    labels = {m.group(1): i for i, ln in enumerate(lines) if (m := re.match(r"(\.L_x_\d+):", ln))}
+    best: list[str] = []
+    for i, ln in enumerate(lines):
+        m = re.search(r"BRA `\((\.L_x_\d+)\)", ln)
+        if m and labels.get(m.group(1), i) < i:
+            body = lines[labels[m.group(1)] : i + 1]
+            ops = [o.group(1) for b in body if (o := re.search(
+                r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", b))]  # fmt: skip
+            if "HGMMA" in ops and (not best or len(ops) < len(best)):
+                best = ops
+    return best
+
+
+def issue_bound_ms(tokens: int, per_tile: int) -> float:
+    """Warp-instructions of one causal prefill of ``tokens`` over the schedulers' issue rate."""
+    group = HEADS // KV_HEADS
+    programs = tokens * group // BLOCK_M
+    tiles = sum(-(-((p + 1) * BLOCK_M // group) // BLOCK_N) for p in range(programs))
+    warp_insts = tiles * KV_HEADS * WARPS * per_tile
+    rate = H200["sms"] * H200["schedulers"] * H200["boost_ghz"] * 1e9
+    return warp_insts / rate * 1e3
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="prefill_issue_bound.json")
+    a = p.parse_args()
+    ops = tile_loop(compile_sass())
+    counts = collections.Counter(ops)
+    elements = BLOCK_M * BLOCK_N // (WARPS * 32)  # score elements per thread per tile
+    doc = {"per_tile_instructions": len(ops), "by_opcode": dict(counts.most_common()),
+           "score_elements_per_thread": elements,
+           "softexp2_share": round(SOFTEXP2_OPS * elements / len(ops), 3),
+           "issue_bound_ms": {str(t): round(issue_bound_ms(t, len(ops)), 3)
+                              for t in (8192, 32768)}, "gpu": H200}  # fmt: skip
+    print(json.dumps(doc, indent=1))
+    Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
