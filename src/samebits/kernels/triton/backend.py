@@ -100,14 +100,17 @@ class TritonOps(InvariantMoe, TorchPlacement):
         launch instead of two); elsewhere, and where the fused unit has no certificate
         (`plan.op_by_op`), op by op. The same bits either way."""
         partials = None
-        if isinstance(linear, TritonLinear) and linear.out_dtype == self.act_dtype:
-            n, k = linear.shape
-            if fused_key(linear.role, n, k, linear.bias is not None) not in self.op_by_op:
-                partials = linear.grid_partials(x)
+        fusable = isinstance(linear, TritonLinear) and linear.out_dtype == self.act_dtype
+        if fusable and not (self.op_by_op and self._unfused(linear)):
+            partials = linear.grid_partials(x)
         if partials is None:
             return super().linear_add_rms_norm(linear, x, residual, w, eps)
         out = rows.sum_add_rms_norm(partials, linear.bias, residual, w, eps, self.act_dtype)
         return out, residual
+
+    def _unfused(self, linear: TritonLinear) -> bool:
+        n, k = linear.shape
+        return fused_key(linear.role, n, k, linear.bias is not None) in self.op_by_op
 
     def head_rms_norm(self, x, w, eps) -> None:
         rows.head_rms_norm(x, w, eps)
@@ -119,7 +122,8 @@ class TritonOps(InvariantMoe, TorchPlacement):
                        kv_heads: int, head_dim: int, norms=None) -> torch.Tensor:  # fmt: skip
         """Without q/k norms one kernel per layer (`rows.qkv_rope_store`); with them, or where
         the fused unit has no certificate (`plan.op_by_op`), op by op: the same bits either way."""
-        if norms is not None or qkv_store_key(heads, kv_heads, head_dim) in self.op_by_op:
+        unfused = self.op_by_op and qkv_store_key(heads, kv_heads, head_dim) in self.op_by_op
+        if norms is not None or unfused:
             args = (qkv, batch, cos, sin, kv, layer, heads, kv_heads, head_dim, norms)
             return super().qkv_rope_store(*args)
         return rows.qkv_rope_store(
