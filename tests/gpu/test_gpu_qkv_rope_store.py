@@ -64,7 +64,9 @@ def test_qkv_rope_store_same_bits_as_op_by_op(cuda, n, gpu_record):
     from samebits.kernels.placement import TorchPlacement
     from samebits.kernels.triton.backend import TritonOps
 
-    ops = TritonOps(SimpleNamespace(dtype="bfloat16", group=HEADS // KV_HEADS, attention_span=512))
+    ops = TritonOps(
+        SimpleNamespace(dtype="bfloat16", group=HEADS // KV_HEADS, attention_span=512, op_by_op=())
+    )
     inputs = _inputs(n)
     rq, rkv = _run(TorchPlacement.qkv_rope_store, ops, *inputs)
     fq, fkv = _run(TritonOps.qkv_rope_store, ops, *inputs)

@@ -37,7 +37,7 @@ class CpuTritonOps(TritonOps):
     """TritonOps with its tensors on the CPU (the interpreter's), in ``dtype``."""
 
     def __init__(self, dtype: torch.dtype):
-        super().__init__(SimpleNamespace(dtype="float32", group=1, attention_span=512))
+        super().__init__(SimpleNamespace(dtype="float32", group=1, attention_span=512, op_by_op=()))
         self.device = torch.device("cpu")
         self.act_dtype = dtype
 
