@@ -53,17 +53,20 @@ def _dense(
 
 
 # larger published shapes (numbers of their config.json files): past the shipped per-shape
-# units (head counts 33-128, hidden 5120-16384), covered by the class certificates with their
+# units (head counts 33-64, hidden 5120-8192), covered by the class certificates with their
 # fused launches run op by op (`certified.gate.resolve`)
 LARGER = {
     "qwen2.5-14b": _dense("Qwen2ForCausalLM", 5120, 13824, 48, 40, 8, 152064),
     "qwen2.5-32b": _dense("Qwen2ForCausalLM", 5120, 27648, 64, 40, 8, 152064),
-    "qwen2.5-72b": _dense("Qwen2ForCausalLM", 8192, 29568, 80, 64, 8, 152064),
     "qwen3-14b": _dense("Qwen3ForCausalLM", 5120, 17408, 40, 40, 8, 151936),
     "qwen3-32b": _dense("Qwen3ForCausalLM", 5120, 25600, 64, 64, 8, 151936),
     "llama-3.1-70b": _dense("LlamaForCausalLM", 8192, 28672, 80, 64, 8, 128256,
                             rope_theta=500000.0),
     "mistral-small-24b": _dense("MistralForCausalLM", 5120, 32768, 40, 32, 8, 131072),
 }  # fmt: skip
+# not covered by the shipped set: Qwen2.5-72B, `_dense("Qwen2ForCausalLM", 8192, 29568, 80,
+# 64, 8, 152064)` (its down projection needs the row-parallel S = 2 K class, see
+# `certify_cli.CLASS_ONLY_MODELS`)
+
 # every published shape by name (`samebits certify --covers published:<name>`)
 ALL_PUBLISHED = {**PUBLISHED, **LARGER}
