@@ -63,11 +63,10 @@ def rope_class_units() -> list[dict]:
     """One member unit per RoPE head class (`units.head_class`: heads in (2^(i-1), 2^i]) up
     to `units.HEADS_MAX`, at the head dims ATTENTION_HEAD_DIMS: any head count's RoPE, so a
     model whose fused qkv kernel has no certificate runs it op by op (`gate.resolve`)."""
-    from samebits.kernels.triton.certified.units import HEADS_MAX
+    from samebits.kernels.triton.certified.units import HEADS_MAX, head_unit
 
     heads = [1 << i for i in range(HEADS_MAX.bit_length())]
-    return [dict(key=f"rows.rope.h{h}.d{d}", kind="rows", op="rope", heads=h, head_dim=d)
-            for d in ATTENTION_HEAD_DIMS for h in heads]  # fmt: skip
+    return [head_unit("rope", h, d) for d in ATTENTION_HEAD_DIMS for h in heads]
 
 
 def shipped_units() -> list[dict]:

@@ -107,22 +107,15 @@ def units_for(d: dict, shapes: list[tuple[str, int, int]] | None = None) -> list
         out.append(dict(key=linear_key(role, n, k, bias), kind="linear", role=role, n=n, k=k,
                         bias=bias))  # fmt: skip
     h, hd = d["hidden"], d["head_dim"]
-    out += [
-        dict(key=f"rows.rms_norm.{h}", kind="rows", op="rms_norm", width=h),
-        dict(key=f"rows.add_rms_norm.{h}", kind="rows", op="add_rms_norm", width=h),
-    ]
+    out += [width_unit("rms_norm", h), width_unit("add_rms_norm", h)]
     out += [dict(key=f"rows.silu_mul.{i}", kind="rows", op="silu_mul", inner=i)
             for i in silu_widths(d)]  # fmt: skip
     if d.get("act") == "gelu":
         out.append(dict(key=f"gelu.gelu_mul.{d['inter']}", kind="gelu", op="gelu_mul",
                         inner=d["inter"]))  # fmt: skip
-    for heads in sorted({d["heads"], d["kv_heads"]}):
-        out.append(dict(key=f"rows.rope.h{heads}.d{hd}", kind="rows", op="rope", heads=heads,
-                        head_dim=hd))  # fmt: skip
+    out += [head_unit("rope", heads, hd) for heads in sorted({d["heads"], d["kv_heads"]})]
     if d["head_norm"]:
-        for heads in sorted({d["heads"], d["kv_heads"]}):
-            out.append(dict(key=f"rows.head_rms_norm.h{heads}.d{hd}", kind="rows",
-                            op="head_rms_norm", heads=heads, head_dim=hd))  # fmt: skip
+        out += [head_unit("head_rms_norm", h, hd) for h in sorted({d["heads"], d["kv_heads"]})]
     else:  # llama.py `_attention`: without q/k norms the fused qkv split + RoPE + K/V store
         out.append(dict(key=qkv_store_key(d["heads"], d["kv_heads"], hd),
                         kind="rows", op="qkv_rope_store", heads=d["heads"],
@@ -170,6 +163,17 @@ def fused_units(d: dict, shapes: list[tuple[str, int, int]]) -> list[dict]:
     return out
 
 
+def width_unit(op: str, width: int) -> dict:
+    """The unit of row kernel ``op`` (rms_norm, add_rms_norm) at one row width."""
+    return dict(key=f"rows.{op}.{width}", kind="rows", op=op, width=width)
+
+
+def head_unit(op: str, heads: int, head_dim: int) -> dict:
+    """The unit of per-head row kernel ``op`` (rope, head_rms_norm) at one head count."""
+    return dict(key=f"rows.{op}.h{heads}.d{head_dim}", kind="rows", op=op, heads=heads,
+                head_dim=head_dim)  # fmt: skip
+
+
 def linear_key(role: str, n: int, k: int, bias: bool) -> str:
     return f"linear.{role}.{n}x{k}" + (".bias" if bias else "")
 
@@ -193,10 +197,10 @@ def op_by_op_units(unit: dict) -> list[str] | None:
     splits and stores by copies, no kernel of ours)."""
     if unit["kind"] == "fused":
         return [linear_key(unit["role"], unit["n"], unit["k"], unit["bias"]),
-                f"rows.add_rms_norm.{unit['n']}"]  # fmt: skip
+                width_unit("add_rms_norm", unit["n"])["key"]]  # fmt: skip
     if unit["kind"] == "rows" and unit["op"] == "qkv_rope_store":
-        d = unit["head_dim"]
-        return [f"rows.rope.h{h}.d{d}" for h in sorted({unit["heads"], unit["kv_heads"]})]
+        heads = sorted({unit["heads"], unit["kv_heads"]})
+        return [head_unit("rope", h, unit["head_dim"])["key"] for h in heads]
     return None
 
 
