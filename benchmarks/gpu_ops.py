@@ -248,6 +248,21 @@ def _nvidia_smi(query: str) -> str:
     return done.stdout.strip().splitlines()[0] if done.stdout.strip() else "unavailable"
 
 
+# peak HBM bandwidth, GB/s, NVIDIA's figures (H200 SXM: 4.8 TB/s HBM3e; H100 SXM: 3.35 TB/s HBM3)
+PEAK_HBM_GBPS = {"H200": 4800.0, "H100": 3350.0}
+
+
+def hbm_gbps() -> float:
+    """This GPU's peak HBM bandwidth (GB/s) by its name; an unknown GPU is an error."""
+    import torch
+
+    name = torch.cuda.get_device_name(0)
+    for key, gbps in PEAK_HBM_GBPS.items():
+        if key in name:
+            return gbps
+    raise SystemExit(f"no peak HBM figure for {name!r}: add it to gpu_ops.PEAK_HBM_GBPS")
+
+
 def machine_info() -> dict:
     """GPU, driver and library versions (CUDA needed)."""
     import torch

@@ -38,6 +38,7 @@ from gpu_ops import (  # noqa: E402
     NUM_HEADS,
     NUM_KV_HEADS,
     bench_graph,
+    hbm_gbps,
     machine_info,
     make_paged_kv,
     randn,
@@ -45,7 +46,6 @@ from gpu_ops import (  # noqa: E402
     sdpa_reference,
 )
 
-HBM_GBPS = 4800.0  # H200 HBM3e peak (NVIDIA's figure)
 DECODE_CELLS = [(1, 4096), (1, 8192), (1, 16384), (1, 32768), (1, 131072),
                 (16, 4096), (16, 8192), (16, 16384), (16, 32768)]  # fmt: skip
 PREFILL_LENGTHS = (8192, 32768)
@@ -94,7 +94,7 @@ def decode_cell(results: list, batch: int, context: int, span: int) -> None:
          splits=decode_splits(meta, NUM_KV_HEADS), bits_equal=same_bits(chosen, ref),
          ms={k: round(v, 4) for k, v in times.items()},
          gbps={k: round(gb / (v / 1e3), 1) for k, v in times.items()},
-         pct_hbm={k: round(100 * gb / (v / 1e3) / HBM_GBPS, 1) for k, v in times.items()},
+         pct_hbm={k: round(100 * gb / (v / 1e3) / hbm_gbps(), 1) for k, v in times.items()},
          sdpa=how)  # fmt: skip
 
 
@@ -188,7 +188,7 @@ def batch16(results: list, llm, rng, vocab: int, weight_gb: float) -> None:
     prompts = [[rng.randrange(vocab - 3) for _ in range(context)] for _ in range(n)]
     rate = decode_rate(llm, prompts, tokens)
     kv_gb = n * (context + tokens / 2) * 32 * NUM_KV_HEADS * HEAD_DIM * 2 * 2 / 1e9
-    roof_ms = (weight_gb + kv_gb) / HBM_GBPS * 1e3
+    roof_ms = (weight_gb + kv_gb) / hbm_gbps() * 1e3
     emit(results, part="engine_batch16", requests=n, context=context, **rate,
          weights_gb=round(weight_gb, 2), kv_gb=round(kv_gb, 2), roofline_ms=round(roof_ms, 3),
          x_roofline=round(rate["step_ms"] / roof_ms, 3))  # fmt: skip

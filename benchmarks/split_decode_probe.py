@@ -2,11 +2,13 @@
 timed apart, and launch variants of each that compute the same bits (checked here, as int32
 views of the output, against the shipped launch).
 
-Merge variants (`merge_slices_kernel`: the shipped `merge_spans_kernel` with two launch
-knobs, a head-dim slice per program and the span loop's pipeline stages; a deliberate
-near-copy, so the shipped kernel keeps no knob it does not use) fold the same stored span
-states in the same span order with the same formula (`_attention_kernel._merge`); a slice's
-rows recompute m and l (the same operations on the same inputs). The span kernel runs at the
+Merge variants (`merge_slices_kernel`: the shipped `merge_spans_kernel` with launch knobs:
+a head-dim slice per program, the span loop's pipeline stages, spans unrolled per loop trip
+and the tile height; a deliberate near-copy, so the shipped kernel keeps no knob it does not
+use) fold the same stored span states in the same span order with the same formula
+(`_attention_kernel._merge`); a slice's rows recompute m and l (the same operations on the
+same inputs); an unrolled trip's spans past the last are masked out of the fold (`take`
+false: the state is kept by a select, not recomputed). The span kernel runs at the
 plan's launch (warps / stages / register-cap variants changed nothing: RESULTS, run 1).
 
     python benchmarks/split_decode_probe.py --out $OUT/split_decode_probe.json
@@ -32,28 +34,38 @@ from gpu_ops import (  # noqa: E402
     NUM_HEADS,
     NUM_KV_HEADS,
     bench_graph,
+    hbm_gbps,
     machine_info,
     make_paged_kv,
     randn,
 )
 
 from samebits.kernels.triton._attention_kernel import _merge, _state_offsets  # noqa: E402
+from samebits.kernels.triton._softexp2 import softexp2  # noqa: E402
 
-HBM_GBPS = 4800.0
 CELLS = [(1, 4096), (1, 8192), (1, 16384), (1, 32768), (1, 131072),
          (16, 4096), (16, 8192), (16, 16384), (16, 32768)]  # fmt: skip
-# (head-dim slice, warps, pipeline stages of the span loop; 1: not pipelined)
-MERGE_VARIANTS = [(128, 4, 1), (128, 4, 3), (128, 4, 4), (128, 4, 6), (128, 4, 8), (128, 8, 4),
-                  (64, 4, 3), (32, 1, 3), (32, 2, 3), (64, 2, 3)]  # fmt: skip
+# (head-dim slice, warps, pipeline stages of the span loop (1: not pipelined), spans per loop
+# trip, tile height (0: the plan's))
+MERGE_VARIANTS = [(128, 4, 1, 1, 0), (128, 4, 3, 1, 0), (128, 4, 4, 1, 0), (128, 4, 8, 1, 0),
+                  (128, 4, 4, 1, 4), (128, 4, 8, 1, 4), (128, 4, 1, 4, 0), (128, 4, 1, 8, 0),
+                  (128, 4, 2, 4, 0), (128, 4, 3, 4, 4), (128, 4, 1, 8, 4), (128, 2, 2, 8, 4),
+                  (64, 2, 3, 4, 4), (32, 1, 3, 4, 4)]  # fmt: skip
+# m and l as 2-D tiles: (warps, pipeline stages, tile height)
+FLAT_VARIANTS = [(4, 4, 4), (4, 6, 4), (2, 4, 4), (8, 4, 4), (4, 1, 4)]
+# two-phase merge: (warps, pipeline stages of the fold, spans per weight chunk, tile height)
+# (tile height 16 and 1 warp fail Triton 3.6's TritonGPUOptimizeThreadLocality pass)
+TWO_PHASE_VARIANTS = [(4, 3, 64, 4), (4, 4, 64, 4), (4, 6, 64, 4), (4, 8, 64, 4), (4, 4, 32, 4),
+                      (2, 4, 64, 4), (2, 6, 64, 4)]  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["max_spans", "window"])
 def merge_slices_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, max_spans, window,
                         HKV: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, SPAN: tl.constexpr,
-                        STAGES: tl.constexpr):  # fmt: skip
+                        STAGES: tl.constexpr, UNROLL: tl.constexpr):  # fmt: skip
     """`merge_spans_kernel` over the head-dim slice program_id(2) * BLOCK_D of each row, its
-    span loop a `tl.range` of STAGES pipeline stages (1: not pipelined)."""
+    span loop a `tl.range` of STAGES pipeline stages (1: not pipelined), UNROLL spans a trip."""
     req = tl.program_id(0)
     hk = tl.program_id(1)
     r = tl.arange(0, BLOCK_M)
@@ -65,12 +77,116 @@ def merge_slices_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, max_spans, win
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
-    for span in tl.range(0, tl.max(pos, axis=0) // SPAN + 1, num_stages=STAGES):
-        at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)
+    n = tl.max(pos, axis=0) // SPAN + 1
+    for c0 in tl.range(0, n, UNROLL, num_stages=STAGES):
+        for u in tl.static_range(UNROLL):
+            ok = live & (c0 + u < n)
+            at = _state_offsets(tok * max_spans + c0 + u, hk, r, HKV, GROUP)
+            m_s = tl.load(ms_ptr + at, mask=ok, other=float("-inf"))
+            l_s = tl.load(ls_ptr + at, mask=ok, other=0.0)
+            acc_s = tl.load(accs_ptr + at[:, None] * D + d[None, :], mask=ok[:, None], other=0.0)
+            take = ok & ((c0 + u) * SPAN + SPAN > lo)
+            m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s, take)
+    out = tl.math.div_rn(acc, l_i[:, None])
+    rows = _state_offsets(tok, hk, r, HKV, GROUP) * D
+    tl.store(o_ptr + rows[:, None] + d[None, :], out.to(o_ptr.dtype.element_ty), mask=live[:, None])
+
+
+@triton.jit(do_not_specialize=["max_spans", "window"])
+def merge_flat_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, max_spans, window,
+                      HKV: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr,
+                      BLOCK_M: tl.constexpr, SPAN: tl.constexpr, STAGES: tl.constexpr):  # fmt: skip
+    """`merge_spans_kernel` with m and l held as [BLOCK_M, D] tiles (each row's value in every
+    column: the same operations on the same inputs, in one layout, no layout conversion)."""
+    req = tl.program_id(0)
+    hk = tl.program_id(1)
+    r = tl.arange(0, BLOCK_M)
+    d = tl.arange(0, D)
+    live = (r < GROUP)[:, None] & (d < D)[None, :]
+    tok = tl.zeros((BLOCK_M,), tl.int32)[:, None] + req + 0 * d[None, :]
+    pos = tl.load(pos_ptr + tok, mask=live, other=-1)
+    lo = tl.maximum(pos - window + 1, 0)
+    m_i = tl.full((BLOCK_M, D), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M, D), tl.float32)
+    acc = tl.zeros((BLOCK_M, D), tl.float32)
+    for span in tl.range(0, tl.max(tl.max(pos, axis=1), axis=0) // SPAN + 1, num_stages=STAGES):
+        at = _state_offsets(tok * max_spans + span, hk, r[:, None], HKV, GROUP)
         m_s = tl.load(ms_ptr + at, mask=live, other=float("-inf"))
         l_s = tl.load(ls_ptr + at, mask=live, other=0.0)
-        acc_s = tl.load(accs_ptr + at[:, None] * D + d[None, :], mask=live[:, None], other=0.0)
-        m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s, live & (span * SPAN + SPAN > lo))
+        acc_s = tl.load(accs_ptr + at * D + d[None, :], mask=live, other=0.0)
+        take = live & (span * SPAN + SPAN > lo)
+        m_new = tl.maximum(m_i, m_s)
+        a = softexp2(tl.where(take, m_i - m_new, 0.0))
+        b = softexp2(tl.where(take, m_s - m_new, 0.0))
+        l_new = tl.fma(l_i, a, l_s * b)
+        acc_new = tl.fma(acc, a, acc_s * b)
+        m_i = tl.where(take, m_new, m_i)
+        l_i = tl.where(take, l_new, l_i)
+        acc = tl.where(take, acc_new, acc)
+    out = tl.math.div_rn(acc, l_i)
+    rows = _state_offsets(tok, hk, r[:, None], HKV, GROUP) * D
+    tl.store(o_ptr + rows + d[None, :], out.to(o_ptr.dtype.element_ty), mask=live)
+
+
+@triton.jit
+def _cummax(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def _span_weights(w_ptr, ms_ptr, base, c0, n, live, lo, carry, WROWS, H: tl.constexpr,
+                  SPAN: tl.constexpr, SB: tl.constexpr):  # fmt: skip
+    """Spans c0 .. c0 + SB - 1 at once: the running max after each span (max is exact in any
+    order) and the fold's two weights a = 2^(m_prev - m), b = 2^(m_s - m), stored at
+    w_ptr[at] and w_ptr[WROWS + at]; returns the running max after the chunk."""
+    sp = c0 + tl.arange(0, SB)
+    at = base[:, None] + sp[None, :] * H
+    take = live[:, None] & (sp[None, :] < n) & (sp[None, :] * SPAN + SPAN > lo[:, None])
+    prev_take = live[:, None] & (sp[None, :] > c0) & (sp[None, :] * SPAN > lo[:, None])
+    prev_take = prev_take & (sp[None, :] - 1 < n)
+    ms = tl.load(ms_ptr + at, mask=take, other=float("-inf"))
+    ms_prev = tl.load(ms_ptr + at - H, mask=prev_take, other=float("-inf"))
+    m_new = tl.maximum(carry[:, None], tl.associative_scan(ms, 1, _cummax))
+    m_old = tl.maximum(carry[:, None], tl.associative_scan(ms_prev, 1, _cummax))
+    tl.store(w_ptr + at, softexp2(tl.where(take, m_old - m_new, 0.0)), mask=take)
+    tl.store(w_ptr + WROWS + at, softexp2(tl.where(take, ms - m_new, 0.0)), mask=take)
+    return tl.maximum(carry, tl.max(ms, axis=1))
+
+
+@triton.jit(do_not_specialize=["max_spans", "window"])
+def merge_two_phase_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, w_ptr, pos_ptr, max_spans, window,
+                           WROWS, HKV: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr,
+                           BLOCK_M: tl.constexpr, SPAN: tl.constexpr, SB: tl.constexpr,
+                           STAGES: tl.constexpr):  # fmt: skip
+    """`merge_spans_kernel`'s fold in two phases: every span's weights (a, b) first, SB spans
+    at a time (the exponentials leave the sequential loop), then the ordered fold of l and
+    acc with them: l' = fma(l, a, l_s * b), acc' = fma(acc, a, acc_s * b), as `_merge`."""
+    req = tl.program_id(0)
+    hk = tl.program_id(1)
+    r = tl.arange(0, BLOCK_M)
+    live = r < GROUP
+    tok = tl.zeros((BLOCK_M,), tl.int32) + req
+    pos = tl.load(pos_ptr + tok, mask=live, other=-1)
+    lo = tl.maximum(pos - window + 1, 0)
+    d = tl.arange(0, D)
+    n = tl.max(pos, axis=0) // SPAN + 1
+    base = _state_offsets(tok * max_spans, hk, r, HKV, GROUP)
+    carry = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    for c0 in range(0, n, SB):
+        carry = _span_weights(w_ptr, ms_ptr, base, c0, n, live, lo, carry, WROWS, HKV * GROUP,
+                              SPAN, SB)  # fmt: skip
+    tl.debug_barrier()
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, D), tl.float32)
+    for span in tl.range(0, n, num_stages=STAGES):
+        at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)
+        take = live & (span * SPAN + SPAN > lo)
+        a = tl.load(w_ptr + at, mask=take, other=0.0)
+        b = tl.load(w_ptr + WROWS + at, mask=take, other=0.0)
+        l_s = tl.load(ls_ptr + at, mask=take, other=0.0)
+        acc_s = tl.load(accs_ptr + at[:, None] * D + d[None, :], mask=take[:, None], other=0.0)
+        l_i = tl.where(take, tl.fma(l_i, a, l_s * b), l_i)
+        acc = tl.where(take[:, None], tl.fma(acc, a[:, None], acc_s * b[:, None]), acc)
     out = tl.math.div_rn(acc, l_i[:, None])
     rows = _state_offsets(tok, hk, r, HKV, GROUP) * D
     tl.store(o_ptr + rows[:, None] + d[None, :], out.to(o_ptr.dtype.element_ty), mask=live[:, None])
@@ -116,10 +232,24 @@ def cell(batch: int, context: int) -> dict:
         merge_spans_kernel[(r, hkv)](out, m_s, l_s, acc_s, meta.positions, max_spans, win,
                                      **launch)  # fmt: skip
 
-    def merge_sliced(out, block_d, warps=4, stages=1):
+    def merge_sliced(out, block_d, warps=4, stages=1, unroll=1, bm=0):
         merge_slices_kernel[(r, hkv, d // block_d)](
             out, m_s, l_s, acc_s, meta.positions, max_spans, win, BLOCK_D=block_d, STAGES=stages,
-            num_warps=warps, enable_fp_fusion=A.FP_FUSION, **facts)  # fmt: skip
+            UNROLL=unroll, num_warps=warps, enable_fp_fusion=A.FP_FUSION,
+            **{**facts, "BLOCK_M": bm or meta.block_m})  # fmt: skip
+
+    weights = torch.empty((2 * m_s.numel(),), dtype=torch.float32, device="cuda")
+
+    def merge_two_phase(out, warps, stages, sb, bm):
+        merge_two_phase_kernel[(r, hkv)](
+            out, m_s, l_s, acc_s, weights, meta.positions, max_spans, win, m_s.numel(), SB=sb,
+            STAGES=stages, num_warps=warps, enable_fp_fusion=A.FP_FUSION,
+            **{**facts, "BLOCK_M": bm})  # fmt: skip
+
+    def merge_flat(out, warps, stages, bm):
+        merge_flat_kernel[(r, hkv)](
+            out, m_s, l_s, acc_s, meta.positions, max_spans, win, STAGES=stages, num_warps=warps,
+            enable_fp_fusion=A.FP_FUSION, **{**facts, "BLOCK_M": bm})  # fmt: skip
 
     row = {"batch": batch, "context": context, "splits": splits, "spans": max_spans}
     if not splits:
@@ -134,16 +264,26 @@ def cell(batch: int, context: int) -> dict:
     split()
     t["merge"] = bench_graph(lambda: merge(torch.empty_like(q)), 30)
     eq = {}
-    for bd, warps, stages in MERGE_VARIANTS:
-        name = f"merge_d{bd}_w{warps}_s{stages}"
+    for v in MERGE_VARIANTS:
+        name = "merge_d{}_w{}_s{}_u{}_m{}".format(*v)
         out = torch.empty_like(q)
-        merge_sliced(out, bd, warps, stages)
+        merge_sliced(out, *v)
         eq[name] = bool(torch.equal(bits(out), bits(ref)))
-        t[name] = bench_graph(
-            lambda v=(bd, warps, stages): merge_sliced(torch.empty_like(q), *v), 30
-        )
+        t[name] = bench_graph(lambda v=v: merge_sliced(torch.empty_like(q), *v), 30)
+    for v in FLAT_VARIANTS:
+        name = "flat_w{}_s{}_m{}".format(*v)
+        out = torch.empty_like(q)
+        merge_flat(out, *v)
+        eq[name] = bool(torch.equal(bits(out), bits(ref)))
+        t[name] = bench_graph(lambda v=v: merge_flat(torch.empty_like(q), *v), 30)
+    for v in TWO_PHASE_VARIANTS:
+        name = "two_phase_w{}_s{}_sb{}_m{}".format(*v)
+        out = torch.empty_like(q)
+        merge_two_phase(out, *v)
+        eq[name] = bool(torch.equal(bits(out), bits(ref)))
+        t[name] = bench_graph(lambda v=v: merge_two_phase(torch.empty_like(q), *v), 30)
     row.update(gb=gb, us={k: round(v * 1e3, 2) for k, v in t.items()}, bits_equal=eq,
-               pct_hbm_whole=round(100 * gb / (t["whole"] / 1e3) / HBM_GBPS, 1))  # fmt: skip
+               pct_hbm_whole=round(100 * gb / (t["whole"] / 1e3) / hbm_gbps(), 1))  # fmt: skip
     return row
 
 
