@@ -28,6 +28,7 @@ import json
 import random
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -160,6 +161,18 @@ def decode_rate(llm, prompts: list[list[int]], tokens: int) -> dict:
             "tok_s": round(len(prompts) / step, 1)}  # fmt: skip
 
 
+def _measured(fn) -> dict:
+    """fn()'s row, or the out-of-memory error as the row (the fast plan's SDPA with a dense mask
+    runs out first; the next cells still run)."""
+    import torch
+
+    try:
+        return fn()
+    except torch.OutOfMemoryError as e:
+        torch.cuda.empty_cache()
+        return {"error": f"out of memory: {str(e).splitlines()[0]}"}
+
+
 def engine_part(results: list, loaded, weight_gb: float) -> None:
     from samebits import LLM
     from samebits.deployment import build_deployment
@@ -176,7 +189,7 @@ def engine_part(results: list, loaded, weight_gb: float) -> None:
                 continue
             prompt = [rng.randrange(vocab - 3) for _ in range(context)]
             emit(results, part="engine_batch1", plan=plan, context=context,
-                 **decode_rate(llm, [prompt], DECODE_TOKENS))  # fmt: skip
+                 **_measured(partial(decode_rate, llm, [prompt], DECODE_TOKENS)))  # fmt: skip
         if plan == "invariant":
             batch16(results, llm, rng, vocab, weight_gb)
         del llm, dep
@@ -224,7 +237,13 @@ def main() -> int:
         loaded = random_model("llama-3-8b", seed=0, device="cuda", dtype=torch.bfloat16)
         weight_gb = sum(t.numel() * t.element_size() for n, t in loaded.weights.items()
                         if "embed_tokens" not in n) / 1e9  # fmt: skip
-        engine_part(results, loaded, weight_gb)
+        try:
+            engine_part(results, loaded, weight_gb)
+        finally:  # what was measured is kept when a later cell fails
+            doc = {"machine": machine_info(), "date": time.strftime("%Y-%m-%d"),
+                   "results": results}  # fmt: skip
+            Path(args.out).write_text(json.dumps(doc, indent=1))
+        return 0
     doc = {"machine": machine_info(), "date": time.strftime("%Y-%m-%d"), "results": results}
     Path(args.out).write_text(json.dumps(doc, indent=1))
     return 0
