@@ -280,6 +280,15 @@ def test_span_boundaries_relative_to_the_chunk_start_are_refuted():
                    "reads v at different indices")  # fmt: skip
 
 
+def test_merge_row_reading_another_rows_span_states_is_refuted():
+    # the merge tile has its own height (`attention_meta.merge_block_m`): its rows must fold
+    # their own heads' span states, not a neighbour's
+    text = mutate(ATTN, MERGE_READ, MERGE_READ.replace(
+        "tok * max_spans + span, hk, r, HKV", "tok * max_spans + span, hk, tl.where(live, GROUP - 1 - r, r), HKV"))  # fmt: skip
+    cex = assert_refuted(attention("split-bm16-p32", text))
+    assert "merge_spans_kernel" in repr(cex)
+
+
 def test_merge_order_following_the_number_of_programs_is_refuted():
     # the merge folds the spans in reverse when the split launch has more than one program
     # per request

@@ -254,7 +254,7 @@ def calls(side: str, spec: AttentionSpec, sd: Side) -> list[KernelCall]:
     """The launch `attention.paged_attention` makes: spans in sequence (grid: programs x KV
     heads), or `attention._split_decode` (split grid: requests x S x KV heads; merge grid:
     requests x KV heads)."""
-    from samebits.kernels.triton.attention_meta import ATTENTION_WARPS
+    from samebits.kernels.triton.attention_meta import ATTENTION_WARPS, merge_block_m
 
     g = spec.heads // spec.kv_heads
     arr = lambda n, dt: ArrayArg(f"{n}@{side}", dt)  # noqa: E731
@@ -279,7 +279,8 @@ def calls(side: str, spec: AttentionSpec, sd: Side) -> list[KernelCall]:
         PAGE=sd.page, BLOCK_N=spec.block_n, **facts,
     )  # fmt: skip
     merge = dict(o_ptr=arr("o", ACT), **scratch, pos_ptr=arr("pos", "i32"),
-                 max_spans=var("max_spans"), window=WINDOW(), **facts)  # fmt: skip
+                 max_spans=var("max_spans"), window=WINDOW(),
+                 **{**facts, "BLOCK_M": merge_block_m(g)})  # fmt: skip
     return [
         KernelCall(
             SPLIT_KERNEL, (var("requests"), var("splits"), var("grid_hkv")), split, ATTENTION_WARPS
@@ -301,6 +302,7 @@ def attention_specs(model: str, dims: dict | None = None) -> list[AttentionSpec]
         DECODE_BLOCK_M,
         PREFILL_BLOCK_M,
         default_block_m,
+        merge_block_m,
     )
 
     c = {k: (dims or MODELS[model])[k] for k in ("heads", "kv_heads", "head_dim")}
@@ -339,7 +341,8 @@ def attention_specs(model: str, dims: dict | None = None) -> list[AttentionSpec]
                     "span": ATTENTION_SPAN,
                     "span_tiles": ATTENTION_SPAN // KEY_BLOCK,
                     "left": {"block_m": ref.block_m, "page": ref.page, "launch": ref.launch},
-                    "right": {"block_m": b.block_m, "page": b.page, "launch": b.launch},
+                    "right": {"block_m": b.block_m, "page": b.page, "launch": b.launch}
+                    | ({"merge_block_m": merge_block_m(g)} if b.launch == SPLIT else {}),
                     "goals": goals,
                     "metadata": "free in both (any chunking, programs, block tables"
                     + (", programs per request" if b.launch == SPLIT else "")
@@ -382,6 +385,12 @@ class _Loop:
         return [self.var.z3() >= 0, value.z3() < self.stop.z3()]
 
 
+def _merge_rows(spec: AttentionSpec) -> int:
+    from samebits.kernels.triton.attention_meta import merge_block_m
+
+    return merge_block_m(spec.heads // spec.kv_heads)
+
+
 def _canon(key: tuple) -> str:
     return f"{key[0]}#{key[1]}.{key[2]}"
 
@@ -395,6 +404,9 @@ class _Side:
         self.sd = sd
         self.sh = shared
         self.rstar = Lin.var(z3.Int(f"{name}.rstar"))  # the lane of the compared row
+        # tile heights of the side's kernels (the split launch's merge has its own): a row
+        # lane of either is the compared row's at lane rstar (rows below GROUP are heads)
+        self.rows = {sd.block_m} | ({_merge_rows(spec)} if sd.launch == SPLIT else set())
         self.tok = Lin.var(z3.Int(f"{name}.tok"))  # its query token
         self.hk = Lin.var(z3.Int(f"{name}.hk"))  # its KV head (pinned programs)
         self.loops: list[_Loop] = []
@@ -673,7 +685,7 @@ class _Side:
             else:
                 dims.append((size, prog.ex.fresh("lane", 0, size).terms[0][0]))
         row = dims[0][1]
-        if row is None or dims[0][0] != self.sd.block_m:
+        if row is None or dims[0][0] not in self.rows:
             raise Unsupported(where, f"loop state {name!r}: first axis must be the tile rows")
         cols = tuple(Lin(((k, 1),), 0) for _, k in dims[1:] if k is not None)
         ctx = tuple(c.var for c in rec.ctx) if tag == "final" else ()
@@ -790,7 +802,7 @@ def _prove(src, spec: AttentionSpec, stats, Refuted, _compare, _final) -> None:
         ex.int_reduce_facts = side.int_reduce_facts
         ex.exact_int_reduce = sd.launch == SPLIT  # decode programs: last is the position
         ex.call_hook = lambda ci, call, pv, side=side, ex=ex: side.call_hook(ex, ci, call, pv)
-        ex.focus_lanes = {sd.block_m: side.rstar}
+        ex.focus_lanes = dict.fromkeys(side.rows, side.rstar)
         ex.rules = EXEC_RULES
         ex.opaque_mul = True
         ex.int32 = []  # every int32 + - *: proved in range at the deployment bounds

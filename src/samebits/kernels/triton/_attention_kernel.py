@@ -197,8 +197,9 @@ def merge_spans_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, max_spans, wind
     # a pipelined loop (`tl.range` num_stages: the next spans' states are loaded while this
     # one is folded; the fold order and formula are unchanged): without it every span waited
     # for its own loads, which made the merge ~40% of a batch-1 32k decode step (H100,
-    # benchmarks/split_decode_probe.py)
-    for span in tl.range(0, tl.max(pos, axis=0) // SPAN + 1, num_stages=3):
+    # benchmarks/split_decode_probe.py; 4 stages and a tile of the group's rows
+    # (`attention_meta.merge_block_m`) are the fastest launch that probe measured)
+    for span in tl.range(0, tl.max(pos, axis=0) // SPAN + 1, num_stages=4):
         at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)
         m_s = tl.load(ms_ptr + at, mask=live, other=float("-inf"))
         l_s = tl.load(ls_ptr + at, mask=live, other=0.0)

@@ -26,6 +26,7 @@ from samebits.kernels.triton.attention_meta import (
     AttentionMeta,
     attention_metadata,
     default_block_m,
+    merge_block_m,
 )
 
 __all__ = [
@@ -143,17 +144,9 @@ def _split_decode(
         **facts, **_cap(register_cap(meta.block_m, d)),
     )  # fmt: skip
     merge_spans_kernel[(r, hkv)](
-        out,
-        m_s,
-        l_s,
-        acc_s,
-        meta.positions,
-        max_spans,
-        window,
-        num_warps=meta.num_warps,
-        enable_fp_fusion=FP_FUSION,
-        **facts,
-    )
+        out, m_s, l_s, acc_s, meta.positions, max_spans, window, num_warps=meta.num_warps,
+        enable_fp_fusion=FP_FUSION, **{**facts, "BLOCK_M": merge_block_m(meta.group)},
+    )  # fmt: skip
 
 
 def register_cap(block_m: int, head_dim: int) -> int | None:

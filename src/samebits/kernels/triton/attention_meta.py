@@ -20,6 +20,7 @@ from samebits.kernels.metadata import to_device_aligned
 
 PREFILL_BLOCK_M = 64
 DECODE_BLOCK_M = 16
+MERGE_MIN_ROWS = 4
 ATTENTION_WARPS = 4
 
 
@@ -53,6 +54,14 @@ def default_block_m(max_query_len: int, group: int) -> int:
     """Tile height: 16 rows for pure decode steps, 64 otherwise (at least one token's heads)."""
     base = DECODE_BLOCK_M if max_query_len <= 1 else PREFILL_BLOCK_M
     return max(base, triton.next_power_of_2(group))
+
+
+def merge_block_m(group: int) -> int:
+    """Tile height of the split-KV merge (`merge_spans_kernel`): the group's heads padded to a
+    power of two, at least MERGE_MIN_ROWS. A row's fold never reads another row, so the height
+    changes no bit (proved per head class, goal 4); it is not the split kernel's 16, whose
+    rows feed ``tl.dot``."""
+    return max(MERGE_MIN_ROWS, triton.next_power_of_2(group))
 
 
 def _programs(query_start_loc: np.ndarray, tokens_per_tile: int) -> tuple[np.ndarray, np.ndarray]:

@@ -386,6 +386,7 @@ def _launch_facts(shape: dict, g: int, split: bool) -> dict:
              "int32_bounds": dict(ATTENTION_BOUNDS)}  # fmt: skip
     if split:  # decode tiles (`default_block_m(1, group)`), any S
         return {**shape, "launch": "split_kv", "block_m": am.default_block_m(1, g),
+                "merge_block_m": am.merge_block_m(g),
                 "pages": list(ATTENTION_PAGES), "warps": am.ATTENTION_WARPS,
                 "kernels": ["split_span_kernel", "merge_spans_kernel"],
                 "programs_per_request": "any"}  # fmt: skip
