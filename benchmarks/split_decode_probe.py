@@ -228,9 +228,9 @@ def cell(batch: int, context: int) -> dict:
             meta.block_tables.shape[1], max_spans, scale, win, PAGE=16, BLOCK_N=A.KEY_BLOCK,
             maxnreg=A.register_cap(meta.block_m, d), **launch)  # fmt: skip
 
-    def merge(out):  # the shipped merge, as the plan launches it
+    def merge(out):  # the shipped merge, as the plan launches it (`attention._split_decode`)
         merge_spans_kernel[(r, hkv)](out, m_s, l_s, acc_s, meta.positions, max_spans, win,
-                                     **launch)  # fmt: skip
+                                     **{**launch, "BLOCK_M": A.merge_block_m(meta.group)})  # fmt: skip
 
     def merge_sliced(out, block_d, warps=4, stages=1, unroll=1, bm=0):
         merge_slices_kernel[(r, hkv, d // block_d)](
