@@ -264,25 +264,18 @@ def cell(batch: int, context: int) -> dict:
     t["split"] = bench_graph(split, 30)
     split()
     t["merge"] = bench_graph(lambda: merge(torch.empty_like(q)), 30)
-    eq = {}
-    for v in MERGE_VARIANTS:
-        name = "merge_d{}_w{}_s{}_u{}_m{}".format(*v)
-        out = torch.empty_like(q)
-        merge_sliced(out, *v)
-        eq[name] = bool(torch.equal(bits(out), bits(ref)))
-        t[name] = bench_graph(lambda v=v: merge_sliced(torch.empty_like(q), *v), 30)
-    for v in FLAT_VARIANTS:
-        name = "flat_w{}_s{}_m{}".format(*v)
-        out = torch.empty_like(q)
-        merge_flat(out, *v)
-        eq[name] = bool(torch.equal(bits(out), bits(ref)))
-        t[name] = bench_graph(lambda v=v: merge_flat(torch.empty_like(q), *v), 30)
-    for v in TWO_PHASE_VARIANTS:
-        name = "two_phase_w{}_s{}_sb{}_m{}".format(*v)
-        out = torch.empty_like(q)
-        merge_two_phase(out, *v)
-        eq[name] = bool(torch.equal(bits(out), bits(ref)))
-        t[name] = bench_graph(lambda v=v: merge_two_phase(torch.empty_like(q), *v), 30)
+    eq: dict = {}
+    families = [("merge_d{}_w{}_s{}_u{}_m{}", MERGE_VARIANTS, merge_sliced),
+                ("flat_w{}_s{}_m{}", FLAT_VARIANTS, merge_flat),
+                ("two_phase_w{}_s{}_sb{}_m{}", TWO_PHASE_VARIANTS, merge_two_phase)]  # fmt: skip
+    for fmt, variants, launch_one in families:
+        for v in variants:
+            out = torch.empty_like(q)
+            launch_one(out, *v)
+            eq[fmt.format(*v)] = bool(torch.equal(bits(out), bits(ref)))
+            t[fmt.format(*v)] = bench_graph(
+                lambda v=v, f=launch_one: f(torch.empty_like(q), *v), 30
+            )
     row.update(gb=gb, us={k: round(v * 1e3, 2) for k, v in t.items()}, bits_equal=eq,
                pct_hbm_whole=round(100 * gb / (t["whole"] / 1e3) / hbm_gbps(), 1))  # fmt: skip
     return row
