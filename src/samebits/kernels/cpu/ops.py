@@ -15,6 +15,7 @@ from samebits.kernels.cpu import rowwise, sbattn, sbrow
 from samebits.kernels.cpu.linear import TiledLinear
 from samebits.kernels.cpu.plan import linear_splits
 from samebits.kernels.cpu.sbgemm import SbLinear
+from samebits.kernels.cpu.sdpa import causal_sdpa
 from samebits.kernels.interface import ATTENTION_SPAN, FLOAT32_ROLES, Linear
 from samebits.kernels.metadata import FlatBatch
 from samebits.kernels.moe import FastMoe, InvariantMoe
@@ -179,10 +180,10 @@ class FastOps(FastMoe, TorchPlacement):
     def attention(
         self, q, k_cache, v_cache, batch: FlatBatch, scale: float, window: int = 0
     ) -> torch.Tensor:
-        """SDPA per request, planned on the host (keys lo..t: `window` > 0 masks keys below
-        t - window + 1); a CUDA-graphed decode step (its batch carries the static program map
-        in `attn`, see graphs/decode_buffers.py) runs the paged Triton kernel instead: SDPA
-        has no paged decode a graph could replay."""
+        """SDPA per request, planned on the host (`sdpa.causal_sdpa`: keys lo..t, `window` > 0
+        masks keys below t - window + 1); a CUDA-graphed decode step (its batch carries the
+        static program map in `attn`, see graphs/decode_buffers.py) runs the paged Triton
+        kernel instead: SDPA has no paged decode a graph could replay."""
         if batch.attn is not None:
             from samebits.kernels.triton.attention import paged_attention
 
@@ -196,13 +197,8 @@ class FastOps(FastMoe, TorchPlacement):
             slots = _request_slots(batch, r)
             k = k_cache[slots].repeat_interleave(group, 1).transpose(0, 1)
             v = v_cache[slots].repeat_interleave(group, 1).transpose(0, 1)
-            pos = torch.from_numpy(batch.positions[lo:hi]).to(self.device)
-            keys = torch.arange(len(slots), device=self.device)[None, :]
-            mask = keys <= pos[:, None]
-            if window > 0:
-                mask &= keys > pos[:, None] - window
             qr = q[lo:hi].transpose(0, 1)
-            o = F.scaled_dot_product_attention(qr, k, v, attn_mask=mask, scale=scale)
+            o = causal_sdpa(qr, k, v, batch.positions[lo:hi], scale, window)
             out[lo:hi] = o.transpose(0, 1)
         return out
 
