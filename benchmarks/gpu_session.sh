@@ -38,6 +38,8 @@
 #   longctx    benchmarks/long_context.py (issue 25: span attention vs SDPA, engine at 128..128k)
 #   splitprobe benchmarks/split_decode_probe.py (split-KV decode: span kernel and merge timed apart,
 #              merge launch variants, bits against the shipped merge)
+#   prefillprobe benchmarks/prefill_probe.py (the prefill with unmasked interior key tiles: bits
+#              against the shipped kernel, time beside it and SDPA flash)
 #   attn       the attention GPU tests only (tests/gpu/test_gpu_kernels.py -k attention)
 #   ncu        Nsight Compute per kernel of one batch-64 decode step (benchmarks/ncu_step.py)
 #   mma        benchmarks/mma_validate.py (issue 27: GPU bf16 MMA chains vs the CPU emulator, ~1e9
@@ -99,6 +101,7 @@ for job in "$@"; do
              timeout 280 python3 benchmarks/gpu_agreement.py --presets qwen3-8b --context 8192 \
                --yarn 4:32768 --out "$OUT/gpu_agreement_8k_qwen3_yarn.json" 2>&1 | grep -v "^\[transformers\]" | tail -4 ;;
     splitprobe) timeout 300 python3 benchmarks/split_decode_probe.py --out "$OUT/split_decode_probe.json" 2>&1 | cut -c1-400 | tail -12 ;;
+    prefillprobe) timeout 300 python3 benchmarks/prefill_probe.py --out "$OUT/prefill_probe.json" 2>&1 | tail -40 ;;
     attn) SAMEBITS_GPU_RESULTS="$OUT" timeout 300 python3 -m pytest -q -m gpu tests/gpu/test_gpu_kernels.py -k attention -p no:cacheprovider --durations=5 2>&1 | tail -15 ;;
     longctx) timeout 400 python3 benchmarks/long_context.py ${LONGCTX_ARGS:-} --out "$OUT/long_context.json" 2>&1 | grep -v "^after" | tail -40 ;;
     digestcost) timeout 400 python3 benchmarks/gpu_serving.py --digest-cost --no-hf ${DIGEST_ARGS:-} --out "$OUT/gpu_digest_cost.json" 2>&1 | tail -6 ;;

@@ -34,20 +34,25 @@ SIGNATURE = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "o_ptr": "*bf
              "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "SPAN": "constexpr"}  # fmt: skip
 
 
-def compile_sass() -> str:
+def prefill_consts() -> dict:
+    """The constexprs of the plan's prefill launch of the 8B shape."""
+    return {"HKV": KV_HEADS, "GROUP": HEADS // KV_HEADS, "D": D, "PAGE": 16,
+            "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "SPAN": 512}  # fmt: skip
+
+
+def sass_of(fn, signature: dict, consts: dict, warps: int) -> str:
+    """`fn` compiled for sm_90 on this machine (pointers 16-byte aligned), disassembled."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from samebits.kernels.triton import _attention_kernel as K
     from samebits.kernels.triton.attention import FP_FUSION
 
-    consts = {"HKV": KV_HEADS, "GROUP": HEADS // KV_HEADS, "D": D, "PAGE": 16,
-              "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "SPAN": 512}  # fmt: skip
-    attrs = {(i,): [["tt.divisibility", 16]] for i in range(9)}  # the pointers
-    src = ASTSource(K.paged_attention_kernel, SIGNATURE, constexprs=consts, attrs=attrs)
+    pointers = [i for i, t in enumerate(signature.values()) if t.startswith("*")]
+    attrs = {(i,): [["tt.divisibility", 16]] for i in pointers}
+    src = ASTSource(fn, signature, constexprs=consts, attrs=attrs)
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": WARPS, "enable_fp_fusion": FP_FUSION})  # fmt: skip
+                       options={"num_warps": warps, "enable_fp_fusion": FP_FUSION})  # fmt: skip
     cubin = Path("/tmp/samebits_prefill.cubin")
     cubin.write_bytes(k.asm["cubin"])
     nvdisasm = Path(triton.__file__).parent / "backends/nvidia/bin/nvdisasm"
@@ -55,21 +60,33 @@ def compile_sass() -> str:
                           check=True).stdout  # fmt: skip
 
 
-def tile_loop(sass: str) -> list[str]:
-    """The opcodes of the innermost loop: the block between a label and the backward branch
-    to it that holds the HGMMA instructions (the key tile's three MMAs)."""
+def compile_sass() -> str:
+    from samebits.kernels.triton import _attention_kernel as K
+
+    return sass_of(K.paged_attention_kernel, SIGNATURE, prefill_consts(), WARPS)
+
+
+def loops_with_mma(sass: str) -> list[list[str]]:
+    """The opcodes of every loop (a block between a label and a backward branch to it) that
+    holds HGMMA instructions (a key tile's MMAs), innermost first (shortest first)."""
     lines = sass.splitlines()
     labels = {m.group(1): i for i, ln in enumerate(lines) if (m := re.match(r"(\.L_x_\d+):", ln))}
-    best: list[str] = []
+    found = []
     for i, ln in enumerate(lines):
         m = re.search(r"BRA `\((\.L_x_\d+)\)", ln)
         if m and labels.get(m.group(1), i) < i:
             body = lines[labels[m.group(1)] : i + 1]
             ops = [o.group(1) for b in body if (o := re.search(
                 r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", b))]  # fmt: skip
-            if "HGMMA" in ops and (not best or len(ops) < len(best)):
-                best = ops
-    return best
+            if "HGMMA" in ops:
+                found.append(ops)
+    return sorted(found, key=len)
+
+
+def tile_loop(sass: str) -> list[str]:
+    """The opcodes of the innermost key-tile loop (the shortest loop holding HGMMA)."""
+    loops = loops_with_mma(sass)
+    return loops[0] if loops else []
 
 
 def issue_bound_ms(tokens: int, per_tile: int) -> float:
