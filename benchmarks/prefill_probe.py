@@ -108,7 +108,7 @@ def interior_prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, req_ptr, row0_p
     lo = tl.maximum(pos - window + 1, 0)
     rows, q = _query_rows(q_ptr, tok, live, hk, r, HKV, GROUP, D)
     last = tl.max(pos, axis=0)
-    first = tl.min(tl.where(live, pos, last), axis=0)
+    first = tl.maximum(tl.min(tl.where(live, pos, last), axis=0), 0)
     lo_max = tl.max(tl.where(live, lo, 0), axis=0)
     inner0 = (lo_max + BLOCK_N - 1) // BLOCK_N * BLOCK_N
     inner1 = (first + 1) // BLOCK_N * BLOCK_N
