@@ -60,6 +60,18 @@ TWO_PHASE_VARIANTS = [(4, 3, 64, 4), (4, 4, 64, 4), (4, 6, 64, 4), (4, 8, 64, 4)
                       (2, 4, 64, 4), (2, 6, 64, 4)]  # fmt: skip
 
 
+@triton.jit
+def _decode_rows(pos_ptr, window, GROUP: tl.constexpr, BLOCK_M: tl.constexpr):
+    """The merge program's rows, as `merge_spans_kernel` sets them up: (KV head, lanes, live
+    lanes, token, positions, window starts)."""
+    hk = tl.program_id(1)
+    r = tl.arange(0, BLOCK_M)
+    live = r < GROUP
+    tok = tl.zeros((BLOCK_M,), tl.int32) + tl.program_id(0)
+    pos = tl.load(pos_ptr + tok, mask=live, other=-1)
+    return hk, r, live, tok, pos, tl.maximum(pos - window + 1, 0)
+
+
 @triton.jit(do_not_specialize=["max_spans", "window"])
 def merge_slices_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, max_spans, window,
                         HKV: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr,
@@ -67,13 +79,7 @@ def merge_slices_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, max_spans, win
                         STAGES: tl.constexpr, UNROLL: tl.constexpr):  # fmt: skip
     """`merge_spans_kernel` over the head-dim slice program_id(2) * BLOCK_D of each row, its
     span loop a `tl.range` of STAGES pipeline stages (1: not pipelined), UNROLL spans a trip."""
-    req = tl.program_id(0)
-    hk = tl.program_id(1)
-    r = tl.arange(0, BLOCK_M)
-    live = r < GROUP
-    tok = tl.zeros((BLOCK_M,), tl.int32) + req
-    pos = tl.load(pos_ptr + tok, mask=live, other=-1)
-    lo = tl.maximum(pos - window + 1, 0)
+    hk, r, live, tok, pos, lo = _decode_rows(pos_ptr, window, GROUP, BLOCK_M)
     d = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
@@ -162,13 +168,7 @@ def merge_two_phase_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, w_ptr, pos_ptr, max_
     """`merge_spans_kernel`'s fold in two phases: every span's weights (a, b) first, SB spans
     at a time (the exponentials leave the sequential loop), then the ordered fold of l and
     acc with them: l' = fma(l, a, l_s * b), acc' = fma(acc, a, acc_s * b), as `_merge`."""
-    req = tl.program_id(0)
-    hk = tl.program_id(1)
-    r = tl.arange(0, BLOCK_M)
-    live = r < GROUP
-    tok = tl.zeros((BLOCK_M,), tl.int32) + req
-    pos = tl.load(pos_ptr + tok, mask=live, other=-1)
-    lo = tl.maximum(pos - window + 1, 0)
+    hk, r, live, tok, pos, lo = _decode_rows(pos_ptr, window, GROUP, BLOCK_M)
     d = tl.arange(0, D)
     n = tl.max(pos, axis=0) // SPAN + 1
     base = _state_offsets(tok * max_spans, hk, r, HKV, GROUP)
