@@ -5,6 +5,8 @@
 #     --platform manylinux_2_17_x86_64 -d .whl gguf==0.19.0 platformdirs==4.14.9 fastapi==0.165.0 starlette==1.10.0 \
 #     uvicorn==0.54.0 pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 \
 #     annotated-doc==0.0.7 typing-inspection==0.4.5 opentelemetry-api typing_extensions==4.16.0
+#   pip download --only-binary=:all: --no-deps -d .whl llguidance==1.9.1   # cp39-abi3, manylinux_2_31
+#   (the audit logs' numerics id records llguidance: `auditlogs` refuses to serve without it)
 # (the server's, for the `rate` job: fastapi 0.165 imports opentelemetry-api; pydantic 2.14
 # needs typing_extensions >= 4.16). Usage: benchmarks/gpu_session.sh JOB... with JOB in
 #   smol1      keep the first half of the SmolLM2 GGUF (carried in .carry1) in /tmp
