@@ -385,6 +385,21 @@ class _Loop:
         return [self.var.z3() >= 0, value.z3() < self.stop.z3()]
 
 
+def _blocks(node) -> list:
+    """The statement lists a node holds (a function's, a loop's or a branch's body)."""
+    return [b for f in ("body", "orelse") if isinstance(b := getattr(node, f, None), list)]
+
+
+def _tile_ite(c, a: Tile, b: Tile, where) -> Tile:
+    """Elementwise ``a if c else b`` of two tiles of one shape (a scalar condition)."""
+    if not (isinstance(a, Tile) and isinstance(b, Tile) and a.kind == b.kind == "float"
+            and [n for n, _ in a.dims] == [n for n, _ in b.dims]):  # fmt: skip
+        raise Unsupported(where, "loop chain: the loops leave states of different shapes")
+    sub = {lb: Lin(((la, 1),), 0) for (_, la), (_, lb) in zip(a.dims, b.dims, strict=True)
+           if la is not None and lb is not None and la != lb}  # fmt: skip
+    return Tile("float", a.dims, T.ite(c, a.v, T.subst_term(b.v, sub) if sub else b.v), a.dtype)
+
+
 def _merge_rows(spec: AttentionSpec) -> int:
     from samebits.kernels.triton.attention_meta import merge_block_m
 
@@ -417,11 +432,17 @@ class _Side:
         self.seen: dict = {}
         # the `for` statements of every kernel function: (function, ordinal)
         self.fors: dict = {}
+        self.after: dict = {}  # a `for` -> the statement right after it in its block
         for fname, fn in src.functions.items():
             nodes = sorted((n for n in ast.walk(fn) if isinstance(n, ast.For)),
                            key=lambda n: (n.lineno, n.col_offset))  # fmt: skip
             for k, n in enumerate(nodes):
                 self.fors[id(n)] = (fname, k)
+            for block in (b for n in ast.walk(fn) for b in _blocks(n)):
+                for a, b in zip(block, block[1:], strict=False):
+                    if isinstance(a, ast.For):
+                        self.after[id(a)] = b
+        self.chained: set = set()  # later loops of a chain already summarized with its first
         # the programs whose rows are the compared row (split launch: request = token, KV
         # head): (call index -> [(grid axis, value)]), set as facts before each call runs
         self.pins: dict = {}
@@ -554,6 +575,9 @@ class _Side:
 
     # --- summarized loops ----------------------------------------------------------------
     def loop(self, prog, s: ast.For, env: dict, bounds: list) -> None:
+        if id(s) in self.chained:  # summarized with the chain's first loop
+            self.chained.discard(id(s))
+            return
         where = prog.where(s)
         fk = self.fors.get(id(s))
         if fk is None:
@@ -577,6 +601,10 @@ class _Side:
                 raise Unsupported(where, "summarized loop: the step must be positive")
             if not carried:
                 raise Unsupported(where, "summarized loop carries no state")
+            chain = self._chain(prog, s, env, stop, step, carried, where)
+            if chain:
+                self._fold_chain(prog, s, env, key, canon, start, chain, step, carried, where)
+                return
             self._fold(prog, s, env, key, canon, start, stop, step, carried, assigned, where)
             return
         axis = next((a for a in range(len(prog.grid)) if prog.pids[a] is not None
@@ -589,6 +617,74 @@ class _Side:
             raise Unsupported(where, f"grid-stride loop carries state {carried}: its fold would "
                               "follow the number of programs of the axis (num_programs)")  # fmt: skip
         self._grid(prog, s, env, key, canon, axis, stop, assigned, where)
+
+    def _chain(self, prog, s, env, stop, step, carried, where) -> list:
+        """The loops right after ``s`` that continue its key progression: ``for`` statements
+        over the same target, carrying the same state, with the same constant step, each
+        starting where the one before stops (its bounds read nothing the loops before assign,
+        so they are evaluated here, before those loops). `_fold_chain` checks the order and
+        the grid. Returns [(loop, start, stop)] for ``s`` and them, or [] when none follows."""
+        out, cur, prev_stop = [(s, None, stop)], s, stop
+        names = {s.target.id, *_assigned(s.body)}  # what the loops before may have changed
+        while isinstance(nxt := self.after.get(id(cur)), ast.For):
+            it = nxt.iter
+            if not (isinstance(nxt.target, ast.Name) and nxt.target.id == s.target.id
+                    and isinstance(it, ast.Call) and len(it.args) == 3 and not it.keywords
+                    and prog.func_name(it.func) == "range"):  # fmt: skip
+                break
+            if names & {n.id for a in it.args for n in ast.walk(a) if isinstance(n, ast.Name)}:
+                raise Unsupported(prog.where(nxt), "loop chain: a bound the loops before assign")
+            a, b, c = (self._int(prog.expr(x, env), where) for x in it.args)
+            if c != step or [x for x in _assigned(nxt.body) if x in env] != carried:
+                break
+            if not a.add(prev_stop, -1).is_const() or a.add(prev_stop, -1).const != 0:
+                break
+            out.append((nxt, a, b))
+            names |= set(_assigned(nxt.body))
+            cur, prev_stop = nxt, b
+        return out if len(out) > 1 else []
+
+    def _fold_chain(self, prog, s, env, key, canon, start, chain, step, carried, where):
+        """Consecutive loops over one progression (``_chain``) summarized as one fold: at
+        iteration j (value = start + j * step) the update is the body of the loop whose range
+        holds the value; the loops' ranges must tile [start, last stop) in order."""
+        stops = [b for _, _, b in chain]
+        starts = [start] + stops[:-1]
+        sv = z3.Solver()
+        sv.add(*prog.facts())
+        ordered = [x.z3() <= y.z3() for x, y in zip([start, *stops], stops, strict=False)]
+        on_grid = [z3.Or(a.z3() >= b.z3(), (a.z3() - start.z3()) % step.z3() == 0)
+                   for a, b in zip(starts[1:], stops[1:], strict=True)]  # fmt: skip
+        sv.add(z3.Not(z3.And(*ordered, *on_grid)))
+        if sv.check() != z3.unsat:
+            raise Unsupported(where, "loop chain: the ranges may not tile one progression")
+        j = Lin.var(z3.Int(f"{self.name}.loop.{_canon(key)}.j"))
+        rec = _Loop("fold", key, canon, j, start, stops[-1], step, tuple(self.stack), where,
+                    list(carried))  # fmt: skip
+        rec.init = {x: env[x] for x in carried}
+        rec.pre = {x: self._state(prog, env[x], x, "pre", rec) for x in carried}
+        value = start.add(T.mul(j, step))
+        posts = []
+        for (node, _, _), a, b in zip(chain, starts, stops, strict=True):
+            body = {**env, s.target.id: Tile("int", (), value, "i32"), **rec.pre}
+            runs = [T.cmp(">=", j, T.ZERO), T.cmp(">=", value, a), T.cmp("<", value, b)]
+            nstores = self._body(prog, node, body, rec, runs, where)
+            if len(prog.ex.stores) != nstores:
+                raise Unsupported(where, "a summarized loop that carries state also stores")
+            posts.append({x: body[x] for x in carried})
+        merged = posts[-1]
+        for post, b in zip(posts[-2::-1], stops[-2::-1], strict=True):
+            below = T.cmp("<", value, b)
+            merged = {x: _tile_ite(below, post[x], merged[x], where) for x in carried}
+        rec.post = merged
+        self.loops.append(rec)
+        self.chained |= {id(node) for node, _, _ in chain[1:]}
+        for x in carried:
+            env[x] = self._state(prog, env[x], x, "final", rec)
+        for node, _, _ in chain:
+            for x in [*_assigned(node.body), s.target.id]:
+                if x not in carried:
+                    env.pop(x, None)
 
     def _int(self, b, where) -> Lin:
         if isinstance(b, bool) or not isinstance(b, int | Tile):
