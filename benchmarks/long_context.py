@@ -208,8 +208,6 @@ def batch16(results: list, llm, rng, vocab: int, weight_gb: float) -> None:
 
 
 def main() -> int:
-    import torch
-
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--parts", nargs="+", default=["kernels", "prefill", "engine"])
     p.add_argument("--spans", nargs="+", type=int, default=None)
@@ -218,10 +216,21 @@ def main() -> int:
     p.add_argument("--prefill-tiles", nargs="+", default=None, help="block_m x warps, e.g. 128x8")
     p.add_argument("--out", default="long_context.json")
     args = p.parse_args()
+    results: list = []
+    try:  # what was measured is written even when a later cell fails
+        measure(args, results)
+    finally:
+        doc = {"machine": machine_info(), "date": time.strftime("%Y-%m-%d"), "results": results}
+        Path(args.out).write_text(json.dumps(doc, indent=1))
+    return 0
+
+
+def measure(args, results: list) -> None:
+    import torch
+
     from samebits.kernels.plan import ATTENTION_SPAN
     from samebits.kernels.triton import attention
 
-    results: list = []
     spans = args.spans or [ATTENTION_SPAN]
     tiles = [tuple(map(int, t.split("x"))) for t in args.prefill_tiles or []] or [None]
     for stages in args.stages or [None]:
@@ -237,16 +246,7 @@ def main() -> int:
         loaded = random_model("llama-3-8b", seed=0, device="cuda", dtype=torch.bfloat16)
         weight_gb = sum(t.numel() * t.element_size() for n, t in loaded.weights.items()
                         if "embed_tokens" not in n) / 1e9  # fmt: skip
-        try:
-            engine_part(results, loaded, weight_gb)
-        finally:  # what was measured is kept when a later cell fails
-            doc = {"machine": machine_info(), "date": time.strftime("%Y-%m-%d"),
-                   "results": results}  # fmt: skip
-            Path(args.out).write_text(json.dumps(doc, indent=1))
-        return 0
-    doc = {"machine": machine_info(), "date": time.strftime("%Y-%m-%d"), "results": results}
-    Path(args.out).write_text(json.dumps(doc, indent=1))
-    return 0
+        engine_part(results, loaded, weight_gb)
 
 
 if __name__ == "__main__":

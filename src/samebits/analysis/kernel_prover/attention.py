@@ -400,10 +400,23 @@ def _tile_ite(c, a: Tile, b: Tile, where) -> Tile:
     return Tile("float", a.dims, T.ite(c, a.v, T.subst_term(b.v, sub) if sub else b.v), a.dtype)
 
 
+def _check_tiling(prog, start: Lin, starts: list, stops: list, step: Lin, where) -> None:
+    """Under the path's facts the chain's ranges are in order and every non-empty one starts
+    on the first one's grid (start + j * step), so its iterations are the chain's."""
+    sv = z3.Solver()
+    sv.add(*prog.facts())
+    ordered = [x.z3() <= y.z3() for x, y in zip([start, *stops], stops, strict=False)]
+    on_grid = [z3.Or(a.z3() >= b.z3(), (a.z3() - start.z3()) % step.z3() == 0)
+               for a, b in zip(starts[1:], stops[1:], strict=True)]  # fmt: skip
+    sv.add(z3.Not(z3.And(*ordered, *on_grid)))
+    if sv.check() != z3.unsat:
+        raise Unsupported(where, "loop chain: the ranges may not tile one progression")
+
+
 def _merge_rows(spec: AttentionSpec) -> int:
     from samebits.kernels.triton.attention_meta import merge_block_m
 
-    return merge_block_m(spec.heads // spec.kv_heads)
+    return merge_block_m(spec.group)
 
 
 def _canon(key: tuple) -> str:
@@ -601,11 +614,8 @@ class _Side:
                 raise Unsupported(where, "summarized loop: the step must be positive")
             if not carried:
                 raise Unsupported(where, "summarized loop carries no state")
-            chain = self._chain(prog, s, env, stop, step, carried, where)
-            if chain:
-                self._fold_chain(prog, s, env, key, canon, start, chain, step, carried, where)
-                return
-            self._fold(prog, s, env, key, canon, start, stop, step, carried, assigned, where)
+            chain = self._chain(prog, s, env, stop, step, carried, where) or [(s, start, stop)]
+            self._fold(prog, s, env, key, canon, start, chain, step, carried, where)
             return
         axis = next((a for a in range(len(prog.grid)) if prog.pids[a] is not None
                      and not prog.pids[a].is_const() and start == prog.pids[a]
@@ -622,8 +632,8 @@ class _Side:
         """The loops right after ``s`` that continue its key progression: ``for`` statements
         over the same target, carrying the same state, with the same constant step, each
         starting where the one before stops (its bounds read nothing the loops before assign,
-        so they are evaluated here, before those loops). `_fold_chain` checks the order and
-        the grid. Returns [(loop, start, stop)] for ``s`` and them, or [] when none follows."""
+        so they are evaluated here, before those loops). `_fold` checks the order and the
+        grid. Returns [(loop, start, stop)] for ``s`` and them, or [] when none follows."""
         out, cur, prev_stop = [(s, None, stop)], s, stop
         names = {s.target.id, *_assigned(s.body)}  # what the loops before may have changed
         while isinstance(nxt := self.after.get(id(cur)), ast.For):
@@ -635,29 +645,25 @@ class _Side:
             if names & {n.id for a in it.args for n in ast.walk(a) if isinstance(n, ast.Name)}:
                 raise Unsupported(prog.where(nxt), "loop chain: a bound the loops before assign")
             a, b, c = (self._int(prog.expr(x, env), where) for x in it.args)
+            gap = a.add(prev_stop, -1)
             if c != step or [x for x in _assigned(nxt.body) if x in env] != carried:
                 break
-            if not a.add(prev_stop, -1).is_const() or a.add(prev_stop, -1).const != 0:
+            if not gap.is_const() or gap.const != 0:
                 break
             out.append((nxt, a, b))
             names |= set(_assigned(nxt.body))
             cur, prev_stop = nxt, b
         return out if len(out) > 1 else []
 
-    def _fold_chain(self, prog, s, env, key, canon, start, chain, step, carried, where):
-        """Consecutive loops over one progression (``_chain``) summarized as one fold: at
-        iteration j (value = start + j * step) the update is the body of the loop whose range
-        holds the value; the loops' ranges must tile [start, last stop) in order."""
+    def _fold(self, prog, s, env, key, canon, start, chain, step, carried, where):
+        """A loop, or consecutive loops over one progression (``_chain``), summarized as one
+        fold: its body runs once at the symbolic iteration j (value = start + j * step) from
+        the shared `pre` state; in a chain the update is the body of the loop whose range
+        holds the value, and the loops' ranges must tile [start, last stop) in order."""
         stops = [b for _, _, b in chain]
         starts = [start] + stops[:-1]
-        sv = z3.Solver()
-        sv.add(*prog.facts())
-        ordered = [x.z3() <= y.z3() for x, y in zip([start, *stops], stops, strict=False)]
-        on_grid = [z3.Or(a.z3() >= b.z3(), (a.z3() - start.z3()) % step.z3() == 0)
-                   for a, b in zip(starts[1:], stops[1:], strict=True)]  # fmt: skip
-        sv.add(z3.Not(z3.And(*ordered, *on_grid)))
-        if sv.check() != z3.unsat:
-            raise Unsupported(where, "loop chain: the ranges may not tile one progression")
+        if len(chain) > 1:
+            _check_tiling(prog, start, starts, stops, step, where)
         j = Lin.var(z3.Int(f"{self.name}.loop.{_canon(key)}.j"))
         rec = _Loop("fold", key, canon, j, start, stops[-1], step, tuple(self.stack), where,
                     list(carried))  # fmt: skip
@@ -665,9 +671,10 @@ class _Side:
         rec.pre = {x: self._state(prog, env[x], x, "pre", rec) for x in carried}
         value = start.add(T.mul(j, step))
         posts = []
-        for (node, _, _), a, b in zip(chain, starts, stops, strict=True):
+        for k, ((node, _, _), a, b) in enumerate(zip(chain, starts, stops, strict=True)):
             body = {**env, s.target.id: Tile("int", (), value, "i32"), **rec.pre}
-            runs = [T.cmp(">=", j, T.ZERO), T.cmp(">=", value, a), T.cmp("<", value, b)]
+            runs = [T.cmp(">=", j, T.ZERO), T.cmp("<", value, b)]
+            runs += [T.cmp(">=", value, a)] if k else []
             nstores = self._body(prog, node, body, rec, runs, where)
             if len(prog.ex.stores) != nstores:
                 raise Unsupported(where, "a summarized loop that carries state also stores")
@@ -712,28 +719,6 @@ class _Side:
         if len(prog.taken) != taken:
             raise Unsupported(where, "summarized loop body branches on a runtime value")
         return nstores
-
-    def _fold(self, prog, s, env, key, canon, start, stop, step, carried, assigned, where):
-        j = Lin.var(z3.Int(f"{self.name}.loop.{_canon(key)}.j"))
-        rec = _Loop("fold", key, canon, j, start, stop, step, tuple(self.stack), where,
-                    list(carried))  # fmt: skip
-        body = dict(env)
-        body[s.target.id] = Tile("int", (), start.add(T.mul(j, step)), "i32")
-        rec.init = {x: env[x] for x in carried}
-        rec.pre = {x: self._state(prog, env[x], x, "pre", rec) for x in carried}
-        body.update(rec.pre)
-        value = start.add(T.mul(j, step))
-        runs = [T.cmp(">=", j, T.ZERO), T.cmp("<", value, stop)]
-        nstores = self._body(prog, s, body, rec, runs, where)
-        if len(prog.ex.stores) != nstores:
-            raise Unsupported(where, "a summarized loop that carries state also stores")
-        rec.post = {x: body[x] for x in carried}
-        self.loops.append(rec)
-        for x in carried:
-            env[x] = self._state(prog, env[x], x, "final", rec)
-        for x in [*assigned, s.target.id]:
-            if x not in carried:
-                env.pop(x, None)
 
     def _grid(self, prog, s, env, key, canon, axis, stop, assigned, where):
         pk = prog.pids[axis].terms[0][0]
