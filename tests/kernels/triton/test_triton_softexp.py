@@ -26,6 +26,7 @@ from samebits.kernels.triton._gelu_kernel import gelu_mul_kernel
 from samebits.kernels.triton._row_kernels import silu_mul_kernel
 from samebits.kernels.triton._row_kernels import softexp as tl_softexp
 from samebits.kernels.triton._softexp2 import softexp2 as tl_softexp2
+from samebits.kernels.triton._softexp2 import softexp2_nonpos as tl_softexp2_nonpos
 
 
 @pytest.fixture(autouse=True)
@@ -96,6 +97,36 @@ def test_triton_softexp2_equals_replay():
     _softexp2_kernel[(triton.cdiv(len(x), 1024),)](xt, y, N=len(x), BLOCK=1024)
     assert np.array_equal(_bits(y), softexp2(x).view(np.uint32))
     assert not np.array_equal(_bits(y), np.exp2(x).astype(np.float32).view(np.uint32))
+
+
+@triton.jit
+def _nonpos_kernel(x_ptr, y_ptr, N: tl.constexpr, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + i, mask=i < N, other=0.0)
+    tl.store(y_ptr + i, tl_softexp2_nonpos(x), mask=i < N)
+
+
+def _nonpos_inputs() -> np.ndarray:
+    """Every fp32 in [-151, -120], samples of (-inf, 0], and the special values."""
+    lo, hi = np.float32(-120.0).view(np.uint32), np.float32(-151.0).view(np.uint32)
+    dense = np.arange(lo, hi + 1, dtype=np.uint32).view(np.float32)
+    rng = np.random.default_rng(5)
+    wide = -np.exp2(rng.uniform(-149, 8, 400_000)).astype(np.float32)
+    special = [0.0, -0.0, -np.inf, np.nan, -1e-45, -0.5, -1.0, -126.0, -149.5, -151.5, -1e30]
+    return np.concatenate([dense, wide, np.float32(special)]).astype(np.float32)
+
+
+def test_softexp2_nonpos_equals_softexp2_on_nonpositive_inputs():
+    # the attention kernel's exponentials (x <= 0 or NaN) by the shorter sequence: same bits
+    x = _nonpos_inputs()
+    y = torch.empty(x.size, dtype=torch.float32)
+    _nonpos_kernel[(triton.cdiv(x.size, 1 << 16),)](torch.from_numpy(x), y, N=x.size,
+                                                    BLOCK=1 << 16)  # fmt: skip
+    got, want = _bits(y), softexp2(x).view(np.uint32)
+    nan = np.isnan(x)
+    assert np.array_equal(got[~nan], want[~nan]) and np.isnan(y.numpy()[nan]).all()
+    # the range holds the cases the shorter scaling must get right: zeros and subnormals
+    assert (want[x <= -150] == 0).all() and (want[(x > -149) & (x < -126)] != 0).all()
 
 
 def _speed_script():

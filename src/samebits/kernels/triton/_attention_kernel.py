@@ -18,7 +18,9 @@ its own t and W only. Every launch computes exactly that:
 
 Every operation has a written definition a CPU replays bit for bit
 (`samebits.kernels.replay.attention`): the exponentials are `softexp2` (`_softexp2.py`, a
-fixed sequence of IEEE fp32 operations; never ``tl.exp2``, PTX ``ex2.approx``); the launches
+fixed sequence of IEEE fp32 operations; never ``tl.exp2``, PTX ``ex2.approx``), computed by
+its shorter form `softexp2_nonpos` (the same bits where x <= 0 or NaN: every argument here is
+a value minus a maximum at least as large); the launches
 pass ``enable_fp_fusion=False`` (`attention.FP_FUSION`), so the only fused multiply-adds are
 the written ``tl.fma``; the tile update is ``l' = fma(l, alpha, row_sum)`` and
 ``acc' = tl.dot(p, v, acc * alpha)`` (the rescaled state is the MMA chain's accumulator);
@@ -29,6 +31,9 @@ a key outside lo..t has score -inf and p = +0 (an index select). Scores and P@V 
 A row whose position is below a tile's or a span's first key, or whose window starts past its
 last key, keeps its state through ``tl.where``, so the extra tiles and spans a program runs for
 its other rows never touch it.
+A key tile wholly inside every live row's window (its keys in each row's lo..t: in a causal
+prefill, all but the tiles at the diagonal and the window's start) runs the same update with
+no mask and no select (`_attend_tile_interior`): each select there returns its first operand.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from samebits.kernels.triton._softexp2 import softexp2
+from samebits.kernels.triton._softexp2 import softexp2_nonpos
 
 
 @triton.jit
@@ -57,8 +62,8 @@ def _attend_tile(q, k_ptr, v_ptr, bt_row, key0, pos, lo, last, hk, qk_scale, m_i
     s = tl.where(keep, s, float("-inf"))
     active = (key0 <= pos) & (key0 + BLOCK_N > lo)
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    alpha = softexp2(tl.where(active, m_i - m_new, 0.0))
-    p = tl.where(active[:, None] & keep, softexp2(s - m_new[:, None]), 0.0).to(v.dtype)
+    alpha = softexp2_nonpos(tl.where(active, m_i - m_new, 0.0))
+    p = tl.where(active[:, None] & keep, softexp2_nonpos(s - m_new[:, None]), 0.0).to(v.dtype)
     ones = tl.full((BLOCK_N, 16), 1.0, v.dtype)
     col0 = tl.arange(0, 16)[None, :] == 0
     row_sum = tl.sum(tl.where(col0, tl.dot(p, ones, input_precision="ieee"), 0.0), axis=1)
@@ -71,18 +76,63 @@ def _attend_tile(q, k_ptr, v_ptr, bt_row, key0, pos, lo, last, hk, qk_scale, m_i
 
 
 @triton.jit
-def _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, lo, last, hk, qk_scale,
+def _attend_tile_interior(q, k_ptr, v_ptr, bt_row, key0, hk, qk_scale, m_i, l_i, acc,
+                          HKV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
+                          BLOCK_N: tl.constexpr):  # fmt: skip
+    """`_attend_tile` on a tile interior to every live row (each of its keys in each live
+    row's lo..pos): every ``keep`` and ``active`` there is true, so each select would return
+    its first operand; this is the same operations on the same values, without them."""
+    d = tl.arange(0, D)
+    key = key0 + tl.arange(0, BLOCK_N)
+    page = tl.load(bt_row + key // PAGE).to(tl.int64)
+    kv = ((page * PAGE + key % PAGE) * HKV + hk) * D
+    k = tl.load(k_ptr + kv[:, None] + d[None, :])
+    v = tl.load(v_ptr + kv[:, None] + d[None, :])
+    s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = softexp2_nonpos(m_i - m_new)
+    p = softexp2_nonpos(s - m_new[:, None]).to(v.dtype)
+    ones = tl.full((BLOCK_N, 16), 1.0, v.dtype)
+    col0 = tl.arange(0, 16)[None, :] == 0
+    row_sum = tl.sum(tl.where(col0, tl.dot(p, ones, input_precision="ieee"), 0.0), axis=1)
+    l_i = tl.fma(l_i, alpha, row_sum)
+    acc = tl.dot(p, v, acc * alpha[:, None], input_precision="ieee")
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _interior(pos, lo, live, last, BLOCK_N: tl.constexpr):
+    """[inner0, inner1): the key tiles interior to every live row of a program (inner0: the
+    first tile start at or above every lo; inner1: the last tile end at or below every
+    position + 1; an empty range where they cross)."""
+    first = tl.maximum(tl.min(tl.where(live, pos, last), axis=0), 0)
+    inner0 = (tl.max(tl.where(live, lo, 0), axis=0) + BLOCK_N - 1) // BLOCK_N * BLOCK_N
+    inner1 = (first + 1) // BLOCK_N * BLOCK_N
+    return inner0, inner1
+
+
+@triton.jit
+def _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, lo, last, inner0, inner1, hk, qk_scale,
                  HKV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, SPAN: tl.constexpr):  # fmt: skip
-    """The state (m, l, acc) of span [span0, span0 + SPAN): its tiles in order, fresh state."""
+    """The state (m, l, acc) of span [span0, span0 + SPAN): its tiles in key order from a fresh
+    state, the ones in [inner0, inner1) by the unmasked update. Three loops, not an ``if`` in
+    one: a branch in the tile loop costs Triton's load pipelining (no async copy)."""
     m_s = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_s = tl.zeros((BLOCK_M,), tl.float32)
     acc_s = tl.zeros((BLOCK_M, D), tl.float32)
     stop = tl.minimum(span0 + SPAN, last + 1)
-    for key0 in range(span0, stop, BLOCK_N):
-        m_s, l_s, acc_s = _attend_tile(
-            q, k_ptr, v_ptr, bt_row, key0, pos, lo, last, hk, qk_scale,
-            m_s, l_s, acc_s, HKV, D, PAGE, BLOCK_N)  # fmt: skip
+    a = tl.minimum(tl.maximum(inner0, span0), stop)
+    b = tl.maximum(tl.minimum(inner1, stop), a)
+    for key0 in range(span0, a, BLOCK_N):
+        m_s, l_s, acc_s = _attend_tile(q, k_ptr, v_ptr, bt_row, key0, pos, lo, last, hk, qk_scale,
+                                       m_s, l_s, acc_s, HKV, D, PAGE, BLOCK_N)  # fmt: skip
+    for key0 in range(a, b, BLOCK_N):
+        m_s, l_s, acc_s = _attend_tile_interior(q, k_ptr, v_ptr, bt_row, key0, hk, qk_scale,
+                                                m_s, l_s, acc_s, HKV, D, PAGE, BLOCK_N)  # fmt: skip
+    for key0 in range(b, stop, BLOCK_N):
+        m_s, l_s, acc_s = _attend_tile(q, k_ptr, v_ptr, bt_row, key0, pos, lo, last, hk, qk_scale,
+                                       m_s, l_s, acc_s, HKV, D, PAGE, BLOCK_N)  # fmt: skip
     return m_s, l_s, acc_s
 
 
@@ -92,8 +142,8 @@ def _merge(m_i, l_i, acc, m_s, l_s, acc_s, take):
     m' = max(m_i, m_s); a = 2^(m_i - m'), b = 2^(m_s - m'); l' = fma(l_i, a, l_s * b);
     acc' = fma(acc, a, acc_s * b). The one merge formula of every launch."""
     m_new = tl.maximum(m_i, m_s)
-    a = softexp2(tl.where(take, m_i - m_new, 0.0))
-    b = softexp2(tl.where(take, m_s - m_new, 0.0))
+    a = softexp2_nonpos(tl.where(take, m_i - m_new, 0.0))
+    b = softexp2_nonpos(tl.where(take, m_s - m_new, 0.0))
     l_new = tl.fma(l_i, a, l_s * b)
     acc_new = tl.fma(acc, a[:, None], acc_s * b[:, None])
     m_i = tl.where(take, m_new, m_i)
@@ -130,13 +180,15 @@ def paged_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, req_ptr, row0_pt
     lo = tl.maximum(pos - window + 1, 0)
     rows, q = _query_rows(q_ptr, tok, live, hk, r, HKV, GROUP, D)
     last = tl.max(pos, axis=0)
+    inner0, inner1 = _interior(pos, lo, live, last, BLOCK_N)
     bt_row = bt_ptr + req.to(tl.int64) * bt_stride
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, D), tl.float32)
     for span0 in range(0, last + 1, SPAN):
-        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, lo, last, hk,
-                                       qk_scale, HKV, D, PAGE, BLOCK_M, BLOCK_N, SPAN)  # fmt: skip
+        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, lo, last, inner0,
+                                       inner1, hk, qk_scale, HKV, D, PAGE, BLOCK_M, BLOCK_N,
+                                       SPAN)  # fmt: skip
         m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s, (span0 <= pos) & (span0 + SPAN > lo))
     out = tl.math.div_rn(acc, l_i[:, None])
     d = tl.arange(0, D)
@@ -166,11 +218,13 @@ def split_span_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt
     lo = tl.maximum(pos - window + 1, 0)
     _, q = _query_rows(q_ptr, tok, live, hk, r, HKV, GROUP, D)
     last = tl.max(pos, axis=0)
+    inner0, inner1 = _interior(pos, lo, live, last, BLOCK_N)
     bt_row = bt_ptr + req.to(tl.int64) * bt_stride
     d = tl.arange(0, D)
     for span in range(tl.program_id(1), last // SPAN + 1, tl.num_programs(1)):
-        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN, pos, lo, last, hk,
-                                       qk_scale, HKV, D, PAGE, BLOCK_M, BLOCK_N, SPAN)  # fmt: skip
+        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN, pos, lo, last,
+                                       inner0, inner1, hk, qk_scale, HKV, D, PAGE, BLOCK_M,
+                                       BLOCK_N, SPAN)  # fmt: skip
         at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)
         tl.store(ms_ptr + at, m_s, mask=live)
         tl.store(ls_ptr + at, l_s, mask=live)

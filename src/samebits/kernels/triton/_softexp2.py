@@ -18,6 +18,16 @@ each ``fma`` one rounding of the exact ``a * b + c``):
    (gradual underflow to subnormals, overflow to +inf: that one multiply's);
 5. a NaN ``x`` is returned as it is (``x != x`` selects it); -0.0 behaves as +0.0.
 
+`softexp2_nonpos(x)` computes the same bits for every x <= 0 or NaN (the attention kernel's
+exponentials: a score or a running max minus a max at least as large) with fewer
+instructions: no upper clamp (x <= 0), the integer n by the even constant S + 64 (the same n:
+t stays in [2^23, 2^24), whose ulp is 1, and ties go to the even integer either way), and
+e * 2^n rounded once as (e * 2^(n + 64), exact and normal) * 2^-64 (every intermediate exact,
+one rounding of the same product). The bits of t shifted left by 23 are (n + 64) << 23, since
+the low 22 bits of S's bits are 0. Evidence: that argument, and a test on every fp32 in
+[-151, -120] (the subnormal and zero results) and 400,000 samples of (-inf, 0]
+(`tests/kernels/triton/test_triton_softexp.py`).
+
 Accuracy (test, `tests/kernels/test_replay_rows.py`): <= 1 ulp against float64 exp2 for
 normal results (0.93 ulp measured on 4M points), subnormal results within one subnormal
 ulp; no flush to zero (``ex2.approx.ftz`` flushes). Cost: 2 clamps, 3 adds, 6 fma, 5
@@ -53,4 +63,22 @@ def softexp2(x):
     k1 = k >> 1
     scaled = (e.to(tl.int32, bitcast=True) + (k1 << 23)).to(tl.float32, bitcast=True)
     y = scaled * _pow2i(k - k1)
+    return tl.where(x != x, x, y)
+
+
+@triton.jit
+def softexp2_nonpos(x):
+    """`softexp2(x)`'s bits for x <= 0 or NaN, in fewer instructions (module docstring)."""
+    xc = tl.maximum(x, -151.0)
+    t = xc + 12582976.0
+    n = t - 12582976.0
+    f = xc - n
+    p = tl.fma(1.535336188319500e-4, f, 1.339887440266574e-3)
+    p = tl.fma(p, f, 9.618437357674640e-3)
+    p = tl.fma(p, f, 5.550332471162809e-2)
+    p = tl.fma(p, f, 2.402264791363012e-1)
+    p = tl.fma(p, f, 6.931472028550421e-1)
+    e = tl.fma(p, f, 1.0)
+    bits = e.to(tl.int32, bitcast=True) + (t.to(tl.int32, bitcast=True) << 23)
+    y = bits.to(tl.float32, bitcast=True) * 5.421010862427522e-20  # 2^-64
     return tl.where(x != x, x, y)
