@@ -40,7 +40,7 @@
 #   longctx    benchmarks/long_context.py (issue 25: span attention vs SDPA, engine at 128..128k)
 #   splitprobe benchmarks/split_decode_probe.py (split-KV decode: span kernel and merge timed apart,
 #              merge launch variants, bits against the shipped merge)
-#   prefillprobe benchmarks/prefill_probe.py (the prefill with unmasked interior key tiles: bits
+#   prefillprobe benchmarks/prefill_probe.py (prefill launches and the kernel before interior tiles, carried in .baseline: bits
 #              against the shipped kernel, time beside it and SDPA flash)
 #   attn       the attention GPU tests only (tests/gpu/test_gpu_kernels.py -k attention)
 #   ncu        Nsight Compute per kernel of one batch-64 decode step (benchmarks/ncu_step.py)
