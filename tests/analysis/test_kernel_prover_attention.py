@@ -36,8 +36,10 @@ SPLIT_KV = "tiny.attention.bm64-p16~split-bm16-p32"  # split-KV decode vs spans 
 REDUCTIONS = ["('max', 'any-order')", "('sum', 'one-nonzero')"]
 
 
-def mutate(text: str, old: str, new: str) -> str:
-    assert text.count(old) == 1, f"mutation anchor not found exactly once: {old!r}"
+def mutate(text: str, old: str, new: str, count: int = 1) -> str:
+    """`text` with `old` (found exactly `count` times: the kernel's masked and interior tile
+    updates repeat some lines) replaced by `new`."""
+    assert text.count(old) == count, f"mutation anchor not found {count} time(s): {old!r}"
     return text.replace(old, new)
 
 
@@ -99,16 +101,19 @@ def test_tiles_aligned_to_the_span_start_of_the_chunk_are_refuted():
     text = mutate(ATTN, "    stop = tl.minimum(span0 + SPAN, last + 1)\n",
                   "    stop = tl.minimum(span0 + SPAN, last + 1)\n"
                   "    shift = last % BLOCK_N\n")  # fmt: skip
-    text = mutate(text, "for key0 in range(span0, stop, BLOCK_N):",
-                  "for key0 in range(span0 + shift, stop, BLOCK_N):")  # fmt: skip
+    # every tile by the masked update (no interior loop, so the tiles stay one progression)
+    text = mutate(text, "    a = tl.minimum(tl.maximum(inner0, span0), stop)\n", "    a = stop\n")
+    text = mutate(text, "for key0 in range(span0, a, BLOCK_N):",
+                  "for key0 in range(span0 + shift, a, BLOCK_N):")  # fmt: skip
     assert_refuted(run(text, SAME), "update by an iteration both run")
 
 
 def test_tiles_of_one_page_are_refuted_across_block_sizes():
-    text = mutate(ATTN, "for key0 in range(span0, stop, BLOCK_N):",
-                  "for key0 in range(span0, stop, PAGE):")  # fmt: skip
+    text = ATTN
+    for loop in ("range(span0, a, BLOCK_N)", "range(a, b, BLOCK_N)", "range(b, stop, BLOCK_N)"):
+        text = mutate(text, loop, loop.replace("BLOCK_N", "PAGE"))
     text = mutate(text, "m_s, l_s, acc_s, HKV, D, PAGE, BLOCK_N)",
-                  "m_s, l_s, acc_s, HKV, D, PAGE, PAGE)")  # fmt: skip
+                  "m_s, l_s, acc_s, HKV, D, PAGE, PAGE)", count=3)  # fmt: skip
     # the key tiles are 16 keys wide in L, 32 in R: the P @ V products contract another K
     assert_refuted(run(text, "tiny.attention.bm64-p16~bm64-p32"), "dotk: parameters differ")
 
@@ -123,7 +128,7 @@ def test_key_order_following_the_block_size_is_refuted():
     # the tile's keys in a rotated order that follows PAGE: the same keys (the exact max is
     # equal), but P @ V and the p @ ones denominator chain them in another order. The generic
     # k lane of tl.dot tells the orders apart; the same rotation on both sides is proved
-    text = mutate(ATTN, *KEY_ORDER)
+    text = mutate(ATTN, *KEY_ORDER, count=2)
     assert run(text, SAME).status == "proved"
     assert_refuted(run(text, "tiny.attention.bm64-p16~bm64-p32"), "at different indices")
 
@@ -134,6 +139,8 @@ def test_score_columns_following_the_block_size_are_refuted():
     text = mutate(ATTN, "    k = tl.load(k_ptr + kv[:, None] + d[None, :], mask=kmask[:, None], other=0.0)\n",
                   "    k = tl.load(k_ptr + kv[:, None] + ((d + PAGE // 16) % D)[None, :],"
                   " mask=kmask[:, None], other=0.0)\n")  # fmt: skip
+    text = mutate(text, "    k = tl.load(k_ptr + kv[:, None] + d[None, :])\n",
+                  "    k = tl.load(k_ptr + kv[:, None] + ((d + PAGE // 16) % D)[None, :])\n")  # fmt: skip
     assert run(text, SAME).status == "proved"
     assert_refuted(run(text, "tiny.attention.bm64-p16~bm64-p32"), "reads k at different indices")
 
@@ -143,6 +150,7 @@ def test_denominator_by_tl_sum_over_the_tile_is_refuted_across_tile_heights():
         ATTN,
         '    row_sum = tl.sum(tl.where(col0, tl.dot(p, ones, input_precision="ieee"), 0.0), axis=1)',
         "    row_sum = tl.sum(p.to(tl.float32), axis=1)",
+        count=2,
     )
     assert_refuted(run(text, "tiny.attention.bm64-p16~bm16-p16"),
                    "reduce: parameters differ (((64, 64), 1, 4) vs ((16, 64), 1, 4))")  # fmt: skip
@@ -159,12 +167,12 @@ def test_missing_causal_mask_is_refuted():
 
 def test_loop_scheduling_hints_are_accepted():
     """tl.range's pipelining hints schedule the loop, they do not change its arithmetic."""
-    text = mutate(ATTN, "for key0 in range(span0, stop, BLOCK_N):",
-                  "for key0 in tl.range(span0, stop, BLOCK_N, num_stages=2):")  # fmt: skip
+    text = mutate(ATTN, "for key0 in range(a, b, BLOCK_N):",
+                  "for key0 in tl.range(a, b, BLOCK_N, num_stages=2):")  # fmt: skip
     res = run(text, "tiny.attention.bm64-p16~split-bm16-p16")
     assert res.status == "proved", res.unsupported or res.counterexample
-    bad = mutate(ATTN, "for key0 in range(span0, stop, BLOCK_N):",
-                 "for key0 in tl.range(span0, stop, BLOCK_N, reorder=True):")  # fmt: skip
+    bad = mutate(ATTN, "for key0 in range(a, b, BLOCK_N):",
+                 "for key0 in tl.range(a, b, BLOCK_N, reorder=True):")  # fmt: skip
     res = run(bad, SAME)
     assert res.status == "rejected-unsupported" and "range keyword 'reorder'" in res.unsupported
 
@@ -262,6 +270,6 @@ def test_a_head_class_proves_every_kv_head_count():
 ])  # fmt: skip
 def test_a_kernel_right_only_at_eight_kv_heads_is_refuted_by_the_class(old, new):
     # q rows or K/V slots laid out for 8 KV heads: proved at kv_heads = 8, refuted for the class
-    text = mutate(ATTN, old, new)
+    text = mutate(ATTN, old, new, count=ATTN.count(old))
     assert _prove_text(text, _spec(16, 8, 16)).status == "proved"
     assert _prove_text(text, _class_specs(2, 16)[0]).status == "refuted"

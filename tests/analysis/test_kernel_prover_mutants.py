@@ -208,8 +208,9 @@ def test_tma_box_of_another_row_is_refuted():
 ATTN = (KDIR / "_attention_kernel.py").read_text()
 SPAN_LOOP = (
     "    for span0 in range(0, last + 1, SPAN):\n"
-    "        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, lo, last, hk,\n"
-    "                                       qk_scale, HKV, D, PAGE, BLOCK_M, BLOCK_N, SPAN)  # fmt: skip\n"
+    "        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, lo, last, inner0,\n"
+    "                                       inner1, hk, qk_scale, HKV, D, PAGE, BLOCK_M, BLOCK_N,\n"
+    "                                       SPAN)  # fmt: skip\n"
     "        m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s, (span0 <= pos) & (span0 + SPAN > lo))\n"
 )  # fmt: skip
 MERGE_TAKE = "live & (span * SPAN + SPAN > lo)"  # the merge kernel's spans with a key in the window
@@ -274,8 +275,10 @@ def test_span_boundaries_relative_to_the_chunk_start_are_refuted():
                   "    m_i")  # fmt: skip
     text = mutate(text, "for span0 in range(0, last + 1, SPAN):",
                   "for span0 in range(-shift, last + 1, SPAN):")  # fmt: skip
-    text = mutate(text, "for key0 in range(span0, stop, BLOCK_N):",
-                  "for key0 in range(tl.maximum(span0, 0), stop, BLOCK_N):")  # fmt: skip
+    # every tile by the masked update (no interior loop, so the tiles stay one progression)
+    text = mutate(text, "    a = tl.minimum(tl.maximum(inner0, span0), stop)\n", "    a = stop\n")
+    text = mutate(text, "for key0 in range(span0, a, BLOCK_N):",
+                  "for key0 in range(tl.maximum(span0, 0), a, BLOCK_N):")  # fmt: skip
     assert_refuted(attention("bm64-p16", text), "update by an iteration both run",
                    "reads v at different indices")  # fmt: skip
 
@@ -339,22 +342,22 @@ def test_span_state_not_reset_is_refuted():
     # the sequential kernel continues the previous span's state instead of a fresh one (one
     # online softmax over every key tile, no merge): against split-KV decode, whose spans
     # start fresh, the key-tile loop starts from another state
-    text = mutate(ATTN, "def _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, lo, last, hk, qk_scale,\n",
-                  "def _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, lo, last, hk, qk_scale, m_s, l_s, acc_s,\n")  # fmt: skip
+    text = mutate(ATTN, "def _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, lo, last, inner0, inner1, hk, qk_scale,\n",
+                  "def _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, lo, last, inner0, inner1, hk, qk_scale, m_s, l_s, acc_s,\n")  # fmt: skip
     init = ("    m_s = tl.full((BLOCK_M,), float(\"-inf\"), tl.float32)\n"
             "    l_s = tl.zeros((BLOCK_M,), tl.float32)\n"
             "    acc_s = tl.zeros((BLOCK_M, D), tl.float32)\n")  # fmt: skip
     text = mutate(text, init + "    stop = tl.minimum(", "    stop = tl.minimum(")
     text = mutate(text, SPAN_LOOP,
                   "    for span0 in range(0, last + 1, SPAN):\n"
-                  "        m_i, l_i, acc = _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, lo, last, hk,\n"
-                  "                                     qk_scale, m_i, l_i, acc, HKV, D, PAGE, BLOCK_M,\n"
+                  "        m_i, l_i, acc = _attend_span(q, k_ptr, v_ptr, bt_row, span0, pos, lo, last, inner0,\n"
+                  "                                     inner1, hk, qk_scale, m_i, l_i, acc, HKV, D, PAGE, BLOCK_M,\n"
                   "                                     BLOCK_N, SPAN)\n")  # fmt: skip
-    text = mutate(text, "        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN, pos, lo, last, hk,\n"
-                  "                                       qk_scale, HKV,",
+    text = mutate(text, "        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN, pos, lo, last,\n"
+                  "                                       inner0, inner1, hk, qk_scale, HKV,",
                   init.replace("    ", "        ") +
-                  "        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN, pos, lo, last, hk,\n"
-                  "                                       qk_scale, m_s, l_s, acc_s, HKV,")  # fmt: skip
+                  "        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN, pos, lo, last,\n"
+                  "                                       inner0, inner1, hk, qk_scale, m_s, l_s, acc_s, HKV,")  # fmt: skip
     assert_refuted(attention("split-bm16-p32", text), "before the first iteration",
                    "state:fp32 vs const:fp32")  # fmt: skip
 

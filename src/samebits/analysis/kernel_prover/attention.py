@@ -639,9 +639,10 @@ class _Side:
         while isinstance(nxt := self.after.get(id(cur)), ast.For):
             it = nxt.iter
             if not (isinstance(nxt.target, ast.Name) and nxt.target.id == s.target.id
-                    and isinstance(it, ast.Call) and len(it.args) == 3 and not it.keywords
-                    and prog.func_name(it.func) == "range"):  # fmt: skip
+                    and isinstance(it, ast.Call) and len(it.args) == 3
+                    and prog.func_name(it.func) in ("range", "tl.range")):  # fmt: skip
                 break
+            prog.check_loop_range(nxt, env)  # scheduling hints only, as the first loop's
             if names & {n.id for a in it.args for n in ast.walk(a) if isinstance(n, ast.Name)}:
                 raise Unsupported(prog.where(nxt), "loop chain: a bound the loops before assign")
             a, b, c = (self._int(prog.expr(x, env), where) for x in it.args)

@@ -197,15 +197,7 @@ class Program:
         if not isinstance(s.target, ast.Name):
             raise Unsupported(self.where(s), "loop target must be a name")
         it = s.iter
-        if not (isinstance(it, ast.Call) and self.func_name(it.func) in LOOP_RANGES):
-            raise Unsupported(self.where(s), "only range / tl.range / tl.static_range loops")
-        allowed = LOOP_HINTS if self.func_name(it.func) == "tl.range" else ()
-        for k in it.keywords:
-            if k.arg not in allowed:
-                raise Unsupported(self.where(s), f"range keyword {k.arg!r}")
-            v = self.expr(k.value, env)
-            if isinstance(v, Tile) or not isinstance(v, bool | int | type(None)):
-                raise Unsupported(self.where(s), f"tl.range hint {k.arg!r} must be constexpr")
+        self.check_loop_range(s, env)
         bounds = [self.expr(a, env) for a in it.args]
         if self.ex.loop_hook is not None and any(
             isinstance(b, Tile) and not b.v.is_const() for b in bounds
@@ -219,6 +211,21 @@ class Program:
                 if isinstance(st, ast.Break | ast.Continue):
                     raise Unsupported(self.where(st), "break/continue")
                 self.stmt(st, env)
+
+    def check_loop_range(self, s: ast.For, env) -> None:
+        """``s`` iterates ``range`` / ``tl.range`` / ``tl.static_range`` with only
+        ``tl.range``'s scheduling hints as keywords, each a constexpr (they schedule the loop,
+        they change none of its arithmetic)."""
+        it = s.iter
+        if not (isinstance(it, ast.Call) and self.func_name(it.func) in LOOP_RANGES):
+            raise Unsupported(self.where(s), "only range / tl.range / tl.static_range loops")
+        allowed = LOOP_HINTS if self.func_name(it.func) == "tl.range" else ()
+        for k in it.keywords:
+            if k.arg not in allowed:
+                raise Unsupported(self.where(s), f"range keyword {k.arg!r}")
+            v = self.expr(k.value, env)
+            if isinstance(v, Tile) or not isinstance(v, bool | int | type(None)):
+                raise Unsupported(self.where(s), f"tl.range hint {k.arg!r} must be constexpr")
 
     def int_or_fork(self, b, node) -> int:
         """A loop bound: a constant, or a runtime scalar that takes few values (forked)."""
