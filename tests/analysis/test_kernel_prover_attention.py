@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from kernel_mutation import mutate
 
 pytest.importorskip("z3")
 
@@ -34,13 +35,6 @@ CROSS = "tiny.attention.bm64-p16~bm16-p32"  # other tile height, packing, block 
 SAME = "tiny.attention.bm64-p16~bm64-p16"  # same launch, other chunking and block tables
 SPLIT_KV = "tiny.attention.bm64-p16~split-bm16-p32"  # split-KV decode vs spans in sequence
 REDUCTIONS = ["('max', 'any-order')", "('sum', 'one-nonzero')"]
-
-
-def mutate(text: str, old: str, new: str, count: int = 1) -> str:
-    """`text` with `old` (found exactly `count` times: the kernel's masked and interior tile
-    updates repeat some lines) replaced by `new`."""
-    assert text.count(old) == count, f"mutation anchor not found {count} time(s): {old!r}"
-    return text.replace(old, new)
 
 
 def run(text: str, name: str):
@@ -264,12 +258,13 @@ def test_a_head_class_proves_every_kv_head_count():
             assert res.status == "proved", (spec.name, res.unsupported or res.counterexample)
 
 
-@pytest.mark.parametrize("old, new", [
-    ("rows = (tok.to(tl.int64) * (HKV * GROUP)", "rows = (tok.to(tl.int64) * (8 * GROUP)"),
-    ("kv = ((page * PAGE + key % PAGE) * HKV + hk) * D", "kv = ((page * PAGE + key % PAGE) * 8 + hk) * D"),
+@pytest.mark.parametrize("old, new, count", [
+    ("rows = (tok.to(tl.int64) * (HKV * GROUP)", "rows = (tok.to(tl.int64) * (8 * GROUP)", 1),
+    ("kv = ((page * PAGE + key % PAGE) * HKV + hk) * D", "kv = ((page * PAGE + key % PAGE) * 8 + hk) * D", 2),
 ])  # fmt: skip
-def test_a_kernel_right_only_at_eight_kv_heads_is_refuted_by_the_class(old, new):
-    # q rows or K/V slots laid out for 8 KV heads: proved at kv_heads = 8, refuted for the class
-    text = mutate(ATTN, old, new, count=ATTN.count(old))
+def test_a_kernel_right_only_at_eight_kv_heads_is_refuted_by_the_class(old, new, count):
+    # q rows or K/V slots laid out for 8 KV heads (both tile updates): proved at kv_heads = 8,
+    # refuted for the class
+    text = mutate(ATTN, old, new, count)
     assert _prove_text(text, _spec(16, 8, 16)).status == "proved"
     assert _prove_text(text, _class_specs(2, 16)[0]).status == "refuted"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from kernel_mutation import mutate
 
 pytest.importorskip("z3")
 
@@ -26,11 +27,6 @@ def prove(text: str, right: str):
     specs = {s.name: s for s in A.attention_specs("tiny")}
     spec = specs[f"tiny.attention.bm64-p16~{right}"]
     return A.prove_attention(joined(text, "_attention_kernel.py", ALSO_FILES["attention"]), spec)
-
-
-def mutate(text: str, old: str, new: str) -> str:
-    assert text.count(old) == 1, f"mutation anchor not found exactly once: {old!r}"
-    return text.replace(old, new)
 
 
 @pytest.mark.parametrize("right", ["bm16-p16", "bm64-p32"])

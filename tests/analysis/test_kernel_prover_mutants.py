@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from kernel_mutation import mutate
 
 pytest.importorskip("z3")
 
@@ -20,11 +21,6 @@ from samebits.kernels.triton.certified.units import ALSO_FILES  # noqa: E402
 KDIR = Path(__file__).resolve().parents[2] / "src" / "samebits" / "kernels" / "triton"
 LINEAR = (KDIR / "_linear_kernels.py").read_text()
 ROWS = (KDIR / "_row_kernels.py").read_text()
-
-
-def mutate(text: str, old: str, new: str) -> str:
-    assert text.count(old) == 1, f"mutation anchor not found exactly once: {old!r}"
-    return text.replace(old, new)
 
 
 def _spec(specs, name):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from kernel_mutation import mutate
 
 pytest.importorskip("z3")
 
@@ -22,11 +23,6 @@ KDIR = Path(__file__).resolve().parents[2] / "src" / "samebits" / "kernels" / "t
 ROWS = (KDIR / "_row_kernels.py").read_text()
 TINY = (4, 2, 16)  # heads, kv heads, head_dim (the tests' tiny checkpoints)
 PADDED = (9, 3, 64)  # SmolLM2-135M: head and v blocks wider than the rows (masks matter)
-
-
-def mutate(text: str, old: str, new: str) -> str:
-    assert text.count(old) == 1, f"mutation anchor not found exactly once: {old!r}"
-    return text.replace(old, new)
 
 
 def specs(shape=TINY) -> dict:
