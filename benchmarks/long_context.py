@@ -138,14 +138,15 @@ def prefill_cell(results: list, length: int, span: int, tile: tuple[int, int] | 
 
     kv = make_paged_kv(1, length, seed=length)
     q = randn((length, NUM_HEADS, HEAD_DIM), kv.k_cache.dtype, seed=3)
-    block_m, warps = tile or (None, 4)
+    block_m, warps = tile or (None, None)
     meta = attention_metadata(np.arange(length), np.array([0, length]), kv.tables, 16,
                               NUM_HEADS // NUM_KV_HEADS, "cuda", block_m, warps, span=span)  # fmt: skip
     scale = HEAD_DIM**-0.5
     ours = triton.testing.do_bench(lambda: paged_attention(q, kv.k_cache, kv.v_cache, meta, scale))
     sdpa = sdpa_prefill_ms(q.transpose(0, 1).unsqueeze(0).contiguous(), kv)
     ratios = {k: round(ours / sdpa[k], 3) for k in SDPA_BACKENDS if isinstance(sdpa[k], float)}
-    emit(results, part="prefill_kernel", length=length, span=span, tile=[meta.block_m, warps],
+    emit(results, part="prefill_kernel", length=length, span=span,
+         tile=[meta.block_m, meta.num_warps],
          ms_ours=round(ours, 3), ms_sdpa=sdpa, ratio=ratios.get("flash"),
          ratio_by_backend=ratios)  # fmt: skip
 

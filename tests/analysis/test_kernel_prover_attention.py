@@ -82,7 +82,7 @@ def test_specs_and_units_name_the_span_and_both_launches():
              "vocab_size": 320})) if u["kind"] == "attention"]  # fmt: skip
     assert [u["key"] for u in units] == ["attention.h4.kv2.d16", "attention.split_kv.h4.kv2.d16"]
     seq, split = (unit_specs(u) for u in units)
-    assert len(seq) == 4 and all(s.right.launch != SPLIT for s in seq)
+    assert len(seq) == 6 and all(s.right.launch != SPLIT for s in seq)  # 3 heights x 2 pages
     assert len(split) == 2 and all(s.right.launch == SPLIT for s in split)
     spec = U.specialization(units[1])
     assert spec["kernels"] == ["split_span_kernel", "merge_spans_kernel"]
@@ -190,6 +190,9 @@ def test_metadata_gives_each_query_token_one_program_of_its_request():
 # --- int32 index arithmetic at the deployment bounds (units.ATTENTION_BOUNDS) -------------
 
 
+SPLIT_INDEX = 6  # the first split-KV spec: after 3 tile heights x 2 block sizes
+
+
 def _spec(heads: int, kv_heads: int, head_dim: int, index: int = 0):
     return attention_specs("x", {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim})[index]
 
@@ -199,7 +202,7 @@ def _prove_text(text: str, spec):
 
 
 def test_int32_obligations_are_proved_at_the_deployment_bounds():
-    for spec in (_spec(4, 2, 16), _spec(32, 8, 128, 4)):  # spans in sequence; split-KV
+    for spec in (_spec(4, 2, 16), _spec(32, 8, 128, SPLIT_INDEX)):  # spans in sequence; split-KV
         res = _prove_text(ATTN, spec)
         assert res.status == "proved", res.unsupported or res.counterexample
         assert res.stats["int32_obligations"] >= 20
@@ -229,7 +232,7 @@ def test_split_state_offset_in_int32_is_refuted():
     assert U.ATTENTION_BOUNDS["FULL_WINDOW"] == FULL_WINDOW
     text = mutate(ATTN, "    return tok.to(tl.int64) * (HKV * GROUP) + hk * GROUP + r % GROUP\n",
                   "    return tok * (HKV * GROUP) + hk * GROUP + r % GROUP\n")  # fmt: skip
-    assert_refuted(_prove_text(text, _spec(32, 8, 128, 4)), "int32 overflow in the R execution")
+    assert_refuted(_prove_text(text, _spec(32, 8, 128, SPLIT_INDEX)), "int32 overflow in the R execution")
 
 
 # --- head classes: the KV head count symbolic (units.attention_class) ----------------------
@@ -250,7 +253,7 @@ def test_a_head_class_proves_every_kv_head_count():
     assert sym["key"] == "attention.g7.d128" and (sym["lo"], sym["hi"]) == (1, U.HEADS_MAX)
     for split in (False, True):
         specs = _class_specs(2, 16, split)
-        assert len(specs) == (2 if split else 4)
+        assert len(specs) == (2 if split else 6)
         for spec in specs:
             assert spec.kv_class == (1, U.HEADS_MAX)
             assert spec.goal.to_dict()["shape"] == {"KV": [1, U.HEADS_MAX]}

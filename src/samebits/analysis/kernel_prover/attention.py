@@ -254,7 +254,11 @@ def calls(side: str, spec: AttentionSpec, sd: Side) -> list[KernelCall]:
     """The launch `attention.paged_attention` makes: spans in sequence (grid: programs x KV
     heads), or `attention._split_decode` (split grid: requests x S x KV heads; merge grid:
     requests x KV heads)."""
-    from samebits.kernels.triton.attention_meta import ATTENTION_WARPS, merge_block_m
+    from samebits.kernels.triton.attention_meta import (
+        ATTENTION_WARPS,
+        default_num_warps,
+        merge_block_m,
+    )
 
     g = spec.heads // spec.kv_heads
     arr = lambda n, dt: ArrayArg(f"{n}@{side}", dt)  # noqa: E731
@@ -270,7 +274,7 @@ def calls(side: str, spec: AttentionSpec, sd: Side) -> list[KernelCall]:
             PAGE=sd.page, BLOCK_N=spec.block_n, **facts,
         )  # fmt: skip
         grid = (var("programs"), var("grid_hkv"))
-        return [KernelCall(PAGED_KERNEL, grid, args, ATTENTION_WARPS)]
+        return [KernelCall(PAGED_KERNEL, grid, args, default_num_warps(sd.block_m))]
     scratch = {f"{n}_ptr": arr(n, "fp32") for n in SCRATCH}
     split = dict(
         q_ptr=ArrayArg("q", ACT), k_ptr=ArrayArg("k", ACT), v_ptr=ArrayArg("v", ACT), **scratch,
@@ -292,24 +296,25 @@ def calls(side: str, spec: AttentionSpec, sd: Side) -> list[KernelCall]:
 def attention_specs(model: str, dims: dict | None = None) -> list[AttentionSpec]:
     """The launch configurations a deployment may use, each proved against the first one
     (BLOCK_M 64, block size 16), which is also proved against itself (other chunking and block
-    tables): sequential spans at the tile heights 64 (prefill / mixed steps) and 16 (decode)
-    and block sizes 16 and 32 (goals 2, 3), and the split-KV decode launch at the decode tile
+    tables): sequential spans at the tile heights 64 (prefill / mixed steps), 128 (long
+    prompts) and 16 (decode) and block sizes 16 and 32 (goals 2, 3), and the split-KV decode launch at the decode tile
     height and each block size (goal 4). Both sides' metadata is free in every proof, so the
     relation is an equivalence: n proofs cover every pair."""
     from samebits.kernels.plan import ATTENTION_SPAN
     from samebits.kernels.triton.attention import KEY_BLOCK
     from samebits.kernels.triton.attention_meta import (
-        DECODE_BLOCK_M,
         PREFILL_BLOCK_M,
         default_block_m,
         merge_block_m,
+        tile_heights,
     )
 
     c = {k: (dims or MODELS[model])[k] for k in ("heads", "kv_heads", "head_dim")}
     g = c["heads"] // c["kv_heads"]
-    bms = sorted({max(b, 1 << (g - 1).bit_length()) for b in (PREFILL_BLOCK_M, DECODE_BLOCK_M)})
+    ref_bm = max(PREFILL_BLOCK_M, 1 << (g - 1).bit_length())  # the mixed steps' tile first
+    bms = sorted(tile_heights(g), key=lambda b: (b != ref_bm, -b))
     decode_bm = default_block_m(1, g)  # the split launch runs decode steps only
-    sides = [Side(bm, page) for bm in bms[::-1] for page in ATTENTION_PAGES]
+    sides = [Side(bm, page) for bm in bms for page in ATTENTION_PAGES]
     sides += [Side(decode_bm, page, SPLIT) for page in ATTENTION_PAGES]
     ref = sides[0]
     out = []

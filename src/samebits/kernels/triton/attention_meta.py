@@ -22,6 +22,12 @@ PREFILL_BLOCK_M = 64
 DECODE_BLOCK_M = 16
 MERGE_MIN_ROWS = 4
 ATTENTION_WARPS = 4
+# long prompts: a step whose longest query has WIDE_MIN_QUERY tokens or more runs tiles of
+# 128 rows on 8 warps (the same bits: tile height is a certified goal; H100, 2026-12-07,
+# benchmarks/prefill_probe.py: 2.93 vs 3.30 ms at 8k, 41.9 vs 47.1 ms at 32k)
+WIDE_BLOCK_M = 128
+WIDE_WARPS = 8
+WIDE_MIN_QUERY = 1024
 
 
 @dataclass(frozen=True)
@@ -51,9 +57,24 @@ class AttentionMeta:
 
 
 def default_block_m(max_query_len: int, group: int) -> int:
-    """Tile height: 16 rows for pure decode steps, 64 otherwise (at least one token's heads)."""
-    base = DECODE_BLOCK_M if max_query_len <= 1 else PREFILL_BLOCK_M
+    """Tile height: 16 rows for pure decode steps, 128 where the longest query has at least
+    WIDE_MIN_QUERY tokens, 64 otherwise (at least one token's heads)."""
+    if max_query_len <= 1:
+        base = DECODE_BLOCK_M
+    else:
+        base = WIDE_BLOCK_M if max_query_len >= WIDE_MIN_QUERY else PREFILL_BLOCK_M
     return max(base, triton.next_power_of_2(group))
+
+
+def default_num_warps(block_m: int) -> int:
+    """Warps of a tile height's launch: WIDE_WARPS from WIDE_BLOCK_M rows, else 4."""
+    return WIDE_WARPS if block_m >= WIDE_BLOCK_M else ATTENTION_WARPS
+
+
+def tile_heights(group: int) -> list[int]:
+    """Every tile height `default_block_m` may choose for GQA group ``group`` (ascending)."""
+    bases = (DECODE_BLOCK_M, PREFILL_BLOCK_M, WIDE_BLOCK_M)
+    return sorted({max(b, triton.next_power_of_2(group)) for b in bases})
 
 
 def merge_block_m(group: int) -> int:
@@ -83,7 +104,7 @@ def attention_metadata(
     group: int,
     device,
     block_m: int | None = None,
-    num_warps: int = ATTENTION_WARPS,
+    num_warps: int | None = None,
     span: int = ATTENTION_SPAN,
 ) -> AttentionMeta:
     """Metadata for q rows grouped by request (``query_start_loc`` [R+1]) at ``positions``."""
@@ -93,6 +114,7 @@ def attention_metadata(
         raise ValueError("block_tables must be [num_requests, max_blocks]")
     max_query_len = int(np.diff(qsl).max(initial=0))
     block_m = block_m or default_block_m(max_query_len, group)
+    num_warps = num_warps or default_num_warps(block_m)
     if block_m < max(16, group) or block_m & (block_m - 1):
         raise ValueError(f"block_m must be a power of two >= max(16, group), got {block_m}")
     req, row0 = _programs(qsl, block_m // group)

@@ -11,6 +11,9 @@ from samebits.kernels.triton.attention_meta import (
     ATTENTION_WARPS,
     DECODE_BLOCK_M,
     PREFILL_BLOCK_M,
+    WIDE_BLOCK_M,
+    WIDE_MIN_QUERY,
+    WIDE_WARPS,
 )
 from samebits.kernels.triton.launches import COLUMN_TABLE, NARROW_ROWS, SPLIT_TABLE, WIDE_N
 from samebits.kernels.triton.splitplan import MIN_STEPS_PER_RANGE, SPLIT_CANDIDATES, SplitPlan
@@ -66,8 +69,9 @@ def describe() -> dict[str, str]:
             "softmax in tile order, denominators by MMA (p @ ones), guarded rows, softexp2 "
             "(_softexp2.py, no ex2.approx), l = fma(l, alpha, sum), acc = dot(p, v, acc * alpha), "
             "no fp fusion; CPU replay: replay.attention; launch: "
-            f"block_m {DECODE_BLOCK_M} (decode) / {PREFILL_BLOCK_M} (otherwise), "
-            f"warps {ATTENTION_WARPS}, decode launches of head dim <= 128 capped at "
+            f"block_m {DECODE_BLOCK_M} (decode) / {WIDE_BLOCK_M} on {WIDE_WARPS} warps (a query "
+            f"of {WIDE_MIN_QUERY}+ tokens) / {PREFILL_BLOCK_M} (otherwise), "
+            f"warps {ATTENTION_WARPS}, interior key tiles unmasked, decode launches of head dim <= 128 capped at "
             f"{DECODE_MAXNREG} registers, GQA rows packed (token, head)"
         ),
     }

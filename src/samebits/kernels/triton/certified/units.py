@@ -390,8 +390,9 @@ def _launch_facts(shape: dict, g: int, split: bool) -> dict:
                 "pages": list(ATTENTION_PAGES), "warps": am.ATTENTION_WARPS,
                 "kernels": ["split_span_kernel", "merge_spans_kernel"],
                 "programs_per_request": "any"}  # fmt: skip
-    bms = sorted({max(b, _next_pow2(g)) for b in (am.PREFILL_BLOCK_M, am.DECODE_BLOCK_M)})
-    return {**shape, "block_m": bms, "pages": list(ATTENTION_PAGES), "warps": am.ATTENTION_WARPS}
+    bms = am.tile_heights(g)
+    warps = {str(b): am.default_num_warps(b) for b in bms}
+    return {**shape, "block_m": bms, "pages": list(ATTENTION_PAGES), "warps": warps}
 
 
 def _fused_specialization(unit: dict) -> dict:
