@@ -47,18 +47,24 @@ def _pow2i(k):
 
 
 @triton.jit
+def _exp2_frac(f):
+    """2^f for |f| <= 1/2: step 3 of the definition (Horner, the Cephes exp2f coefficients)."""
+    p = tl.fma(1.535336188319500e-4, f, 1.339887440266574e-3)
+    p = tl.fma(p, f, 9.618437357674640e-3)
+    p = tl.fma(p, f, 5.550332471162809e-2)
+    p = tl.fma(p, f, 2.402264791363012e-1)
+    p = tl.fma(p, f, 6.931472028550421e-1)
+    return tl.fma(p, f, 1.0)
+
+
+@triton.jit
 def softexp2(x):
     """2^x in fp32 by the fixed sequence of the module docstring (elementwise)."""
     xc = tl.minimum(tl.maximum(x, -151.0), 128.0)
     t = xc + 12582912.0
     n = t - 12582912.0
     f = xc - n
-    p = tl.fma(1.535336188319500e-4, f, 1.339887440266574e-3)
-    p = tl.fma(p, f, 9.618437357674640e-3)
-    p = tl.fma(p, f, 5.550332471162809e-2)
-    p = tl.fma(p, f, 2.402264791363012e-1)
-    p = tl.fma(p, f, 6.931472028550421e-1)
-    e = tl.fma(p, f, 1.0)
+    e = _exp2_frac(f)
     k = t.to(tl.int32, bitcast=True) - 0x4B400000
     k1 = k >> 1
     scaled = (e.to(tl.int32, bitcast=True) + (k1 << 23)).to(tl.float32, bitcast=True)
@@ -73,12 +79,7 @@ def softexp2_nonpos(x):
     t = xc + 12582976.0
     n = t - 12582976.0
     f = xc - n
-    p = tl.fma(1.535336188319500e-4, f, 1.339887440266574e-3)
-    p = tl.fma(p, f, 9.618437357674640e-3)
-    p = tl.fma(p, f, 5.550332471162809e-2)
-    p = tl.fma(p, f, 2.402264791363012e-1)
-    p = tl.fma(p, f, 6.931472028550421e-1)
-    e = tl.fma(p, f, 1.0)
+    e = _exp2_frac(f)
     bits = e.to(tl.int32, bitcast=True) + (t.to(tl.int32, bitcast=True) << 23)
     y = bits.to(tl.float32, bitcast=True) * 5.421010862427522e-20  # 2^-64
     return tl.where(x != x, x, y)
