@@ -161,3 +161,17 @@ def test_a_passing_mma_probe_keeps_the_numerics_id_and_a_failing_one_changes_it(
     for status in ("differs", "error: RuntimeError: no kernel"):
         failing = {**base, "mma_probe": {**probe, "mismatches": 5, "status": status}}
         assert fp.numerics_id(failing) != fp.numerics_id(base), status
+
+
+def test_launch_only_lines_change_the_fingerprint_not_the_numerics():
+    """An attention launch retuned (tile height, warps: no bits) keeps the numerics id, so the
+    logs served before verify; the definition's line still changes it."""
+    from samebits.kernels.triton.describe import describe
+
+    assert set(fp.LAUNCH_ONLY_OPS) <= set(describe())
+    comps = changed(gpu_components(), ("plan", "ops"), describe())
+    relaunched = changed(comps, ("plan", "ops", "attention_launch"), "block_m 256 on 16 warps")
+    assert fp.fingerprint(relaunched) != fp.fingerprint(comps)
+    assert fp.numerics_id(relaunched) == fp.numerics_id(comps)
+    redefined = changed(comps, ("plan", "ops", "attention"), "key tiles of 128")
+    assert fp.numerics_id(redefined) != fp.numerics_id(comps)

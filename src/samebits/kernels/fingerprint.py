@@ -5,8 +5,8 @@ model config, software versions and hardware. Invariant: identical across runs o
 deployment; any change of one component changes it (test: tests/unit/test_fingerprint.py).
 
 The *numerics id* (`numerics_components`, `numerics_id`) is the SHA-256 of the part of the
-components that fixes the bits: plan description, kernel definitions, MMA model (GPU plans),
-weights and model config; a replay plan (`kernels/replay`) has the id of the GPU plan whose
+components that fixes the bits: plan description (a GPU plan's without its launch-only
+lines), kernel definitions, MMA model (GPU plans), weights and model config; a replay plan (`kernels/replay`) has the id of the GPU plan whose
 bits it computes. The rest (`machine_components`: GPU name, driver, host CPU name,
 Python and package versions that change no bits) may differ between two machines that
 compute the same bits. A CPU plan's bits are not shown independent of the BLAS build, the
@@ -193,9 +193,22 @@ def numerics_components(components: dict) -> dict:
     else:
         for key in HOST_ONLY_PLAN_FIELDS:
             plan.pop(key, None)
+        plan["ops"] = _numerics_ops(plan.get("ops", {}))
         numerics.update(_gpu_numerics(components))
     numerics["plan"] = plan
     return numerics
+
+
+# a GPU plan's op lines of launch choices only (`triton/describe.py`): tile height and row
+# packing (certificate goals: the kernel prover's batch and tile-height invariance), warps
+# and register cap (test: tests/gpu compares the bits of launch variants)
+LAUNCH_ONLY_OPS = ("attention_launch",)
+
+
+def _numerics_ops(ops: dict) -> dict:
+    """A GPU plan's op descriptions without the launch-only ones (`LAUNCH_ONLY_OPS`:
+    launch choices certified or tested to change no bit; the fingerprint keeps them)."""
+    return {op: text for op, text in ops.items() if op not in LAUNCH_ONLY_OPS}
 
 
 def _gpu_numerics(components: dict) -> dict:

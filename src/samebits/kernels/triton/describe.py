@@ -2,6 +2,9 @@
 
 Used by ``samebits info``: one line per op naming the kernel and the facts that fix its
 numerics (the facts that may change bits if changed), then the launch choices that do not.
+An op named in `fingerprint.LAUNCH_ONLY_OPS` holds only launch choices certified to change
+no bit: the fingerprint covers it, the numerics id does not (`fingerprint.numerics_components`),
+so retuning a launch keeps earlier audit logs verifiable.
 """
 
 from __future__ import annotations
@@ -68,10 +71,13 @@ def describe() -> dict[str, str]:
             f"triton paged attention: key tiles of {KEY_BLOCK} at absolute positions, online "
             "softmax in tile order, denominators by MMA (p @ ones), guarded rows, softexp2 "
             "(_softexp2.py, no ex2.approx), l = fma(l, alpha, sum), acc = dot(p, v, acc * alpha), "
-            "no fp fusion; CPU replay: replay.attention; launch: "
+            "no fp fusion, interior key tiles unmasked; CPU replay: replay.attention"
+        ),
+        "attention_launch": (
             f"block_m {DECODE_BLOCK_M} (decode) / {WIDE_BLOCK_M} on {WIDE_WARPS} warps (a query "
-            f"of {WIDE_MIN_QUERY}+ tokens) / {PREFILL_BLOCK_M} (otherwise), "
-            f"warps {ATTENTION_WARPS}, interior key tiles unmasked, decode launches of head dim <= 128 capped at "
-            f"{DECODE_MAXNREG} registers, GQA rows packed (token, head)"
+            f"of {WIDE_MIN_QUERY}+ tokens) / {PREFILL_BLOCK_M} on {ATTENTION_WARPS} warps "
+            f"(otherwise), decode launches of head dim <= 128 capped at {DECODE_MAXNREG} "
+            "registers, GQA rows packed (token, head) (no bit changes: tile height and packing "
+            "are certificate goals, warps and the cap a test; fingerprint, not numerics id)"
         ),
     }
