@@ -30,17 +30,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 LENGTHS = (8192, 32768)
+SHORT_LENGTHS = (1024, 2048, 4096)  # where the 128-row launch starts (WIDE_MIN_QUERY)
 BASELINE = Path(__file__).resolve().parent.parent / ".baseline" / "_attention_kernel.py"
 # (name, kernel: "shipped" or "previous", tile height, launch options); tile height and launch
 # options change no bit (the certificates' tile-height goal; warps and stages reorder nothing)
 VARIANTS = (
-    ("shipped", "shipped", 64, {}),
-    ("previous", "previous", 64, {}),
-    ("s2", "shipped", 64, {"num_stages": 2}),
-    ("s4", "shipped", 64, {"num_stages": 4}),
-    ("w8", "shipped", 64, {"num_warps": 8}),
+    ("shipped", "shipped", None, {}),  # the plan's default launch for the cell
+    ("previous", "previous", None, {}),
+    ("bm64", "shipped", 64, {"num_warps": 4}),
+    ("bm64_s2", "shipped", 64, {"num_warps": 4, "num_stages": 2}),
     ("bm128_w8", "shipped", 128, {"num_warps": 8}),
-    ("s2_r168", "shipped", 64, {"num_stages": 2, "maxnreg": 168}),
+    ("bm128_w8_s2", "shipped", 128, {"num_warps": 8, "num_stages": 2}),
+    ("bm128_w8_s4", "shipped", 128, {"num_warps": 8, "num_stages": 4}),
+    ("bm128_w4", "shipped", 128, {"num_warps": 4}),
 )
 
 
@@ -82,7 +84,7 @@ def _runners(variants, previous, q, kv, metas, scale, window) -> dict:
     runs = {}
     for name, kernel, block_m, options in variants:
         if kernel in kernels:
-            meta = metas(block_m, options.get("num_warps", 4))
+            meta = metas(block_m, options.get("num_warps"))
             args = (kernels[kernel], q, kv.k_cache, kv.v_cache, meta, scale, window, options)
             runs[name] = lambda args=args: launch(*args)
     return runs
@@ -102,7 +104,7 @@ def cell(length: int, window: int, start: int, previous, variants=VARIANTS) -> d
     q = randn((length - start, NUM_HEADS, HEAD_DIM), kv.k_cache.dtype, seed=3)
     scale = HEAD_DIM**-0.5
 
-    def metas(block_m: int, num_warps: int):
+    def metas(block_m: int | None, num_warps: int | None):
         return attention_metadata(np.arange(start, length), np.array([0, length - start]),
                                   kv.tables, 16, NUM_HEADS // NUM_KV_HEADS, "cuda",
                                   block_m=block_m, num_warps=num_warps)  # fmt: skip
@@ -158,6 +160,8 @@ def main() -> None:
 
         small = [v for v in VARIANTS if v[0] in ("shipped", "previous")]
         cells = [cell(n, 0, 0, previous) for n in LENGTHS]
+        short = [v for v in VARIANTS if v[0] in ("shipped", "bm64", "bm128_w8", "bm128_w8_s2")]
+        cells += [cell(n, 0, 0, previous, short) for n in SHORT_LENGTHS]
         cells += [cell(8192, 4096, 0, previous, small), cell(8192, 0, 6000, previous, small)]
         doc = {"machine": machine_info(), "rows": cells}
     print(json.dumps(doc, indent=1))
