@@ -42,6 +42,8 @@
 #              merge launch variants, bits against the shipped merge)
 #   prefillprobe benchmarks/prefill_probe.py (prefill launches and the kernel before interior tiles, carried in .baseline: bits
 #              against the shipped kernel, time beside it and SDPA flash)
+#   ncuprefill Nsight Compute (--set full) of the plan's prefill launch on one prompt of each of
+#              $NCU_PREFILL_LENGTHS tokens (default 8192): stall reasons, issue, occupancy
 #   attn       the attention GPU tests only (tests/gpu/test_gpu_kernels.py -k attention)
 #   ncu        Nsight Compute per kernel of one batch-64 decode step (benchmarks/ncu_step.py)
 #   mma        benchmarks/mma_validate.py (issue 27: GPU bf16 MMA chains vs the CPU emulator, ~1e9
@@ -103,6 +105,14 @@ for job in "$@"; do
              timeout 280 python3 benchmarks/gpu_agreement.py --presets qwen3-8b --context 8192 \
                --yarn 4:32768 --out "$OUT/gpu_agreement_8k_qwen3_yarn.json" 2>&1 | grep -v "^\[transformers\]" | tail -4 ;;
     splitprobe) timeout 300 python3 benchmarks/split_decode_probe.py --out "$OUT/split_decode_probe.json" 2>&1 | cut -c1-400 | tail -12 ;;
+    ncuprefill) NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+         for n in ${NCU_PREFILL_LENGTHS:-8192}; do
+           timeout 240 "$NCU" --clock-control none -k regex:paged_attention --launch-skip 1 \
+             --launch-count 1 --set full --csv --page details \
+             python3 benchmarks/prefill_probe.py --ncu-target "$n" > "$OUT/ncu_prefill_$n.csv" \
+             2> "$OUT/ncu_prefill_$n.err"; tail -3 "$OUT/ncu_prefill_$n.err"
+           grep -E "Warp Cycles Per Issued|Issue Slots Busy|Achieved Occupancy|Registers Per|Duration|Stall|Theoretical Occ|Compute \(SM\) Throughput|L2 Cache Throughput|Executed Ipc" "$OUT/ncu_prefill_$n.csv" | cut -c1-400 | tail -40
+         done ;;
     prefillprobe) timeout 300 python3 benchmarks/prefill_probe.py --out "$OUT/prefill_probe.json" 2>&1 | tail -40 ;;
     attn) SAMEBITS_GPU_RESULTS="$OUT" timeout 300 python3 -m pytest -q -m gpu tests/gpu/test_gpu_kernels.py -k attention -p no:cacheprovider --durations=5 2>&1 | tail -15 ;;
     longctx) timeout 400 python3 benchmarks/long_context.py ${LONGCTX_ARGS:-} --out "$OUT/long_context.json" 2>&1 | grep -v "^after" | tail -40 ;;

@@ -146,13 +146,26 @@ def sass_report(previous) -> dict:
     return {name: tile_loops(k, SIGNATURE, prefill_consts()) for name, k in kernels.items()}
 
 
+def ncu_target(length: int) -> None:
+    """The plan's default launch on one `length`-token prompt, run twice (the first compiles;
+    ncu profiles the second: `--launch-skip 1`)."""
+    import torch
+
+    cell(length, 0, 0, None, variants=VARIANTS[:1])
+    torch.cuda.synchronize()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sass", action="store_true", help="CPU: key-tile loop sizes only")
     p.add_argument("--baseline", type=Path, default=BASELINE)
     p.add_argument("--out", default="prefill_probe.json")
+    p.add_argument("--ncu-target", type=int, metavar="N",
+                   help="GPU: the plan's launch on an N-token prompt, twice (for ncu)")  # fmt: skip
     a = p.parse_args()
     previous = load_baseline(a.baseline)
+    if a.ncu_target:
+        return ncu_target(a.ncu_target)
     if a.sass:
         doc: dict = {"tile_loop_instructions": sass_report(previous)}
     else:
