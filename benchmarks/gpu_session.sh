@@ -109,9 +109,10 @@ for job in "$@"; do
          for n in ${NCU_PREFILL_LENGTHS:-8192}; do
            timeout 240 "$NCU" --clock-control none -k regex:paged_attention --launch-skip 1 \
              --launch-count 1 --set full --csv --page details \
+             --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
              python3 benchmarks/prefill_probe.py --ncu-target "$n" > "$OUT/ncu_prefill_$n.csv" \
              2> "$OUT/ncu_prefill_$n.err"; tail -3 "$OUT/ncu_prefill_$n.err"
-           grep -E "Warp Cycles Per Issued|Issue Slots Busy|Achieved Occupancy|Registers Per|Duration|Stall|Theoretical Occ|Compute \(SM\) Throughput|L2 Cache Throughput|Executed Ipc" "$OUT/ncu_prefill_$n.csv" | cut -c1-400 | tail -40
+           grep -E "Warp Cycles Per Issued|Issue Slots Busy|Achieved Occupancy|Registers Per|Duration|Stall|stalled|Tensor|Theoretical Occ|Compute \(SM\) Throughput|L2 Cache Throughput|Executed Ipc" "$OUT/ncu_prefill_$n.csv" | cut -c1-400 | tail -40
          done ;;
     prefillprobe) timeout 300 python3 benchmarks/prefill_probe.py --out "$OUT/prefill_probe.json" 2>&1 | tail -40 ;;
     attn) SAMEBITS_GPU_RESULTS="$OUT" timeout 300 python3 -m pytest -q -m gpu tests/gpu/test_gpu_kernels.py -k attention -p no:cacheprovider --durations=5 2>&1 | tail -15 ;;
