@@ -104,7 +104,7 @@ for job in "$@"; do
                --out "$OUT/gpu_agreement_8k_llama.json" 2>&1 | grep -v "^\[transformers\]" | tail -4
              timeout 280 python3 benchmarks/gpu_agreement.py --presets qwen3-8b --context 8192 \
                --yarn 4:32768 --out "$OUT/gpu_agreement_8k_qwen3_yarn.json" 2>&1 | grep -v "^\[transformers\]" | tail -4 ;;
-    splitprobe) timeout 300 python3 benchmarks/split_decode_probe.py --out "$OUT/split_decode_probe.json" 2>&1 | cut -c1-400 | tail -12 ;;
+    splitprobe) timeout 300 python3 benchmarks/split_decode_probe.py ${SPLITPROBE_ARGS:-} --out "$OUT/split_decode_probe.json" 2>&1 | cut -c1-400 | tail -12 ;;
     ncuprefill) NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
          for n in ${NCU_PREFILL_LENGTHS:-8192}; do
            timeout 240 "$NCU" --clock-control none -k regex:paged_attention --launch-skip 1 \

@@ -8,8 +8,10 @@ and the tile height; a deliberate near-copy, so the shipped kernel keeps no knob
 use) fold the same stored span states in the same span order with the same formula
 (`_attention_kernel._merge`); a slice's rows recompute m and l (the same operations on the
 same inputs); an unrolled trip's spans past the last are masked out of the fold (`take`
-false: the state is kept by a select, not recomputed). The span kernel runs at the
-plan's launch (warps / stages / register-cap variants changed nothing: RESULTS, run 1).
+false: the state is kept by a select, not recomputed). Span-kernel launch variants
+(`SPLIT_VARIANTS`: warps, stages, register cap; run 1 tried 2 / 4 stages, 8 warps, no cap)
+store states the shipped merge folds into the shipped output's bits (checked), timed alone.
+`--split-only` skips the merge variants.
 
     python benchmarks/split_decode_probe.py --out $OUT/split_decode_probe.json
 
@@ -56,6 +58,8 @@ MERGE_VARIANTS = [(128, 4, 1, 1, 0), (128, 4, 3, 1, 0), (128, 4, 4, 1, 0), (128,
 FLAT_VARIANTS = [(4, 4, 4), (4, 6, 4), (2, 4, 4), (8, 4, 4), (4, 1, 4)]
 # two-phase merge: (warps, pipeline stages of the fold, spans per weight chunk, tile height)
 # (tile height 16 and 1 warp fail Triton 3.6's TritonGPUOptimizeThreadLocality pass)
+# the span kernel's launch: (warps, pipeline stages, register cap or 0); the plan's is (4, 3, 128)
+SPLIT_VARIANTS = [(1, 3, 0), (2, 3, 0), (2, 3, 128), (1, 2, 0), (2, 4, 0)]
 TWO_PHASE_VARIANTS = [(4, 3, 64, 4), (4, 4, 64, 4), (4, 6, 64, 4), (4, 8, 64, 4), (4, 4, 32, 4),
                       (2, 4, 64, 4), (2, 6, 64, 4)]  # fmt: skip
 
@@ -199,7 +203,7 @@ def bits(t):
     return t.contiguous().view(torch.int16 if t.element_size() == 2 else torch.int32)
 
 
-def cell(batch: int, context: int) -> dict:
+def cell(batch: int, context: int, merges: bool = True) -> dict:
     import torch
 
     from samebits.kernels.triton import attention as A
@@ -252,6 +256,13 @@ def cell(batch: int, context: int) -> dict:
             out, m_s, l_s, acc_s, meta.positions, max_spans, win, STAGES=stages, num_warps=warps,
             enable_fp_fusion=A.FP_FUSION, **{**facts, "BLOCK_M": bm})  # fmt: skip
 
+    def split_as(warps, stages, cap):  # the span kernel at another launch (same bits)
+        split_span_kernel[(r, splits, hkv)](
+            q, kv.k_cache, kv.v_cache, m_s, l_s, acc_s, meta.positions, meta.block_tables,
+            meta.block_tables.shape[1], max_spans, scale, win, PAGE=16, BLOCK_N=A.KEY_BLOCK,
+            num_stages=stages, num_warps=warps, enable_fp_fusion=A.FP_FUSION, **facts,
+            **({"maxnreg": cap} if cap else {}))  # fmt: skip
+
     row = {"batch": batch, "context": context, "splits": splits, "spans": max_spans}
     if not splits:
         return row
@@ -265,7 +276,14 @@ def cell(batch: int, context: int) -> dict:
     split()
     t["merge"] = bench_graph(lambda: merge(torch.empty_like(q)), 30)
     eq: dict = {}
-    families = [("merge_d{}_w{}_s{}_u{}_m{}", MERGE_VARIANTS, merge_sliced),
+    for v in SPLIT_VARIANTS:  # each variant's states, folded by the shipped merge
+        name, out = "split_w{}_s{}_r{}".format(*v), torch.empty_like(q)
+        split_as(*v)
+        merge(out)
+        eq[name] = bool(torch.equal(bits(out), bits(ref)))
+        t[name] = bench_graph(lambda v=v: split_as(*v), 30)
+    split()
+    families = [] if not merges else [("merge_d{}_w{}_s{}_u{}_m{}", MERGE_VARIANTS, merge_sliced),
                 ("flat_w{}_s{}_m{}", FLAT_VARIANTS, merge_flat),
                 ("two_phase_w{}_s{}_sb{}_m{}", TWO_PHASE_VARIANTS, merge_two_phase)]  # fmt: skip
     for fmt, variants, launch_one in families:
@@ -284,10 +302,11 @@ def cell(batch: int, context: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
+    ap.add_argument("--split-only", action="store_true", help="no merge variants")
     args = ap.parse_args()
     rows = []
     for batch, context in CELLS:
-        rows.append(cell(batch, context))
+        rows.append(cell(batch, context, merges=not args.split_only))
         print(json.dumps(rows[-1]), flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps({"machine": machine_info(), "rows": rows}, indent=1))
