@@ -475,9 +475,12 @@ def _metadata(positions, starts, tables):
     )  # fmt: skip
 
 
-def sdpa_reference(q, k, v, causal: bool) -> tuple[Callable[[], object], str]:
-    """A callable running SDPA on [B, H, L, D] q and [B, HKV, C, D] k/v (flash backend must be
-    active), with GQA native if this torch supports it there, else K/V expanded beforehand."""
+def sdpa_reference(
+    q, k, v, causal: bool, backend: str = "flash"
+) -> tuple[Callable[[], object], str]:
+    """A callable running SDPA on [B, H, L, D] q and [B, HKV, C, D] k/v (the caller activates
+    `backend`, which names it in the label), with GQA native if this torch supports it there,
+    else K/V expanded beforehand."""
     import torch.nn.functional as F
 
     scale = HEAD_DIM**-0.5
@@ -487,7 +490,7 @@ def sdpa_reference(q, k, v, causal: bool) -> tuple[Callable[[], object], str]:
             lambda: F.scaled_dot_product_attention(
                 q, k, v, is_causal=causal, scale=scale, enable_gqa=True
             ),
-            "sdpa flash, native GQA",
+            f"sdpa {backend}, native GQA",
         )
     except RuntimeError:
         group = NUM_HEADS // NUM_KV_HEADS
@@ -497,7 +500,7 @@ def sdpa_reference(q, k, v, causal: bool) -> tuple[Callable[[], object], str]:
             lambda: F.scaled_dot_product_attention(
                 q, k_full, v_full, is_causal=causal, scale=scale
             ),
-            "sdpa flash, K/V expanded to H heads (untimed)",
+            f"sdpa {backend}, K/V expanded to H heads (untimed)",
         )
 
 

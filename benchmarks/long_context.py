@@ -120,7 +120,7 @@ def sdpa_prefill_ms(qs, kv) -> dict:
         ctx = sdpa_kernel(named[name]) if name in named else contextlib.nullcontext()
         try:
             with ctx:
-                fn, out[f"{name}_how"] = sdpa_reference(qs, kv.k_ref, kv.v_ref, causal=True)
+                fn, out[f"{name}_how"] = sdpa_reference(qs, kv.k_ref, kv.v_ref, True, name)
                 out[name] = round(triton.testing.do_bench(fn), 3)
         except RuntimeError as exc:
             out[name] = f"error: {str(exc)[:160]}"
