@@ -16,7 +16,8 @@
 #   ktests     the kernel GPU tests only (tests/gpu/test_gpu_kernels.py)
 #   replayrows the row kernels vs their CPU replay (benchmarks/replay_rows_check.py)
 #   softexp    soft-exp SiLU / GeGLU vs tl.exp speed + bits vs the CPU replay (benchmarks/softexp_speed.py)
-#   matrix     the determinism matrix GPU tests only (tests/gpu/test_gpu_matrix.py)
+#   matrix     the determinism matrix GPU tests only (tests/gpu/test_gpu_matrix.py; $MATRIX_ARGS,
+#              e.g. "-k long": the long-context matrix alone)
 #   llm        LLM(device='cuda') tests, incl. the certificate gate (tests/gpu/test_gpu_llm.py)
 #   graphs     the decode CUDA graph tests only (tests/gpu/test_gpu_graphs.py)
 #   steps      device argmax and async scheduling (tests/gpu/test_gpu_steps.py)
@@ -94,7 +95,7 @@ for job in "$@"; do
     tests) SAMEBITS_GPU_RESULTS="$OUT" timeout 540 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider 2>&1 | tail -40 ;;
     ktests) SAMEBITS_GPU_RESULTS="$OUT" timeout 400 python3 -m pytest -q -m gpu tests/gpu/test_gpu_kernels.py -p no:cacheprovider --durations=5 2>&1 | tail -30 ;;
     llm) SAMEBITS_GPU_RESULTS="$OUT" timeout 300 python3 -m pytest -q -m gpu tests/gpu/test_gpu_llm.py -p no:cacheprovider --durations=5 2>&1 | tail -15 ;;
-    matrix) SAMEBITS_GPU_RESULTS="$OUT" timeout 480 python3 -m pytest -q -m gpu tests/gpu/test_gpu_matrix.py -p no:cacheprovider --durations=8 2>&1 | tail -30 ;;
+    matrix) SAMEBITS_GPU_RESULTS="$OUT" timeout 480 python3 -m pytest -q -m gpu tests/gpu/test_gpu_matrix.py ${MATRIX_ARGS:-} -p no:cacheprovider --durations=8 2>&1 | tail -30 ;;
     graphs) SAMEBITS_GPU_RESULTS="$OUT" timeout 540 python3 -m pytest -q -m gpu tests/gpu/test_gpu_graphs.py -p no:cacheprovider --durations=8 -o log_cli=true --log-cli-level=INFO 2>&1 | tail -40 ;;
     tp) SAMEBITS_GPU_RESULTS="$OUT" timeout 540 python3 -m pytest -q -m gpu tests/gpu/test_gpu_tp.py -p no:cacheprovider --durations=5 2>&1 | tail -20 ;;
     tpbench) timeout 540 python3 benchmarks/tp_decode.py --out "$OUT/tp_decode.json" 2>&1 | tail -20 ;;
