@@ -45,6 +45,8 @@
 #              against the shipped kernel, time beside it and SDPA flash)
 #   ncuprefill Nsight Compute (--set full) of the plan's prefill launch on one prompt of each of
 #              $NCU_PREFILL_LENGTHS tokens (default 8192): stall reasons, issue, occupancy
+#   ex2probe   benchmarks/ex2_probe.py (ex2.approx.ftz at multiples of 2^-12: a 4,096-entry table
+#              model of its bits; the prefill with that exponential, timed beside the shipped one)
 #   prefillstate benchmarks/prefill_state_probe.py (the cost of the prefill's second running state:
 #              the kernel with one state against the shipped one at one span, bits and time)
 #   attn       the attention GPU tests only (tests/gpu/test_gpu_kernels.py -k attention)
@@ -117,6 +119,7 @@ for job in "$@"; do
              2> "$OUT/ncu_prefill_$n.err"; tail -3 "$OUT/ncu_prefill_$n.err"
            grep -E "Warp Cycles Per Issued|Issue Slots Busy|Achieved Occupancy|Registers Per|Duration|Stall|stalled|Tensor|Theoretical Occ|Compute \(SM\) Throughput|L2 Cache Throughput|Executed Ipc" "$OUT/ncu_prefill_$n.csv" | cut -c1-400 | tail -40
          done ;;
+    ex2probe) (cd benchmarks && timeout 300 python3 ex2_probe.py --out "$OUT/ex2_probe.json" 2>&1 | tail -40) ;;
     prefillstate) timeout 300 python3 benchmarks/prefill_state_probe.py --out "$OUT/prefill_state_probe.json" 2>&1 | tail -30 ;;
     prefillprobe) timeout 300 python3 benchmarks/prefill_probe.py --out "$OUT/prefill_probe.json" 2>&1 | tail -40 ;;
     attn) SAMEBITS_GPU_RESULTS="$OUT" timeout 300 python3 -m pytest -q -m gpu tests/gpu/test_gpu_kernels.py -k attention -p no:cacheprovider --durations=5 2>&1 | tail -15 ;;

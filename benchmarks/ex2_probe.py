@@ -1,0 +1,164 @@
+"""A hardware exponential with a CPU definition (issue 25, prefill): what it would take and
+what it would buy. The shipped attention computes every exponential by `softexp2` (15 fp32
+operations for x <= 0, the dependent chain Nsight Compute finds the prefill waiting on:
+RESULTS, "The 128-row prefill launch shipped..."). Candidate: ``ex2q(x) =
+ex2.approx.ftz.f32(((x * 4096 + S) - S) / 4096)`` (S = 1.5 * 2^23: x rounded to a multiple of
+2^-12, ties to even), four instructions, the exponential itself on the SFU pipe. Its bits are
+a CPU table lookup if the GPU's ex2.approx.ftz at multiples of 2^-12 is 2^floor(x) times a
+function of frac(x) alone (then 4,096 mantissas define it). This probe measures, on the GPU:
+
+1. ``structure``: ex2.approx.ftz.f32 at every multiple of 2^-12 in [-127, 0]: how many
+   outputs differ from ldexp(M[frac index], floor(x)), M its outputs on [0, 1); M's SHA-256
+   and its 4,096 values (hex) in the JSON; the flush-to-zero boundary;
+2. ``prefill``: the shipped sequential kernel with `softexp2_nonpos` replaced by ``ex2q`` (the
+   shipped source with that one name substituted, in a temporary module; a probe, not a
+   plan): time at the plan's launch beside the shipped kernel and SDPA flash, and its
+   largest difference to the shipped output (a correctness check, not bits: the candidate
+   computes other bits).
+
+    python benchmarks/ex2_probe.py --out $OUT/ex2_probe.json      # GPU
+    python benchmarks/ex2_probe.py --sass                         # CPU: tile-loop sizes
+Evidence class: measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import triton
+import triton.language as tl
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+KERNEL = Path(__file__).resolve().parent.parent / "src/samebits/kernels/triton/_attention_kernel.py"
+GRID = 4096  # x is rounded to a multiple of 1 / GRID
+LOW = -127  # below: ex2.approx.ftz flushes (checked in `structure`)
+LENGTHS = (4096, 8192, 32768)
+
+
+@triton.jit
+def ex2_ftz(x):
+    """PTX ex2.approx.ftz.f32, elementwise."""
+    return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x],
+                                     dtype=tl.float32, is_pure=True, pack=1)  # fmt: skip
+
+
+@triton.jit
+def ex2q(x):
+    """ex2.approx.ftz of x rounded to a multiple of 2^-12 (ties to even)."""
+    t = tl.fma(x, 4096.0, 12582912.0)
+    return ex2_ftz((t - 12582912.0) * 0.000244140625)
+
+
+@triton.jit
+def _ex2_grid_kernel(out_ptr, k0, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = (k0 + i).to(tl.float32) * 0.000244140625
+    tl.store(out_ptr + i, ex2_ftz(x), mask=i < n)
+
+
+def structure() -> dict:
+    """ex2.approx.ftz at k / GRID for k in [LOW * GRID, 0]: the frac-table model's mismatches."""
+    import numpy as np
+    import torch
+
+    k0, n = LOW * GRID, -LOW * GRID + 1
+    out = torch.empty(n, dtype=torch.float32, device="cuda")
+    _ex2_grid_kernel[(triton.cdiv(n, 1024),)](out, k0, n, BLOCK=1024)
+    y = out.cpu().numpy()
+    k = np.arange(k0, k0 + n)
+    floor, j = np.floor_divide(k, GRID), np.mod(k, GRID)
+    table = np.empty(GRID, dtype=np.float32)
+    table[j[floor == -1]] = y[floor == -1] * np.float32(2.0)  # M on [0, 1) from [-1, 0)
+    model = np.ldexp(table[j].astype(np.float64), floor).astype(np.float32)
+    model[model < np.finfo(np.float32).tiny] = 0.0  # ftz
+    bad = np.flatnonzero(model.view(np.int32) != y.view(np.int32))
+    zero = k[y == 0.0]
+    return {"inputs": int(n), "mismatches": int(bad.size),
+            "first_mismatches": [[float(k[i]) / GRID, float(y[i]), float(model[i])] for i in bad[:8]],
+            "largest_flushed_x": float(zero.max()) / GRID if zero.size else None,
+            "table_sha256": hashlib.sha256(table.tobytes()).hexdigest(),
+            "table_hex": table.view(np.uint32).astype(np.uint32).tolist() if not bad.size else [],
+            "max_rel_error_vs_exp2": float(np.max(np.abs(table / np.exp2(np.arange(GRID) / GRID) - 1)))}  # fmt: skip
+
+
+def ex2q_module():
+    """The shipped kernel module with `softexp2_nonpos` bound to `ex2q` (a temporary file)."""
+    src = KERNEL.read_text().replace(
+        "from samebits.kernels.triton._softexp2 import softexp2_nonpos",
+        "from ex2_probe import ex2q as softexp2_nonpos")  # fmt: skip
+    path = Path(tempfile.mkdtemp()) / "ex2q_attention.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("ex2q_attention", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def prefill_cell(length: int, candidate) -> dict:
+    """Shipped kernel, the ex2q kernel and SDPA flash on one prompt at the plan's launch."""
+    import numpy as np
+    from gpu_ops import HEAD_DIM, NUM_HEADS, NUM_KV_HEADS, make_paged_kv, randn, sdpa_reference
+    from prefill_probe import launch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from samebits.kernels.triton._attention_kernel import paged_attention_kernel
+    from samebits.kernels.triton.attention_meta import attention_metadata
+
+    kv = make_paged_kv(1, length, seed=length)
+    q = randn((length, NUM_HEADS, HEAD_DIM), kv.k_cache.dtype, seed=3)
+    meta = attention_metadata(np.arange(length), np.array([0, length]), kv.tables, 16,
+                              NUM_HEADS // NUM_KV_HEADS, "cuda")  # fmt: skip
+    runs = {name: (lambda fn=fn: launch(fn, q, kv.k_cache, kv.v_cache, meta, HEAD_DIM**-0.5, 0, {}))
+            for name, fn in (("shipped", paged_attention_kernel),
+                             ("ex2q", candidate.paged_attention_kernel))}  # fmt: skip
+    diff = (runs["shipped"]().float() - runs["ex2q"]().float()).abs().max().item()
+    ms = {name: round(triton.testing.do_bench(run), 3) for name, run in runs.items()}
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        sdpa, _ = sdpa_reference(
+            q.transpose(0, 1).unsqueeze(0).contiguous(), kv.k_ref, kv.v_ref, True
+        )
+        ms["sdpa_flash"] = round(triton.testing.do_bench(sdpa), 3)
+    return {"length": length, "tile": [meta.block_m, meta.num_warps], "ms": ms,
+            "ex2q_max_abs_diff_to_shipped": diff}  # fmt: skip
+
+
+def sass_report(candidate) -> dict:
+    from prefill_issue_bound import SIGNATURE, loops_with_mma, prefill_consts, sass_of
+
+    from samebits.kernels.triton._attention_kernel import paged_attention_kernel
+
+    consts = {**prefill_consts(), "BLOCK_M": 128}
+    return {name: [len(x) for x in loops_with_mma(sass_of(fn, SIGNATURE, consts, 8))]
+            for name, fn in (("shipped", paged_attention_kernel),
+                             ("ex2q", candidate.paged_attention_kernel))}  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sass", action="store_true", help="CPU: tile-loop sizes only")
+    p.add_argument("--out", default="ex2_probe.json")
+    a = p.parse_args()
+    candidate = ex2q_module()
+    if a.sass:
+        doc: dict = {"tile_loop_instructions_bm128_w8": sass_report(candidate)}
+    else:
+        from gpu_ops import machine_info
+
+        doc = {"machine": machine_info(), "structure": structure(),
+               "prefill": [prefill_cell(n, candidate) for n in LENGTHS]}  # fmt: skip
+    print(json.dumps({k: v for k, v in doc.items() if k != "structure"}, indent=1))
+    if "structure" in doc:
+        print(json.dumps({k: v for k, v in doc["structure"].items() if k != "table_hex"}))
+    Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
