@@ -1,4 +1,5 @@
-"""`kernels/replay/attention.py`: the software exp2's definition and accuracy, and the
+"""`kernels/replay/attention.py`: the software exp2's definition and accuracy (`softexp2`, kept
+for the row kernels' family; the attention's exponential is `ex2q`, tests/kernels/test_replay_ex2q.py), and the
 attention replay's agreement with float64 softmax attention (a sanity bound: the bitwise
 claim against the GPU kernel is benchmarks/replay_attention_check.py's, on the H200)."""
 
@@ -10,6 +11,7 @@ import pytest
 from samebits.kernels.cpu import mma_emu
 from samebits.kernels.replay import attention as ra
 from samebits.kernels.replay.linear import fp32_to_bf16_bits
+from samebits.kernels.replay.softexp import softexp2
 
 
 def ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -19,22 +21,22 @@ def ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def test_softexp2_special_values():
     x = np.array([-np.inf, 0.0, -0.0, 1.0, -1.0, 127.0, 128.0, np.inf, -200.0], np.float32)
-    y = ra.softexp2(x)
+    y = softexp2(x)
     assert (
         y.view(np.uint32).tolist()[:6]
         == np.array([0.0, 1.0, 1.0, 2.0, 0.5, 2.0**127], np.float32).view(np.uint32).tolist()
     )
     assert np.isposinf(y[6]) and np.isposinf(y[7]) and y[8] == 0.0
     nan = np.array([0x7FC12345], np.uint32).view(np.float32)
-    assert ra.softexp2(nan).view(np.uint32)[0] == 0x7FC12345  # NaN in, the same NaN out
+    assert softexp2(nan).view(np.uint32)[0] == 0x7FC12345  # NaN in, the same NaN out
 
 
 def test_softexp2_integers_are_exact_and_accuracy_is_4_ulp():
     k = np.arange(-126, 128, dtype=np.float32)
-    assert np.array_equal(ra.softexp2(k), np.exp2(k.astype(np.float64)).astype(np.float32))
+    assert np.array_equal(softexp2(k), np.exp2(k.astype(np.float64)).astype(np.float32))
     x = np.random.default_rng(0).uniform(-126, 127, 200_000).astype(np.float32)
     ref = np.exp2(x.astype(np.float64)).astype(np.float32)
-    assert ulps(ra.softexp2(x), ref).max() <= 4
+    assert ulps(softexp2(x), ref).max() <= 4
 
 
 def bf16(a: np.ndarray) -> np.ndarray:

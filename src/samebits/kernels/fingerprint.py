@@ -6,7 +6,7 @@ deployment; any change of one component changes it (test: tests/unit/test_finger
 
 The *numerics id* (`numerics_components`, `numerics_id`) is the SHA-256 of the part of the
 components that fixes the bits: plan description (a GPU plan's without its launch-only
-lines), kernel definitions, MMA model (GPU plans), weights and model config; a replay plan (`kernels/replay`) has the id of the GPU plan whose
+lines), kernel definitions, MMA model and the ex2 table (GPU plans), weights and model config; a replay plan (`kernels/replay`) has the id of the GPU plan whose
 bits it computes. The rest (`machine_components`: GPU name, driver, host CPU name,
 Python and package versions that change no bits) may differ between two machines that
 compute the same bits. A CPU plan's bits are not shown independent of the BLAS build, the
@@ -225,6 +225,7 @@ def _gpu_numerics(components: dict) -> dict:
         "compiler": {"triton": gpu_info.get("triton", "absent")},
         "architecture": gpu_info.get("capability", "unknown"),
         "mma_model": mma_model_definition(),
+        "ex2_table": ex2_table_sha256(),
         **_probe_numerics(components.get("mma_probe")),
     }
 
@@ -245,6 +246,13 @@ def kernel_sources_digest() -> str:
         digest = hashlib.sha256(path.read_text(encoding="utf-8").encode()).hexdigest()
         h.update(f"{path.name}|{digest}\n".encode())
     return h.hexdigest()
+
+
+def ex2_table_sha256() -> str:
+    """The table that defines the attention's exponential (`kernels/replay/ex2q.py`)."""
+    from samebits.kernels.replay.ex2q import TABLE_SHA256
+
+    return TABLE_SHA256
 
 
 def mma_model_definition() -> dict:

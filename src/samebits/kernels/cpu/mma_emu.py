@@ -90,7 +90,7 @@ def library() -> ctypes.CDLL:
     lib.sb_mma_chain_decoded.argtypes = [_P, _L, _P, _P, _P, _L]
     lib.sb_mma_chain_decoded.restype = ctypes.c_int
     lib.sb_replay_attention.argtypes = [_P, _L, _L, _L, _P, _P, _L, _L, _P, _L, _L,
-                                        ctypes.c_uint32, _L, _L, _P, _L]  # fmt: skip
+                                        ctypes.c_uint32, _P, _L, _L, _P, _L]  # fmt: skip
     lib.sb_replay_attention.restype = ctypes.c_int
     return lib
 

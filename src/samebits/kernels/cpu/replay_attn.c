@@ -4,13 +4,14 @@
  * there computes the same bits; tests/kernels/test_replay_attention_native.py compares
  * them). Per query row at position pos with window W (0: full), keys lo..pos in spans of
  * SPAN keys at absolute positions, each span a fresh online softmax over key tiles of
- * BLOCK_N, spans folded in span order; exp2 is the software exp2 (_softexp2.py); every
+ * BLOCK_N, spans folded in span order; exp2 is ex2q (replay/ex2q.py: a table); every
  * product chain is the MMA emulator's (mma_emu.c, sb_mma_chain on one thread); every other
  * operation is one IEEE fp32 operation (no contraction: -ffp-contract=off; fmaf where the
  * definition fuses) whose NaN result is the GPU's canonical 0x7FFFFFFF.
  *
  * Work: one unit per (query row, KV head) computing the `group` query heads that read that
  * KV head; units are independent (threading never changes a bit). */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -23,7 +24,6 @@ int sb_mma_chain(const uint16_t *x, long m, const uint16_t *w, long n, long k,
 
 #define CANONICAL_NAN 0x7FFFFFFFu
 #define BF16_ONE 0x3F80u
-#define SHIFT_BITS 0x4B400000
 #define MAX_GROUP 64
 
 static inline float from_bits(uint32_t u) {
@@ -45,7 +45,6 @@ static inline float fma32(float a, float b, float c) { return canon(fmaf(a, b, c
 
 /* numpy's maximum / minimum of two fp32 values: a NaN operand gives NaN. */
 static inline float np_max(float a, float b) { return (isnan(a) || a >= b) ? a : b; }
-static inline float np_min(float a, float b) { return (isnan(a) || a <= b) ? a : b; }
 
 /* fp32 -> bf16 bits, round to nearest even; NaN -> 0x7FFF (linear.py fp32_to_bf16_bits). */
 static inline uint16_t bf16_bits(float f) {
@@ -54,24 +53,17 @@ static inline uint16_t bf16_bits(float f) {
     return (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
 }
 
-static inline float pow2i(int32_t k) { return from_bits((uint32_t)(k + 127) << 23); }
-
-/* softexp.py softexp2: 2^x by the fixed sequence of _softexp2.py (constants as numpy
- * rounds them: the double literal, then to fp32). */
-static float softexp2(float x) {
-    static const double poly[6] = {1.535336188319500e-4, 1.339887440266574e-3,
-                                   9.618437357674640e-3, 5.550332471162809e-2,
-                                   2.402264791363012e-1, 6.931472028550421e-1};
-    if (isnan(x)) return x;
+/* replay/ex2q.py ex2q: x rounded to a multiple of 2^-12 (fma(x, 4096, S) - S, times 2^-12),
+ * then table[j] * 2^n for q = n + j / 4096 (n = floor(q)), flushed to +0 below 2^-126 (the
+ * GPU's ex2.approx.ftz on that grid); NaN -> the canonical NaN. The ldexp is exact in double. */
+static float ex2q(const float *table, float x) {
+    if (isnan(x)) return from_bits(CANONICAL_NAN);
     const float shift = (float)12582912.0;
-    float xc = np_min(np_max(x, (float)-151.0), (float)128.0);
-    float t = add32(xc, shift), n = add32(t, -shift), fr = add32(xc, -n);
-    float p = fma32((float)poly[0], fr, (float)poly[1]);
-    for (int i = 2; i < 6; i++) p = fma32(p, fr, (float)poly[i]);
-    float e = fma32(p, fr, (float)1.0);
-    int32_t k = (int32_t)to_bits(t) - SHIFT_BITS, k1 = k >> 1;
-    float e2 = from_bits(to_bits(e) + ((uint32_t)k1 << 23)); /* int32 add, wrapping */
-    return mul32(e2, pow2i(k - k1));
+    float q = mul32(add32(fma32(x, (float)4096.0, shift), -shift), (float)(1.0 / 4096));
+    if (!(q >= (float)-127.0)) return 0.0f;
+    long k = (long)((double)q * 4096.0), n = k >= 0 ? k / 4096 : -((-k + 4095) / 4096);
+    double y = ldexp((double)table[k - n * 4096], (int)n);
+    return y < (double)FLT_MIN ? 0.0f : (float)y;
 }
 
 struct attn {
@@ -81,6 +73,7 @@ struct attn {
     const int64_t *positions;
     long t, h, hkv, d, l, group, block_n, span, window, flags;
     float qk_scale;
+    const float *ex2_table; /* replay/ex2q.py TABLE: 4,096 fp32 */
     uint32_t *out; /* [T, H, D] fp32 bits */
     int failed;
 };
@@ -134,8 +127,8 @@ static int tile(struct unit *u, long key0, struct state *st) {
             smax = (isnan(smax) || isnan(sj[j])) ? from_bits(CANONICAL_NAN) : np_max(smax, sj[j]);
         }
         float m_new = np_max(st->m[g], smax);
-        alpha[g] = softexp2(add32(st->m[g], -m_new));
-        for (j = 0; j < bn; j++) u->p[g * bn + j] = bf16_bits(softexp2(add32(sj[j], -m_new)));
+        alpha[g] = ex2q(a->ex2_table, add32(st->m[g], -m_new));
+        for (j = 0; j < bn; j++) u->p[g * bn + j] = bf16_bits(ex2q(a->ex2_table, add32(sj[j], -m_new)));
         st->m[g] = m_new;
         for (j = 0; j < d; j++) u->acc_in[g * d + j] = to_bits(mul32(st->acc[g * d + j], alpha[g]));
     }
@@ -152,10 +145,12 @@ static int tile(struct unit *u, long key0, struct state *st) {
 }
 
 /* Fold a span's state into the row's, in span order (attention.py `_merge`). */
-static void merge(struct state *st, const struct state *sp, long group, long d) {
+static void merge(struct state *st, const struct state *sp, long group, long d,
+                  const float *ex2_table) {
     for (long g = 0; g < group; g++) {
         float m_new = np_max(st->m[g], sp->m[g]);
-        float a = softexp2(add32(st->m[g], -m_new)), b = softexp2(add32(sp->m[g], -m_new));
+        float a = ex2q(ex2_table, add32(st->m[g], -m_new)),
+              b = ex2q(ex2_table, add32(sp->m[g], -m_new));
         st->m[g] = m_new;
         st->l[g] = fma32(st->l[g], a, mul32(sp->l[g], b));
         for (long j = 0; j < d; j++) {
@@ -176,7 +171,7 @@ static int run_unit(struct unit *u, struct state *st, struct state *sp) {
         long end = span0 + a->span < u->pos + 1 ? span0 + a->span : u->pos + 1;
         for (long key0 = span0; key0 < end; key0 += a->block_n)
             if (key0 + a->block_n > u->lo && tile(u, key0, sp)) return -1;
-        merge(st, sp, group, d);
+        merge(st, sp, group, d, a->ex2_table);
     }
     for (long g = 0; g < group; g++)
         for (long j = 0; j < d; j++) {
@@ -240,7 +235,8 @@ static void attn_task(void *ctx, long begin, long end) {
  * out, -2 for bad arguments. */
 int sb_replay_attention(const uint16_t *q, long t, long h, long d, const uint16_t *k,
                         const uint16_t *vt, long hkv, long l, const int64_t *positions,
-                        long block_n, long span, uint32_t qk_scale_bits, long window,
+                        long block_n, long span, uint32_t qk_scale_bits,
+                        const float *ex2_table, long window,
                         long flags, uint32_t *out, long threads) {
     if (hkv < 1 || h % hkv || h / hkv > MAX_GROUP || d % 16 || block_n % 16 || block_n < 16 ||
         span % block_n)
@@ -250,7 +246,8 @@ int sb_replay_attention(const uint16_t *q, long t, long h, long d, const uint16_
     struct attn a = {.q = q, .k = k, .vt = vt, .positions = positions, .t = t, .h = h,
                      .hkv = hkv, .d = d, .l = l, .group = h / hkv, .block_n = block_n,
                      .span = span, .window = window, .flags = flags,
-                     .qk_scale = from_bits(qk_scale_bits), .out = out};
+                     .qk_scale = from_bits(qk_scale_bits), .ex2_table = ex2_table,
+                     .out = out};
     sb_parallel(attn_task, &a, t * hkv, 1, threads);
     return a.failed ? -1 : 0;
 }

@@ -1,5 +1,5 @@
 """The GPU plan's paged attention on the CPU, bit for bit (`kernels/triton/_attention_kernel.py`,
-whose exponentials are the software exp2 of `_softexp2.py` and whose launches contract no
+whose exponentials are `ex2q` of `_softexp2.py` and whose launches contract no
 multiply-add: `attention.FP_FUSION`).
 
 Definition (read from `_attention_kernel.py`; every launch computes it per query row, so the
@@ -21,8 +21,8 @@ Keys past t inside a tile are read as +0 here: their p is +0, and a zero term ch
 the MMA's Emax nor its sum (mma_model.py; a tile with a key in lo..t has a p = 1 term), so
 this equals the kernel's loads for finite caches.
 
-exp2 is `kernels/triton/_softexp2.py` (definition in its docstring), replayed by
-`samebits.kernels.replay.softexp.softexp2`.
+exp2 is ``ex2q`` (`kernels/triton/_softexp2.py`), replayed by `samebits.kernels.replay.ex2q`
+(its definition: the argument on a 2^-12 grid, a 4,096-entry table of the GPU's ex2).
 """
 
 from __future__ import annotations
@@ -35,8 +35,10 @@ import numpy as np
 from samebits.kernels.cpu import mma_emu
 from samebits.kernels.cpu.mma_emu import chain_bits
 from samebits.kernels.cpu.mma_model import DEFAULT
+from samebits.kernels.replay.ex2q import TABLE as EX2_TABLE
+from samebits.kernels.replay.ex2q import ex2q
 from samebits.kernels.replay.linear import fp32_to_bf16_bits
-from samebits.kernels.replay.softexp import add_f32, canon, div_rn, fma_f32, mul_f32, softexp2
+from samebits.kernels.replay.softexp import add_f32, canon, div_rn, fma_f32, mul_f32
 
 ONE = np.float32(1.0)
 NEG_INF = np.float32(-np.inf)
@@ -75,8 +77,8 @@ def _tile(q, k, v, key0, pos, lo, launch, state):
     s = mul_f32(_mma(q[None, :], k_t)[0], np.float32(launch.qk_scale))
     s = np.where(inside, s, NEG_INF).astype(np.float32)
     m_new = np.maximum(m, s.max())
-    alpha = softexp2(add_f32(m, -m_new))
-    p = fp32_to_bf16_bits(softexp2(add_f32(s, -m_new)).view(np.uint32))[None, :]
+    alpha = ex2q(add_f32(m, -m_new))
+    p = fp32_to_bf16_bits(ex2q(add_f32(s, -m_new)).view(np.uint32))[None, :]
     ones = np.full((16, launch.block_n), BF16_ONE, np.uint16)
     row_sum = _mma(p, ones)[0, 0]
     l_new = fma_f32(l_i, alpha, row_sum)
@@ -92,8 +94,8 @@ def _merge(state, span_state):
     m, l_i, acc = state
     m_s, l_s, acc_s = span_state
     m_new = np.maximum(m, m_s)
-    a = softexp2(add_f32(m, -m_new))
-    b = softexp2(add_f32(m_s, -m_new))
+    a = ex2q(add_f32(m, -m_new))
+    b = ex2q(add_f32(m_s, -m_new))
     return (np.float32(m_new), np.float32(fma_f32(l_i, a, mul_f32(l_s, b))),
             fma_f32(acc, a, mul_f32(acc_s, b)).astype(np.float32))  # fmt: skip
 
@@ -150,7 +152,7 @@ def _native(q, k, v, positions, group, launch, window, threads) -> np.ndarray:
     scale_bits = int(np.float32(launch.qk_scale).view(np.uint32))
     rc = mma_emu.library().sb_replay_attention(
         q.ctypes.data, t, h, d, kt.ctypes.data, vt.ctypes.data, hkv, k.shape[0],
-        pos.ctypes.data, launch.block_n, launch.span, scale_bits, window,
+        pos.ctypes.data, launch.block_n, launch.span, scale_bits, EX2_TABLE.ctypes.data, window,
         DEFAULT.flags(), out.ctypes.data, threads or mma_emu.cores(),
     )  # fmt: skip
     if rc == -2:

@@ -2,7 +2,8 @@
 shipped kernels run on a CPU give the GPU's bits (tests, and the GPU checks' ``--device cpu``
 runs): ``tl.dot`` on bf16 is the sm_90 MMA chain (`cpu.mma_emu`, from the given accumulator),
 ``tl.fma`` one rounding of the exact a * b + c, the fp32 -> bf16 cast and bf16 constants round
-to nearest even. The GPU launches contract no multiply-add (``enable_fp_fusion=False``), nor
+to nearest even, the inline ``ex2.approx.ftz`` (`_softexp2.ex2_ftz`) the table of
+`replay.ex2q` (on the 2^-12 grid `ex2q` feeds it; another input is an error). The GPU launches contract no multiply-add (``enable_fp_fusion=False``), nor
 does the interpreter. Needs triton and the native MMA emulator."""
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ from collections.abc import Callable
 import numpy as np
 
 from samebits.kernels.cpu import mma_emu
+from samebits.kernels.replay.ex2q import ex2_ftz_grid
 from samebits.kernels.replay.linear import fp32_to_bf16_bits
 from samebits.kernels.replay.softexp import fma_f32
+
+EX2_FTZ = "ex2.approx.ftz.f32 $0, $1;"  # `_softexp2.ex2_ftz`: defined on the 2^-12 grid only
 
 
 def _bf16_handle(fp32: np.ndarray):
@@ -46,8 +50,23 @@ def _builder_methods(real_trunc) -> dict:
     def get_bf16(self, value):
         return _bf16_handle(np.array([value], np.float32))
 
+    def create_inline_asm(self, asm, constraints, values, types, is_pure, pack):
+        if asm != EX2_FTZ or len(values) != 1:
+            raise NotImplementedError(f"GPU-semantics interpreter: no inline asm {asm!r}")
+        return _Results([TensorHandle(ex2_ftz_grid(values[0].data), tl.float32)])
+
     return dict(create_fma=create_fma, create_dot=create_dot, create_fp_trunc=create_fp_trunc,
-                get_bf16=get_bf16)  # fmt: skip
+                get_bf16=get_bf16, create_inline_asm=create_inline_asm)  # fmt: skip
+
+
+class _Results:
+    """What the interpreter's inline asm returns: results by index."""
+
+    def __init__(self, handles: list) -> None:
+        self.handles = handles
+
+    def get_result(self, i: int):
+        return self.handles[i]
 
 
 def gpu_semantics(setattr_: Callable[..., None] = setattr) -> None:

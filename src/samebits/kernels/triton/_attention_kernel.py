@@ -17,10 +17,10 @@ its own t and W only. Every launch computes exactly that:
   own program, store its state (fp32, exact) and fold the stored states in span order.
 
 Every operation has a written definition a CPU replays bit for bit
-(`samebits.kernels.replay.attention`): the exponentials are `softexp2` (`_softexp2.py`, a
-fixed sequence of IEEE fp32 operations; never ``tl.exp2``, PTX ``ex2.approx``), computed by
-its shorter form `softexp2_nonpos` (the same bits where x <= 0 or NaN: every argument here is
-a value minus a maximum at least as large); the launches
+(`samebits.kernels.replay.attention`): the exponentials are `ex2q` (`_softexp2.py`: the
+argument rounded to a multiple of 2^-12, then PTX ``ex2.approx.ftz``, whose bits on that grid
+are a 4,096-entry table, `kernels/replay/ex2q.py`; every argument here is a value minus a
+maximum at least as large, so <= 0, or NaN); the launches
 pass ``enable_fp_fusion=False`` (`attention.FP_FUSION`), so the only fused multiply-adds are
 the written ``tl.fma``; the tile update is ``l' = fma(l, alpha, row_sum)`` and
 ``acc' = tl.dot(p, v, acc * alpha)`` (the rescaled state is the MMA chain's accumulator);
@@ -41,7 +41,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from samebits.kernels.triton._softexp2 import softexp2_nonpos
+from samebits.kernels.triton._softexp2 import ex2q
 
 
 @triton.jit
@@ -62,8 +62,8 @@ def _attend_tile(q, k_ptr, v_ptr, bt_row, key0, pos, lo, last, hk, qk_scale, m_i
     s = tl.where(keep, s, float("-inf"))
     active = (key0 <= pos) & (key0 + BLOCK_N > lo)
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    alpha = softexp2_nonpos(tl.where(active, m_i - m_new, 0.0))
-    p = tl.where(active[:, None] & keep, softexp2_nonpos(s - m_new[:, None]), 0.0).to(v.dtype)
+    alpha = ex2q(tl.where(active, m_i - m_new, 0.0))
+    p = tl.where(active[:, None] & keep, ex2q(s - m_new[:, None]), 0.0).to(v.dtype)
     ones = tl.full((BLOCK_N, 16), 1.0, v.dtype)
     col0 = tl.arange(0, 16)[None, :] == 0
     row_sum = tl.sum(tl.where(col0, tl.dot(p, ones, input_precision="ieee"), 0.0), axis=1)
@@ -90,8 +90,8 @@ def _attend_tile_interior(q, k_ptr, v_ptr, bt_row, key0, hk, qk_scale, m_i, l_i,
     v = tl.load(v_ptr + kv[:, None] + d[None, :])
     s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    alpha = softexp2_nonpos(m_i - m_new)
-    p = softexp2_nonpos(s - m_new[:, None]).to(v.dtype)
+    alpha = ex2q(m_i - m_new)
+    p = ex2q(s - m_new[:, None]).to(v.dtype)
     ones = tl.full((BLOCK_N, 16), 1.0, v.dtype)
     col0 = tl.arange(0, 16)[None, :] == 0
     row_sum = tl.sum(tl.where(col0, tl.dot(p, ones, input_precision="ieee"), 0.0), axis=1)
@@ -142,8 +142,8 @@ def _merge(m_i, l_i, acc, m_s, l_s, acc_s, take):
     m' = max(m_i, m_s); a = 2^(m_i - m'), b = 2^(m_s - m'); l' = fma(l_i, a, l_s * b);
     acc' = fma(acc, a, acc_s * b). The one merge formula of every launch."""
     m_new = tl.maximum(m_i, m_s)
-    a = softexp2_nonpos(tl.where(take, m_i - m_new, 0.0))
-    b = softexp2_nonpos(tl.where(take, m_s - m_new, 0.0))
+    a = ex2q(tl.where(take, m_i - m_new, 0.0))
+    b = ex2q(tl.where(take, m_s - m_new, 0.0))
     l_new = tl.fma(l_i, a, l_s * b)
     acc_new = tl.fma(acc, a[:, None], acc_s * b[:, None])
     m_i = tl.where(take, m_new, m_i)

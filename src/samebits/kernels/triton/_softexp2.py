@@ -1,7 +1,9 @@
 """A software fp32 exp2 for the attention kernel (issue 27), with a written definition that a
 CPU replays bit for bit (`samebits.kernels.replay.softexp.softexp2`), in place of ``tl.exp2``
-(PTX ``ex2.approx.ftz``, whose bits have no public definition). `_attention_kernel.py`
-calls it for every exponential (the tile's p and alpha, the span merge's weights).
+(PTX ``ex2.approx.ftz``, whose bits have no public definition on arbitrary inputs). The
+attention computes its exponentials by `ex2q` instead (end of this file): the SFU's
+``ex2.approx.ftz`` on multiples of 2^-12 only, where its bits are a measured table that every
+GPU re-checks at start (`kernels/replay/ex2q.py`).
 
 Definition of ``softexp2(x)`` (every step one IEEE fp32 operation, round to nearest even;
 each ``fma`` one rounding of the exact ``a * b + c``):
@@ -83,3 +85,20 @@ def softexp2_nonpos(x):
     bits = e.to(tl.int32, bitcast=True) + (t.to(tl.int32, bitcast=True) << 23)
     y = bits.to(tl.float32, bitcast=True) * 5.421010862427522e-20  # 2^-64
     return tl.where(x != x, x, y)
+
+
+@triton.jit
+def ex2_ftz(x):
+    """PTX ``ex2.approx.ftz.f32`` (the SFU's exponential), elementwise. Its bits are defined
+    only where `ex2q` feeds it: multiples of 2^-12 (`kernels/replay/ex2q.py`)."""
+    return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x],
+                                     dtype=tl.float32, is_pure=True, pack=1)  # fmt: skip
+
+
+@triton.jit
+def ex2q(x):
+    """2^x for x <= 0 or NaN, the attention's exponential: x rounded to a multiple of 2^-12
+    (ties to even; ``fma(x, 4096, S)`` rounds once), then `ex2_ftz`. Definition and CPU
+    replay: `samebits.kernels.replay.ex2q` (a 4,096-entry table, checked on every GPU at start)."""
+    t = tl.fma(x, 4096.0, 12582912.0)
+    return ex2_ftz((t - 12582912.0) * 0.000244140625)

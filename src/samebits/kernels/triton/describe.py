@@ -69,8 +69,9 @@ def describe() -> dict[str, str]:
         "softexp as silu_mul's",
         "attention": (
             f"triton paged attention: key tiles of {KEY_BLOCK} at absolute positions, online "
-            "softmax in tile order, denominators by MMA (p @ ones), guarded rows, softexp2 "
-            "(_softexp2.py, no ex2.approx), l = fma(l, alpha, sum), acc = dot(p, v, acc * alpha), "
+            "softmax in tile order, denominators by MMA (p @ ones), guarded rows, ex2q "
+            "(_softexp2.py: x on a 2^-12 grid, then ex2.approx.ftz, a table on the CPU), "
+            "l = fma(l, alpha, sum), acc = dot(p, v, acc * alpha), "
             "no fp fusion, interior key tiles unmasked; CPU replay: replay.attention"
         ),
         "attention_launch": (

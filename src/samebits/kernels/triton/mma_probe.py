@@ -6,7 +6,9 @@ tensors. `qualify()` runs it on the committed vector set (mma_probe_vectors.npz:
 class of mma_cases, fixed seeds) and compares the bits with the expected ones, which are the
 emulator's (tests/kernels/test_mma_probe.py checks the emulator still gives them). A GPU whose
 bits equal them computes the chains the CPU emulator replays. Every GPU invariant deployment
-runs it at start-up (`probe_component`, `deployment.build_deployment`): the fingerprint
+runs it at start-up (`probe_component`, `deployment.build_deployment`), with the attention's
+exponential on its whole grid (`ex2_grid_mismatches`: ex2.approx.ftz at every multiple of
+2^-12 in [-127, 0] against the table of `replay.ex2q`): the fingerprint
 records the result; a GPU whose bits differ (or a probe that cannot run) gets another
 numerics id than the CPU replay's (`fingerprint._gpu_numerics`), so its logs are refused on
 a CPU instead of failing there.
@@ -23,6 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import triton
 import triton.language as tl
+
+from samebits.kernels.triton._softexp2 import ex2_ftz
 
 if TYPE_CHECKING:
     import torch
@@ -74,6 +78,27 @@ def chain_bits(
     return y.view(torch.int32)
 
 
+@triton.jit
+def ex2_grid_kernel(out_ptr, k0, n, BLOCK: tl.constexpr):
+    """out[i] = ex2.approx.ftz((k0 + i) * 2^-12): the attention's exponential on its grid."""
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + i, ex2_ftz((k0 + i).to(tl.float32) * 0.000244140625), mask=i < n)
+
+
+def ex2_grid_mismatches(device: str = "cuda") -> tuple[int, int]:
+    """(inputs, mismatches) of the GPU's ex2.approx.ftz at every multiple of 2^-12 in
+    [-127, 0] against the table of `replay.ex2q` (what the CPU replay assumes of it)."""
+    import torch
+
+    from samebits.kernels.replay.ex2q import GRID, LOW, ex2_ftz_grid
+
+    k0, n = LOW * GRID, -LOW * GRID + 1
+    out = torch.empty(n, dtype=torch.float32, device=device)
+    ex2_grid_kernel[(triton.cdiv(n, 1024),)](out, k0, n, BLOCK=1024, enable_fp_fusion=False)
+    expected = ex2_ftz_grid(np.arange(k0, k0 + n, dtype=np.float32) / np.float32(GRID))
+    return n, int((out.cpu().numpy().view(np.uint32) != expected.view(np.uint32)).sum())
+
+
 def make_vectors() -> dict[str, np.ndarray]:
     """The probe set: per class of mma_cases, x, w, acc and the emulator's expected bits."""
     from samebits.kernels.cpu import mma_cases, mma_model
@@ -122,7 +147,8 @@ def qualify(device: str = "cuda") -> ProbeReport:
         got = y.cpu().numpy().view(np.uint32)
         outputs += got.size
         mismatches[kind] = int((got != vectors[f"{kind}_y"]).sum())
-    return ProbeReport(outputs, mismatches)
+    n, mismatches["ex2_grid"] = ex2_grid_mismatches(device)
+    return ProbeReport(outputs + n, mismatches)
 
 
 def probe_component(run: Callable[[], ProbeReport] = qualify) -> dict:

@@ -24,7 +24,12 @@ from samebits.analysis.kernel_prover.symbolic import words as W
 from samebits.analysis.kernel_prover.symbolic.memory import SHAPE_PREFIX
 from samebits.analysis.kernel_prover.symbolic.memory import read as _read
 from samebits.analysis.kernel_prover.symbolic.oracle import decide_under
-from samebits.analysis.kernel_prover.symbolic.tl_semantics import TL, desc_load, opaque_mul
+from samebits.analysis.kernel_prover.symbolic.tl_semantics import (
+    TL,
+    desc_load,
+    inline_asm,
+    opaque_mul,
+)
 from samebits.analysis.kernel_prover.symbolic.values import (
     DTYPES,
     FLOAT_RANK,
@@ -554,6 +559,8 @@ class Program:
             raise Unsupported(self.where(e), "float() of a runtime value")
         if name in self.ex.src.functions:
             return self.inline(self.ex.src.functions[name], e, env)
+        if name == "tl.inline_asm_elementwise":
+            return inline_asm(self, e, env)
         if name in self.ex.src.imports:
             raise Unsupported(self.where(e), f"{name} is imported from {self.ex.src.imports[name]}"
                               ", which is not among the files proved against")  # fmt: skip

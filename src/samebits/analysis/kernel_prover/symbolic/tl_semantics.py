@@ -12,6 +12,9 @@ says otherwise; a builtin not in ``TL`` is rejected by the interpreter.
 
 from __future__ import annotations
 
+import ast
+import hashlib
+
 import z3
 
 from samebits.analysis.kernel_prover import terms as T
@@ -512,6 +515,29 @@ def _tl_fma(p, e, args, kw):
     dt = max([t.dtype for t in tiles if t.kind == "float"], key=lambda d: FLOAT_RANK[d])
     ops = [p.as_float(t, v, dt) for t, v in zip(tiles, vals, strict=True)]
     return Tile("float", dims, T.op("fma", dt, *ops), dt)
+
+
+def inline_asm(p, e, env):
+    """``tl.inline_asm_elementwise(ASM, CONSTRAINTS, [x, ...], dtype=tl.float32, is_pure=True,
+    pack=1)`` on float operands: an uninterpreted elementwise function named by the asm text
+    (the same instruction on the same operands gives the same bits: a pure, elementwise asm
+    is a function of its lane's operands; which function, the proof does not need)."""
+    args, kw = e.args, {k.arg: k.value for k in e.keywords}
+    fixed = (len(args) == 3 and all(isinstance(a, ast.Constant) and isinstance(a.value, str)
+                                     for a in args[:2]) and isinstance(args[2], ast.List))  # fmt: skip
+    pure = isinstance(kw.get("is_pure"), ast.Constant) and kw["is_pure"].value is True
+    packed = isinstance(kw.get("pack"), ast.Constant) and kw["pack"].value == 1
+    fp32 = "dtype" in kw and p.func_name(kw["dtype"]) == "tl.float32"
+    if not (fixed and pure and packed and fp32 and set(kw) == {"dtype", "is_pure", "pack"}):
+        raise Unsupported(p.where(e), "inline asm: only (asm, constraints, [float operands], "
+                          "dtype=tl.float32, is_pure=True, pack=1)")  # fmt: skip
+    ops = [p.lift(p.expr(a, env)) for a in args[2].elts]
+    if not ops or any(t.kind != "float" for t in ops):
+        raise Unsupported(p.where(e), "inline asm of non-float operands")
+    dims, vals = p.broadcast(ops, e)
+    name = "asm:" + hashlib.sha256(args[0].value.encode()).hexdigest()[:12]
+    vals = [p.as_float(t, v, "fp32") for t, v in zip(ops, vals, strict=True)]
+    return Tile("float", dims, T.op(name, "fp32", *vals), "fp32")
 
 
 def _tl_trans(p, e, args, kw):
