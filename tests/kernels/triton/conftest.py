@@ -12,7 +12,9 @@ an ieee fp32 MMA chain: per output element, products accumulated into ``acc`` in
 tests check what the kernels control (ranges, tiles, masks, guards, order of combination),
 not numpy's BLAS.
 
-A second patch works around an interpreter/numpy 2.x incompatibility: scalars derived from
+The attention's exponential is inline PTX (``ex2.approx.ftz`` on a 2^-12 grid), which the
+interpreter cannot run: `interpret.ex2_stand_in` gives it the GPU's bits there (the table of
+`replay.ex2q`). A third patch works around an interpreter/numpy 2.x incompatibility: scalars derived from
 ``tl.program_id`` or loaded values are 1-element arrays, which ``int()`` rejects in numpy 2.x,
 so a loop bound computed from them failed. ``__index__`` takes the single element instead.
 """
@@ -53,6 +55,7 @@ interpreter.InterpreterBuilder.create_dot = _k_ordered_dot
 
 
 interpret.numpy2_index()
+interpret.ex2_stand_in()  # the attention's inline ex2.approx.ftz, by its table
 
 
 def pytest_configure(config) -> None:

@@ -63,7 +63,7 @@ def paged(k: torch.Tensor, v: torch.Tensor, seed: int):
 def _other_numerics(monkeypatch, which: str) -> None:
     """The replay with one step of the definition changed (for the non-vacuity checks)."""
     if which == "exp2":
-        monkeypatch.setattr(ra, "softexp2", lambda x: np.exp2(np.asarray(x, np.float32)))
+        monkeypatch.setattr(ra, "ex2q", lambda x: np.exp2(np.asarray(x, np.float32)))
         return
     mma = ra._mma  # "acc": the rescaled state added after the MMA, not its accumulator
 

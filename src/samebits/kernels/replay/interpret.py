@@ -50,13 +50,18 @@ def _builder_methods(real_trunc) -> dict:
     def get_bf16(self, value):
         return _bf16_handle(np.array([value], np.float32))
 
-    def create_inline_asm(self, asm, constraints, values, types, is_pure, pack):
-        if asm != EX2_FTZ or len(values) != 1:
-            raise NotImplementedError(f"GPU-semantics interpreter: no inline asm {asm!r}")
-        return _Results([TensorHandle(ex2_ftz_grid(values[0].data), tl.float32)])
-
     return dict(create_fma=create_fma, create_dot=create_dot, create_fp_trunc=create_fp_trunc,
-                get_bf16=get_bf16, create_inline_asm=create_inline_asm)  # fmt: skip
+                get_bf16=get_bf16, create_inline_asm=_create_inline_asm)  # fmt: skip
+
+
+def _create_inline_asm(self, asm, constraints, values, types, is_pure, pack):
+    """The interpreter's inline asm: `_softexp2.ex2_ftz` only, by the table of `replay.ex2q`."""
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    if asm != EX2_FTZ or len(values) != 1:
+        raise NotImplementedError(f"interpreter: no stand-in for inline asm {asm!r}")
+    return _Results([TensorHandle(ex2_ftz_grid(values[0].data), tl.float32)])
 
 
 class _Results:
@@ -77,6 +82,15 @@ def gpu_semantics(setattr_: Callable[..., None] = setattr) -> None:
     builder = interpreter.InterpreterBuilder
     for name, method in _builder_methods(builder.create_fp_trunc).items():
         setattr_(builder, name, method)
+
+
+def ex2_stand_in(setattr_: Callable[..., None] = setattr) -> None:
+    """Give Triton's interpreter (which runs no inline asm) the attention's ``ex2_ftz``: its
+    GPU bits on the 2^-12 grid, from the table (any interpreted run of the attention kernels
+    needs it; `gpu_semantics` includes it)."""
+    from triton.runtime import interpreter
+
+    setattr_(interpreter.InterpreterBuilder, "create_inline_asm", _create_inline_asm)
 
 
 def numpy2_index() -> None:
