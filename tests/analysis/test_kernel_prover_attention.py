@@ -171,6 +171,23 @@ def test_loop_scheduling_hints_are_accepted():
     assert res.status == "rejected-unsupported" and "range keyword 'reorder'" in res.unsupported
 
 
+def test_an_interior_tile_with_another_exponential_is_refuted():
+    """The exponential is inline PTX (an uninterpreted function of its operand): a tile path
+    that skips ex2q's grid rounding computes another function, and which path a tile takes
+    follows the chunking."""
+    bad = mutate(ATTN, "    p = ex2q(s - m_new[:, None]).to(v.dtype)",
+                 "    p = ex2_ftz(s - m_new[:, None]).to(v.dtype)")  # fmt: skip
+    assert run(bad, SAME).status == "refuted"
+
+
+def test_an_inline_asm_not_declared_pure_is_rejected():
+    bad = mutate(ATTN, "    alpha = ex2q(m_i - m_new)\n",
+                 '    alpha = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", '
+                 "[m_i - m_new], dtype=tl.float32, is_pure=False, pack=1)\n")  # fmt: skip
+    res = run(bad, SAME)
+    assert res.status == "rejected-unsupported" and "inline asm: only" in res.unsupported
+
+
 def test_metadata_gives_each_query_token_one_program_of_its_request():
     rng = np.random.default_rng(0)
     for _ in range(200):
@@ -232,7 +249,9 @@ def test_split_state_offset_in_int32_is_refuted():
     assert U.ATTENTION_BOUNDS["FULL_WINDOW"] == FULL_WINDOW
     text = mutate(ATTN, "    return tok.to(tl.int64) * (HKV * GROUP) + hk * GROUP + r % GROUP\n",
                   "    return tok * (HKV * GROUP) + hk * GROUP + r % GROUP\n")  # fmt: skip
-    assert_refuted(_prove_text(text, _spec(32, 8, 128, SPLIT_INDEX)), "int32 overflow in the R execution")
+    assert_refuted(
+        _prove_text(text, _spec(32, 8, 128, SPLIT_INDEX)), "int32 overflow in the R execution"
+    )
 
 
 # --- head classes: the KV head count symbolic (units.attention_class) ----------------------
