@@ -53,13 +53,14 @@
 #   ncu        Nsight Compute per kernel of one batch-64 decode step (benchmarks/ncu_step.py)
 #   mma        benchmarks/mma_validate.py (issue 27: GPU bf16 MMA chains vs the CPU emulator, ~1e9
 #              dot products, every input class) then tests/gpu/test_gpu_mma.py
+#   mmatest    tests/gpu/test_gpu_mma.py alone (the start-up probe, the ex2 grid included)
 #   tp         tensor parallelism GPU tests (tests/gpu/test_gpu_tp.py; the TP = 2 ones need 2 GPUs)
 #   tpbench    benchmarks/tp_decode.py (TP = 2 vs TP = 1 decode step at batch 64; 2 GPUs)
 #   replay     benchmarks/replay_linear_check.py (issue 27: the plan's linears, 8B and tiny shapes,
 #              every launch M picks, vs their CPU replay as bits; PTX/SASS survey of every kernel)
 #              then tests/gpu/test_gpu_replay.py (every MMA input class, every launch of the table)
-#   replayattn the attention kernels vs their CPU replay, and their time against the kernel before
-#              the soft exp2 (carry .whl/attention_2d34e4f.py: git show 2d34e4f:src/.../_attention_kernel.py)
+#   replayattn the attention kernels vs their CPU replay, and their time against an earlier kernel
+#              file ($REPLAY_BASELINE, default .baseline/_attention_kernel.py, when carried)
 #   servingb   gpu_serving.py --only-b --no-hf (ALLOW=1: SAMEBITS_ALLOW_UNCERTIFIED)
 #   servingbold the same from the tree before the soft exp2 (carry .whl/old: git archive 2d34e4f src benchmarks)
 #   auditlogs  benchmarks/serve_audit_log.py for the tiny llama and qwen3: `samebits serve --device
@@ -145,6 +146,8 @@ for job in "$@"; do
            python3 benchmarks/ncu_step.py --step > "$OUT/ncu_step.csv" 2> "$OUT/ncu_step.err"
          tail -4 "$OUT/ncu_step.err"
          python3 benchmarks/ncu_step.py --summarize "$OUT/ncu_step.csv" --out "$OUT/ncu_step.json" ;;
+    mmatest) SAMEBITS_CACHE_DIR=/tmp/samebits-cache SAMEBITS_GPU_RESULTS="$OUT" timeout 150 \
+           python3 -m pytest -q -m gpu tests/gpu/test_gpu_mma.py -p no:cacheprovider 2>&1 | tail -8 ;;
     mma) SAMEBITS_CACHE_DIR=/tmp/samebits-cache timeout 420 python3 benchmarks/mma_validate.py \
            --out "$OUT/mma_validate.json" 2>&1 | tail -25
          SAMEBITS_CACHE_DIR=/tmp/samebits-cache SAMEBITS_GPU_RESULTS="$OUT" timeout 150 \
@@ -158,7 +161,8 @@ for job in "$@"; do
     softexp) SAMEBITS_CACHE_DIR=/tmp/samebits-cache timeout 420 python3 benchmarks/softexp_speed.py \
               --out "$OUT/softexp_speed.json" 2>&1 | tail -30 ;;
     replayattn) SAMEBITS_CACHE_DIR=/tmp/samebits-cache timeout 400 python3 benchmarks/replay_attention_check.py \
-              --baseline .whl/attention_2d34e4f.py --out "$OUT/replay_attention_check.json" 2>&1 | tail -8 ;;
+              $(b=${REPLAY_BASELINE:-.baseline/_attention_kernel.py}; [ -f "$b" ] && echo --baseline "$b") \
+              --out "$OUT/replay_attention_check.json" 2>&1 | tail -8 ;;
     servingb) SAMEBITS_ALLOW_UNCERTIFIED=${ALLOW:-0} timeout 280 python3 benchmarks/gpu_serving.py --only-b --no-hf \
               --out "$OUT/gpu_serving_b.json" 2>&1 | grep -v "^after" | tail -12 ;;
     servingbold) (cd .whl/old && PYTHONPATH="$PWD/src:/tmp/site" timeout 280 python3 benchmarks/gpu_serving.py \
