@@ -64,7 +64,7 @@ def launch(kernel, q, k_cache, v_cache, meta, scale: float, window: int, options
 
     out = torch.empty_like(q)
     hkv, d = k_cache.shape[1], k_cache.shape[2]
-    opts = {"num_warps": meta.num_warps, **A._cap(A.register_cap(meta.block_m, d)), **options}
+    opts = {"num_warps": meta.num_warps, **A.sequential_options(meta.block_m, d), **options}
     kernel[(meta.num_programs, hkv)](
         q, k_cache, v_cache, out, meta.positions, meta.prog_req, meta.prog_row0, meta.query_end,
         meta.block_tables, meta.block_tables.shape[1], scale * A.LOG2E,

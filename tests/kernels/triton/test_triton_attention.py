@@ -183,3 +183,15 @@ def test_register_cap_only_on_decode_tiles_of_small_heads(monkeypatch):
     assert attention.register_cap(32, 128) is None  # a GQA group of 32 heads: no cap
     monkeypatch.setattr(attention, "ATTENTION_MAXNREG", 96)
     assert attention.register_cap(64, 128) == 96
+
+
+def test_sequential_launch_stages_follow_the_tile_height_only(monkeypatch):
+    """128-row tiles run 2 pipeline stages, others the compiler's default; an experiment's
+    ATTENTION_STAGES wins (a launch choice: the numerics id does not name it)."""
+    from samebits.kernels.triton import attention
+
+    assert attention.sequential_options(128, 128)["num_stages"] == 2
+    assert "num_stages" not in attention.sequential_options(64, 128)
+    assert attention.sequential_options(16, 128) == {"maxnreg": attention.DECODE_MAXNREG}
+    monkeypatch.setattr(attention, "ATTENTION_STAGES", 4)
+    assert attention.sequential_options(128, 128)["num_stages"] == 4

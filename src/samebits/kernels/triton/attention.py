@@ -26,6 +26,7 @@ from samebits.kernels.triton.attention_meta import (
     AttentionMeta,
     attention_metadata,
     default_block_m,
+    default_num_stages,
     merge_block_m,
 )
 
@@ -109,9 +110,17 @@ def paged_attention(
         GROUP=meta.group,
         D=d, PAGE=meta.block_size, BLOCK_M=meta.block_m, BLOCK_N=KEY_BLOCK, SPAN=meta.span,
         num_warps=meta.num_warps, enable_fp_fusion=FP_FUSION,
-        **_cap(register_cap(meta.block_m, d)),
+        **sequential_options(meta.block_m, d),
     )  # fmt: skip
     return out
+
+
+def sequential_options(block_m: int, head_dim: int) -> dict:
+    """Launch options of the sequential kernel: the register cap, the pipeline stages of its
+    tile height (`attention_meta.default_num_stages`; an experiment's ATTENTION_STAGES wins)."""
+    opts = _cap(register_cap(block_m, head_dim))
+    stages = default_num_stages(block_m)
+    return opts if stages is None or "num_stages" in opts else {**opts, "num_stages": stages}
 
 
 def decode_splits(meta: AttentionMeta, kv_heads: int) -> int:

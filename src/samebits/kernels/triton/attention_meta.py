@@ -28,6 +28,9 @@ ATTENTION_WARPS = 4
 WIDE_BLOCK_M = 128
 WIDE_WARPS = 8
 WIDE_MIN_QUERY = 1024
+# and 2 pipeline stages, not the compiler's 3 (the same bits; H100, 2026-12-07, session 22,
+# benchmarks/prefill_probe.py: 2.18 vs 2.27 ms at 8k, 31.4 vs 32.2 ms at 32k)
+WIDE_STAGES = 2
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,12 @@ def default_block_m(max_query_len: int, group: int) -> int:
 def default_num_warps(block_m: int) -> int:
     """Warps of a tile height's launch: WIDE_WARPS from WIDE_BLOCK_M rows, else 4."""
     return WIDE_WARPS if block_m >= WIDE_BLOCK_M else ATTENTION_WARPS
+
+
+def default_num_stages(block_m: int) -> int | None:
+    """Pipeline stages of a tile height's sequential launch: WIDE_STAGES from WIDE_BLOCK_M
+    rows, else None (the compiler's default). A launch choice: no bit depends on it."""
+    return WIDE_STAGES if block_m >= WIDE_BLOCK_M else None
 
 
 def tile_heights(group: int) -> list[int]:

@@ -16,6 +16,7 @@ from samebits.kernels.triton.attention_meta import (
     PREFILL_BLOCK_M,
     WIDE_BLOCK_M,
     WIDE_MIN_QUERY,
+    WIDE_STAGES,
     WIDE_WARPS,
 )
 from samebits.kernels.triton.launches import COLUMN_TABLE, NARROW_ROWS, SPLIT_TABLE, WIDE_N
@@ -75,10 +76,11 @@ def describe() -> dict[str, str]:
             "no fp fusion, interior key tiles unmasked; CPU replay: replay.attention"
         ),
         "attention_launch": (
-            f"block_m {DECODE_BLOCK_M} (decode) / {WIDE_BLOCK_M} on {WIDE_WARPS} warps (a query "
+            f"block_m {DECODE_BLOCK_M} (decode) / {WIDE_BLOCK_M} on {WIDE_WARPS} warps, "
+            f"{WIDE_STAGES} stages (a query "
             f"of {WIDE_MIN_QUERY}+ tokens) / {PREFILL_BLOCK_M} on {ATTENTION_WARPS} warps "
             f"(otherwise), decode launches of head dim <= 128 capped at {DECODE_MAXNREG} "
             "registers, GQA rows packed (token, head) (no bit changes: tile height and packing "
-            "are certificate goals, warps and the cap a test; fingerprint, not numerics id)"
+            "are certificate goals, warps, stages and the cap a test; fingerprint, not numerics id)"
         ),
     }
