@@ -1,20 +1,19 @@
-"""A hardware exponential with a CPU definition (issue 25, prefill): what it would take and
-what it would buy. The shipped attention computes every exponential by `softexp2` (15 fp32
-operations for x <= 0, the dependent chain Nsight Compute finds the prefill waiting on:
-RESULTS, "The 128-row prefill launch shipped..."). Candidate: ``ex2q(x) =
-ex2.approx.ftz.f32(((x * 4096 + S) - S) / 4096)`` (S = 1.5 * 2^23: x rounded to a multiple of
-2^-12, ties to even), four instructions, the exponential itself on the SFU pipe. Its bits are
-a CPU table lookup if the GPU's ex2.approx.ftz at multiples of 2^-12 is 2^floor(x) times a
-function of frac(x) alone (then 4,096 mantissas define it). This probe measures, on the GPU:
+"""The attention's exponential on the SFU with a CPU definition (issue 25, prefill): the
+evidence for `ex2q` and what it buys. ``ex2q(x) = ex2.approx.ftz.f32(((x * 4096 + S) - S) /
+4096)`` (S = 1.5 * 2^23: x rounded to a multiple of 2^-12, ties to even; `_softexp2.ex2q`, shipped
+2026-12-07) is four instructions against the software `softexp2`'s 15. Its bits are a CPU table
+lookup because the GPU's ex2.approx.ftz at multiples of 2^-12 is 2^floor(x) times a function of
+frac(x) alone (4,096 mantissas, `kernels/replay/ex2q.py`). This probe measures, on the GPU:
 
 1. ``structure``: ex2.approx.ftz.f32 at every multiple of 2^-12 in [-127, 0]: how many
    outputs differ from ldexp(M[frac index], floor(x)), M its outputs on [0, 1); M's SHA-256
-   and its 4,096 values (hex) in the JSON; the flush-to-zero boundary;
-2. ``prefill``: the shipped sequential kernel with `softexp2_nonpos` replaced by ``ex2q`` (the
-   shipped source with that one name substituted, in a temporary module; a probe, not a
-   plan): time at the plan's launch beside the shipped kernel and SDPA flash, and its
-   largest difference to the shipped output (a correctness check, not bits: the candidate
-   computes other bits).
+   and its 4,096 values (hex) in the JSON; the flush-to-zero boundary; then ``ex2q`` on 2.5M
+   inputs against its numpy definition (here `ex2q_reference`, with the table just read);
+2. ``prefill``: the shipped kernel beside its form with the software exponential
+   (`softexp2_nonpos` substituted for `ex2q` in the shipped source, a temporary module) and SDPA
+   flash at the plan's launch, and their largest output difference (a sanity check, not bits:
+   the two compute different definitions). Run before ex2q shipped, "prefill" compared the
+   other way round (RESULTS.md, 2026-12-07, "Third call").
 
     python benchmarks/ex2_probe.py --out $OUT/ex2_probe.json      # GPU
     python benchmarks/ex2_probe.py --sass                         # CPU: tile-loop sizes
@@ -25,10 +24,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 import triton
@@ -143,21 +140,20 @@ def structure() -> dict:
             "ex2q_vs_cpu_model": random_check(table)}  # fmt: skip
 
 
-def ex2q_module():
-    """The shipped kernel module with `softexp2_nonpos` bound to `ex2q` (a temporary file)."""
+def software_exp_module():
+    """The shipped kernel module with its `ex2q` bound to the software `softexp2_nonpos` (the
+    exponential before 2026-12-07), through a temporary file: what the SFU's ex2 buys."""
+    from prefill_probe import module_from_text
+
     src = KERNEL.read_text().replace(
-        "from samebits.kernels.triton._softexp2 import softexp2_nonpos",
-        "from ex2_probe import ex2q as softexp2_nonpos")  # fmt: skip
-    path = Path(tempfile.mkdtemp()) / "ex2q_attention.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location("ex2q_attention", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+        "from samebits.kernels.triton._softexp2 import ex2q",
+        "from samebits.kernels.triton._softexp2 import softexp2_nonpos as ex2q")  # fmt: skip
+    return module_from_text(src, "softexp2_attention")
 
 
-def prefill_cell(length: int, candidate) -> dict:
-    """Shipped kernel, the ex2q kernel and SDPA flash on one prompt at the plan's launch."""
+def prefill_cell(length: int, software) -> dict:
+    """The shipped kernel (ex2q), its software-exponential form and SDPA flash on one prompt
+    at the plan's launch."""
     import numpy as np
     from gpu_ops import HEAD_DIM, NUM_HEADS, NUM_KV_HEADS, make_paged_kv, randn, sdpa_reference
     from prefill_probe import launch
@@ -172,8 +168,8 @@ def prefill_cell(length: int, candidate) -> dict:
                               NUM_HEADS // NUM_KV_HEADS, "cuda")  # fmt: skip
     runs = {name: (lambda fn=fn: launch(fn, q, kv.k_cache, kv.v_cache, meta, HEAD_DIM**-0.5, 0, {}))
             for name, fn in (("shipped", paged_attention_kernel),
-                             ("ex2q", candidate.paged_attention_kernel))}  # fmt: skip
-    diff = (runs["shipped"]().float() - runs["ex2q"]().float()).abs().max().item()
+                             ("softexp2", software.paged_attention_kernel))}  # fmt: skip
+    diff = (runs["shipped"]().float() - runs["softexp2"]().float()).abs().max().item()
     ms = {name: round(triton.testing.do_bench(run), 3) for name, run in runs.items()}
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         sdpa, _ = sdpa_reference(
@@ -181,10 +177,10 @@ def prefill_cell(length: int, candidate) -> dict:
         )
         ms["sdpa_flash"] = round(triton.testing.do_bench(sdpa), 3)
     return {"length": length, "tile": [meta.block_m, meta.num_warps], "ms": ms,
-            "ex2q_max_abs_diff_to_shipped": diff}  # fmt: skip
+            "softexp2_max_abs_diff_to_shipped": diff}  # fmt: skip
 
 
-def sass_report(candidate) -> dict:
+def sass_report(software) -> dict:
     from prefill_issue_bound import SIGNATURE, loops_with_mma, prefill_consts, sass_of
 
     from samebits.kernels.triton._attention_kernel import paged_attention_kernel
@@ -192,7 +188,7 @@ def sass_report(candidate) -> dict:
     consts = {**prefill_consts(), "BLOCK_M": 128}
     return {name: [len(x) for x in loops_with_mma(sass_of(fn, SIGNATURE, consts, 8))]
             for name, fn in (("shipped", paged_attention_kernel),
-                             ("ex2q", candidate.paged_attention_kernel))}  # fmt: skip
+                             ("softexp2", software.paged_attention_kernel))}  # fmt: skip
 
 
 def main() -> None:
@@ -200,14 +196,14 @@ def main() -> None:
     p.add_argument("--sass", action="store_true", help="CPU: tile-loop sizes only")
     p.add_argument("--out", default="ex2_probe.json")
     a = p.parse_args()
-    candidate = ex2q_module()
+    software = software_exp_module()
     if a.sass:
-        doc: dict = {"tile_loop_instructions_bm128_w8": sass_report(candidate)}
+        doc: dict = {"tile_loop_instructions_bm128_w8": sass_report(software)}
     else:
         from gpu_ops import machine_info
 
         doc = {"machine": machine_info(), "structure": structure(),
-               "prefill": [prefill_cell(n, candidate) for n in LENGTHS]}  # fmt: skip
+               "prefill": [prefill_cell(n, software) for n in LENGTHS]}  # fmt: skip
     print(json.dumps({k: v for k, v in doc.items() if k != "structure"}, indent=1))
     if "structure" in doc:
         print(json.dumps({k: v for k, v in doc["structure"].items() if k != "table_hex"}))

@@ -22,6 +22,7 @@ import argparse
 import importlib.util
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import triton
@@ -48,12 +49,23 @@ VARIANTS = (
 
 def load_baseline(path: Path):
     """The module at `path` (an earlier `_attention_kernel.py`), or None where it is absent."""
-    if not path.is_file():
-        return None
-    spec = importlib.util.spec_from_file_location("previous_attention_kernel", path)
+    return load_module(path, "previous_attention_kernel") if path.is_file() else None
+
+
+def load_module(path: Path, name: str):
+    """The Python module in file `path`, imported as `name`."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def module_from_text(text: str, name: str):
+    """A module from source text, through a temporary file (Triton compiles a kernel from its
+    file's source)."""
+    path = Path(tempfile.mkdtemp()) / f"{name}.py"
+    path.write_text(text)
+    return load_module(path, name)
 
 
 def launch(kernel, q, k_cache, v_cache, meta, scale: float, window: int, options: dict):

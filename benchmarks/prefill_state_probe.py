@@ -20,10 +20,8 @@ Evidence class: measurement.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -42,14 +40,11 @@ ONE_STATE = """    m_i, l_i, acc = _attend_span(q, k_ptr, v_ptr, bt_row, 0, pos,
 def one_state_module():
     """The shipped kernel module with `paged_attention_kernel`'s span loop and merge replaced
     by one span's state (a temporary file: Triton compiles from source text)."""
+    from prefill_probe import module_from_text
+
     src = KERNEL.read_text()
     i, j = src.index(SPAN_LOOP_START), src.index(SPAN_LOOP_END)
-    path = Path(tempfile.mkdtemp()) / "one_state_attention.py"
-    path.write_text(src[:i] + ONE_STATE + src[j:])
-    spec = importlib.util.spec_from_file_location("one_state_attention", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_from_text(src[:i] + ONE_STATE + src[j:], "one_state_attention")
 
 
 def cell(length: int, one_state) -> dict:
