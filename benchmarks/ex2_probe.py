@@ -7,8 +7,10 @@ frac(x) alone (4,096 mantissas, `kernels/replay/ex2q.py`). This probe measures, 
 
 1. ``structure``: ex2.approx.ftz.f32 at every multiple of 2^-12 in [-127, 0]: how many
    outputs differ from ldexp(M[frac index], floor(x)), M its outputs on [0, 1); M's SHA-256
-   and its 4,096 values (hex) in the JSON; the flush-to-zero boundary; then ``ex2q`` on 2.5M
-   inputs against its numpy definition (here `ex2q_reference`, with the table just read);
+   and its 4,096 values (hex) in the JSON, and whether it is the committed table
+   (`replay.ex2q.TABLE_SHA256`); the flush-to-zero boundary; then the shipped ``ex2q`` on 2.5M
+   inputs against its CPU definition (`replay.ex2q.ex2q`). (Run before ex2q shipped, this probe
+   carried its own copies of the kernel functions and of the numpy model.)
 2. ``prefill``: the shipped kernel beside its form with the software exponential
    (`softexp2_nonpos` substituted for `ex2q` in the shipped source, a temporary module) and SDPA
    flash at the plan's launch, and their largest output difference (a sanity check, not bits:
@@ -34,58 +36,19 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
+from samebits.kernels.replay.ex2q import GRID, LOW, TABLE_SHA256  # noqa: E402
+from samebits.kernels.replay.ex2q import ex2q as ex2q_cpu  # noqa: E402
+from samebits.kernels.triton._softexp2 import ex2q  # noqa: E402
+from samebits.kernels.triton.mma_probe import ex2_grid_kernel  # noqa: E402
+
 KERNEL = Path(__file__).resolve().parent.parent / "src/samebits/kernels/triton/_attention_kernel.py"
-GRID = 4096  # x is rounded to a multiple of 1 / GRID
-LOW = -127  # below: ex2.approx.ftz flushes (checked in `structure`)
 LENGTHS = (4096, 8192, 32768)
-
-
-@triton.jit
-def ex2_ftz(x):
-    """PTX ex2.approx.ftz.f32, elementwise."""
-    return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x],
-                                     dtype=tl.float32, is_pure=True, pack=1)  # fmt: skip
-
-
-@triton.jit
-def ex2q(x):
-    """ex2.approx.ftz of x rounded to a multiple of 2^-12 (ties to even)."""
-    t = tl.fma(x, 4096.0, 12582912.0)
-    return ex2_ftz((t - 12582912.0) * 0.000244140625)
-
-
-@triton.jit
-def _ex2_grid_kernel(out_ptr, k0, n, BLOCK: tl.constexpr):
-    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    x = (k0 + i).to(tl.float32) * 0.000244140625
-    tl.store(out_ptr + i, ex2_ftz(x), mask=i < n)
 
 
 @triton.jit
 def _ex2q_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.store(out_ptr + i, ex2q(tl.load(x_ptr + i, mask=i < n, other=0.0)), mask=i < n)
-
-
-def ex2q_reference(x, table):
-    """The CPU definition ``ex2q`` would have under the frac-table model (numpy, float32 in and
-    out): x rounded to a multiple of 2^-12 as the kernel does (x * 4096 is exact, one rounding
-    of the sum with S), then ldexp(table[frac index], floor), flushed below 2^-126; NaN ->
-    the GPU's canonical NaN."""
-    import numpy as np
-
-    s = np.float32(12582912.0)
-    t = (x.astype(np.float64) * 4096.0 + np.float64(s)).astype(np.float32)
-    with np.errstate(invalid="ignore", over="ignore"):
-        xq = (t - s) * np.float32(1.0 / 4096)
-        live = np.isfinite(xq) & (xq >= LOW)
-        k = np.where(live, xq.astype(np.float64) * 4096, 0).astype(np.int64)
-        y = np.ldexp(table[np.mod(k, GRID)].astype(np.float64), np.floor_divide(k, GRID))
-    y = np.where(live, y, 0.0).astype(np.float32)
-    y[y < np.finfo(np.float32).tiny] = 0.0
-    y = y.view(np.int32)
-    y[np.isnan(x)] = 0x7FFFFFFF
-    return y
 
 
 def inputs():
@@ -99,8 +62,9 @@ def inputs():
     return np.concatenate([wide, tiny, special]).astype(np.float32)
 
 
-def random_check(table) -> dict:
-    """ex2q on the GPU against `ex2q_reference` on the CPU, as int32 views."""
+def random_check() -> dict:
+    """`_softexp2.ex2q` on the GPU against `replay.ex2q.ex2q` (the committed table) on the CPU,
+    as int32 views."""
     import numpy as np
     import torch
 
@@ -109,7 +73,7 @@ def random_check(table) -> dict:
     out = torch.empty_like(xd)
     _ex2q_kernel[(triton.cdiv(x.size, 1024),)](xd, out, x.size, BLOCK=1024, enable_fp_fusion=False)
     got = out.cpu().numpy().view(np.int32)
-    bad = np.flatnonzero(got != ex2q_reference(x, table))
+    bad = np.flatnonzero(got != ex2q_cpu(x).view(np.int32))
     return {"inputs": int(x.size), "mismatches": int(bad.size),
             "first": [[float(x[i]), int(got[i])] for i in bad[:8]]}  # fmt: skip
 
@@ -121,7 +85,7 @@ def structure() -> dict:
 
     k0, n = LOW * GRID, -LOW * GRID + 1
     out = torch.empty(n, dtype=torch.float32, device="cuda")
-    _ex2_grid_kernel[(triton.cdiv(n, 1024),)](out, k0, n, BLOCK=1024, enable_fp_fusion=False)
+    ex2_grid_kernel[(triton.cdiv(n, 1024),)](out, k0, n, BLOCK=1024, enable_fp_fusion=False)
     y = out.cpu().numpy()
     k = np.arange(k0, k0 + n)
     floor, j = np.floor_divide(k, GRID), np.mod(k, GRID)
@@ -135,9 +99,10 @@ def structure() -> dict:
             "first_mismatches": [[float(k[i]) / GRID, float(y[i]), float(model[i])] for i in bad[:8]],
             "largest_flushed_x": float(zero.max()) / GRID if zero.size else None,
             "table_sha256": hashlib.sha256(table.tobytes()).hexdigest(),
+            "table_is_the_committed_one": hashlib.sha256(table.tobytes()).hexdigest() == TABLE_SHA256,
             "table_hex": table.view(np.uint32).astype(np.uint32).tolist() if not bad.size else [],
             "max_rel_error_vs_exp2": float(np.max(np.abs(table / np.exp2(np.arange(GRID) / GRID) - 1))),
-            "ex2q_vs_cpu_model": random_check(table)}  # fmt: skip
+            "ex2q_vs_cpu_model": random_check()}  # fmt: skip
 
 
 def software_exp_module():

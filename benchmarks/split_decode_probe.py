@@ -227,11 +227,15 @@ def cell(batch: int, context: int, merges: bool = True) -> dict:
 
     launch = dict(num_warps=meta.num_warps, enable_fp_fusion=A.FP_FUSION, **facts)
 
-    def split():  # the plan's own launch (`attention._split_decode`)
+    def split_as(warps, stages, cap):  # the span kernel at a launch (stages None: the default)
         split_span_kernel[(r, splits, hkv)](
             q, kv.k_cache, kv.v_cache, m_s, l_s, acc_s, meta.positions, meta.block_tables,
             meta.block_tables.shape[1], max_spans, scale, win, PAGE=16, BLOCK_N=A.KEY_BLOCK,
-            maxnreg=A.register_cap(meta.block_m, d), **launch)  # fmt: skip
+            num_warps=warps, enable_fp_fusion=A.FP_FUSION, **facts,
+            **({"num_stages": stages} if stages else {}), **({"maxnreg": cap} if cap else {}))  # fmt: skip
+
+    def split():  # the plan's own launch (`attention._split_decode`)
+        split_as(meta.num_warps, None, A.register_cap(meta.block_m, d))
 
     def merge(out):  # the shipped merge, as the plan launches it (`attention._split_decode`)
         merge_spans_kernel[(r, hkv)](out, m_s, l_s, acc_s, meta.positions, max_spans, win,
@@ -255,13 +259,6 @@ def cell(batch: int, context: int, merges: bool = True) -> dict:
         merge_flat_kernel[(r, hkv)](
             out, m_s, l_s, acc_s, meta.positions, max_spans, win, STAGES=stages, num_warps=warps,
             enable_fp_fusion=A.FP_FUSION, **{**facts, "BLOCK_M": bm})  # fmt: skip
-
-    def split_as(warps, stages, cap):  # the span kernel at another launch (same bits)
-        split_span_kernel[(r, splits, hkv)](
-            q, kv.k_cache, kv.v_cache, m_s, l_s, acc_s, meta.positions, meta.block_tables,
-            meta.block_tables.shape[1], max_spans, scale, win, PAGE=16, BLOCK_N=A.KEY_BLOCK,
-            num_stages=stages, num_warps=warps, enable_fp_fusion=A.FP_FUSION, **facts,
-            **({"maxnreg": cap} if cap else {}))  # fmt: skip
 
     row = {"batch": batch, "context": context, "splits": splits, "spans": max_spans}
     if not splits:

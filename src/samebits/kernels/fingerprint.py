@@ -200,8 +200,8 @@ def numerics_components(components: dict) -> dict:
 
 
 # a GPU plan's op lines of launch choices only (`triton/describe.py`): tile height and row
-# packing (certificate goals: the kernel prover's batch and tile-height invariance), warps
-# and register cap (test: tests/gpu compares the bits of launch variants)
+# packing (certificate goals: the kernel prover's batch and tile-height invariance), warps,
+# pipeline stages and register cap (test: the GPU runs compare the bits of launch variants)
 LAUNCH_ONLY_OPS = ("attention_launch",)
 
 
