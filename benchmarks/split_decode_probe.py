@@ -9,7 +9,9 @@ use) fold the same stored span states in the same span order with the same formu
 (`_attention_kernel._merge`); a slice's rows recompute m and l (the same operations on the
 same inputs); an unrolled trip's spans past the last are masked out of the fold (`take`
 false: the state is kept by a select, not recomputed). Span-kernel launch variants
-(`SPLIT_VARIANTS`: warps, stages, register cap; run 1 tried 2 / 4 stages, 8 warps, no cap)
+(`SPLIT_VARIANTS`: warps, stages, register cap; run 1 tried 2 / 4 stages, 8 warps, no cap;
+Triton 3.6 gives the page-indirect K/V loads a second buffer only from 5 stages, a third
+from 8: compiled for sm_90 on a CPU, the TTGIR's K/V `local_alloc`s are 1x64x128 below 5)
 store states the shipped merge folds into the shipped output's bits (checked), timed alone.
 `--split-only` skips the merge variants.
 
@@ -58,8 +60,10 @@ MERGE_VARIANTS = [(128, 4, 1, 1, 0), (128, 4, 3, 1, 0), (128, 4, 4, 1, 0), (128,
 FLAT_VARIANTS = [(4, 4, 4), (4, 6, 4), (2, 4, 4), (8, 4, 4), (4, 1, 4)]
 # two-phase merge: (warps, pipeline stages of the fold, spans per weight chunk, tile height)
 # (tile height 16 and 1 warp fail Triton 3.6's TritonGPUOptimizeThreadLocality pass)
-# the span kernel's launch: (warps, pipeline stages, register cap or 0); the plan's is (4, 3, 128)
-SPLIT_VARIANTS = [(1, 3, 0), (2, 3, 0), (2, 3, 128), (1, 2, 0), (2, 4, 0)]
+# the span kernel's launch: (warps, pipeline stages, register cap or 0); the plan's was
+# (4, 3, 128) until 2026-12-07, then (4, attention_meta.SPLIT_STAGES, 128)
+SPLIT_VARIANTS = [(4, 3, 128), (4, 5, 128), (4, 6, 128), (4, 8, 128), (4, 5, 0), (4, 8, 0),
+                  (2, 5, 0), (8, 5, 0)]  # fmt: skip
 TWO_PHASE_VARIANTS = [(4, 3, 64, 4), (4, 4, 64, 4), (4, 6, 64, 4), (4, 8, 64, 4), (4, 4, 32, 4),
                       (2, 4, 64, 4), (2, 6, 64, 4)]  # fmt: skip
 
@@ -235,7 +239,8 @@ def cell(batch: int, context: int, merges: bool = True) -> dict:
             **({"num_stages": stages} if stages else {}), **({"maxnreg": cap} if cap else {}))  # fmt: skip
 
     def split():  # the plan's own launch (`attention._split_decode`)
-        split_as(meta.num_warps, None, A.register_cap(meta.block_m, d))
+        opts = A.split_options(meta.block_m, d)
+        split_as(meta.num_warps, opts.get("num_stages"), opts.get("maxnreg", 0))
 
     def merge(out):  # the shipped merge, as the plan launches it (`attention._split_decode`)
         merge_spans_kernel[(r, hkv)](out, m_s, l_s, acc_s, meta.positions, max_spans, win,

@@ -23,6 +23,7 @@ from samebits.kernels.triton._attention_kernel import (
 )
 from samebits.kernels.triton.attention_meta import (
     DECODE_BLOCK_M,
+    SPLIT_STAGES,
     AttentionMeta,
     attention_metadata,
     default_block_m,
@@ -118,8 +119,17 @@ def paged_attention(
 def sequential_options(block_m: int, head_dim: int) -> dict:
     """Launch options of the sequential kernel: the register cap, the pipeline stages of its
     tile height (`attention_meta.default_num_stages`; an experiment's ATTENTION_STAGES wins)."""
-    opts = _cap(register_cap(block_m, head_dim))
-    stages = default_num_stages(block_m)
+    return _staged(_cap(register_cap(block_m, head_dim)), default_num_stages(block_m))
+
+
+def split_options(block_m: int, head_dim: int) -> dict:
+    """Launch options of the split-KV span kernel: the register cap, SPLIT_STAGES pipeline
+    stages (an experiment's ATTENTION_STAGES wins)."""
+    return _staged(_cap(register_cap(block_m, head_dim)), SPLIT_STAGES)
+
+
+def _staged(opts: dict, stages: int | None) -> dict:
+    """``opts`` with ``num_stages`` set to ``stages``, unless None or already set."""
     return opts if stages is None or "num_stages" in opts else {**opts, "num_stages": stages}
 
 
@@ -150,7 +160,7 @@ def _split_decode(
         q, k_cache, v_cache, m_s, l_s, acc_s, meta.positions, meta.block_tables,
         meta.block_tables.shape[1], max_spans, scale * LOG2E, window, PAGE=meta.block_size,
         BLOCK_N=KEY_BLOCK, num_warps=meta.num_warps, enable_fp_fusion=FP_FUSION,
-        **facts, **_cap(register_cap(meta.block_m, d)),
+        **facts, **split_options(meta.block_m, d),
     )  # fmt: skip
     merge_spans_kernel[(r, hkv)](
         out, m_s, l_s, acc_s, meta.positions, max_spans, window, num_warps=meta.num_warps,

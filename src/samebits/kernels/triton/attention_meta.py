@@ -31,6 +31,12 @@ WIDE_MIN_QUERY = 1024
 # and 2 pipeline stages, not the compiler's 3 (the same bits; H100, 2026-12-07, session 22,
 # benchmarks/prefill_probe.py: 2.18 vs 2.27 ms at 8k, 31.4 vs 32.2 ms at 32k)
 WIDE_STAGES = 2
+# Split-KV decode (`split_span_kernel`, DECODE_BLOCK_M rows): SPLIT_STAGES pipeline stages.
+# Triton 3.6 gives its page-indirect K / V tile loads a second shared-memory buffer only from
+# 5 stages (compiled for sm_90 on a CPU: one buffer at its default 3 and at 4, so each key
+# tile waited for its own loads; tests/kernels/triton/test_attention_pipelining.py). The same
+# bits (a launch choice).
+SPLIT_STAGES = 5
 
 
 @dataclass(frozen=True)
