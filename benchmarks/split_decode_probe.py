@@ -61,7 +61,7 @@ FLAT_VARIANTS = [(4, 4, 4), (4, 6, 4), (2, 4, 4), (8, 4, 4), (4, 1, 4)]
 # two-phase merge: (warps, pipeline stages of the fold, spans per weight chunk, tile height)
 # (tile height 16 and 1 warp fail Triton 3.6's TritonGPUOptimizeThreadLocality pass)
 # the span kernel's launch: (warps, pipeline stages, register cap or 0); the plan's was
-# (4, 3, 128) until 2026-12-07, then (4, attention_meta.SPLIT_STAGES, 128)
+# (4, 3, 128) until 2026-12-07, then `attention.split_options`
 SPLIT_VARIANTS = [(4, 3, 128), (4, 5, 128), (4, 6, 128), (4, 8, 128), (4, 5, 0), (4, 8, 0),
                   (2, 5, 0), (8, 5, 0)]  # fmt: skip
 TWO_PHASE_VARIANTS = [(4, 3, 64, 4), (4, 4, 64, 4), (4, 6, 64, 4), (4, 8, 64, 4), (4, 4, 32, 4),
@@ -239,7 +239,7 @@ def cell(batch: int, context: int, merges: bool = True) -> dict:
             **({"num_stages": stages} if stages else {}), **({"maxnreg": cap} if cap else {}))  # fmt: skip
 
     def split():  # the plan's own launch (`attention._split_decode`)
-        opts = A.split_options(meta.block_m, d)
+        opts = A.split_options(meta.block_m, d, r * splits * hkv)
         split_as(meta.num_warps, opts.get("num_stages"), opts.get("maxnreg", 0))
 
     def merge(out):  # the shipped merge, as the plan launches it (`attention._split_decode`)

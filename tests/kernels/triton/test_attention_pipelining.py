@@ -1,4 +1,4 @@
-"""The split-KV decode launch keeps a key tile's loads in flight while the previous one is
+"""The split-KV decode launch of few programs (batch 1 at 4k: 64) keeps a key tile's loads in flight while the previous one is
 computed: compiled ahead of time for sm_90 on the CPU (Triton's own compiler, no GPU), its
 page-indirect K and V tile loads get at least two shared-memory buffers. (At Triton 3.6's
 default of 3 stages they got one: each tile waited for its own loads, `SPLIT_STAGES`.)"""
@@ -26,7 +26,7 @@ sig = {n: "constexpr" if n in consts else ptrs.get(n, "*fp32") if n.endswith("_p
 attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
          if sig[n].startswith("*")}
 opts = {"num_warps": 4, "enable_fp_fusion": attention.FP_FUSION,
-        **attention.split_options(attention.DECODE_BLOCK_M, 128)}
+        **attention.split_options(attention.DECODE_BLOCK_M, 128, 64)}
 k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                    target=GPUTarget("cuda", 90, 32), options=opts)
 kv = re.findall(r"local_alloc : \(\) -> !ttg.memdesc<(\d+)x64x128xbf16", k.asm["ttgir"])

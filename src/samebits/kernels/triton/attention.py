@@ -23,6 +23,7 @@ from samebits.kernels.triton._attention_kernel import (
 )
 from samebits.kernels.triton.attention_meta import (
     DECODE_BLOCK_M,
+    SPLIT_FEW_PROGRAMS,
     SPLIT_STAGES,
     AttentionMeta,
     attention_metadata,
@@ -122,10 +123,12 @@ def sequential_options(block_m: int, head_dim: int) -> dict:
     return _staged(_cap(register_cap(block_m, head_dim)), default_num_stages(block_m))
 
 
-def split_options(block_m: int, head_dim: int) -> dict:
-    """Launch options of the split-KV span kernel: the register cap, SPLIT_STAGES pipeline
-    stages (an experiment's ATTENTION_STAGES wins)."""
-    return _staged(_cap(register_cap(block_m, head_dim)), SPLIT_STAGES)
+def split_options(block_m: int, head_dim: int, programs: int) -> dict:
+    """Launch options of a split-KV span launch of ``programs`` programs: the register cap;
+    SPLIT_STAGES pipeline stages up to SPLIT_FEW_PROGRAMS programs, else the compiler's
+    default (an experiment's ATTENTION_STAGES wins)."""
+    stages = SPLIT_STAGES if programs <= SPLIT_FEW_PROGRAMS else None
+    return _staged(_cap(register_cap(block_m, head_dim)), stages)
 
 
 def _staged(opts: dict, stages: int | None) -> dict:
@@ -160,7 +163,7 @@ def _split_decode(
         q, k_cache, v_cache, m_s, l_s, acc_s, meta.positions, meta.block_tables,
         meta.block_tables.shape[1], max_spans, scale * LOG2E, window, PAGE=meta.block_size,
         BLOCK_N=KEY_BLOCK, num_warps=meta.num_warps, enable_fp_fusion=FP_FUSION,
-        **facts, **split_options(meta.block_m, d),
+        **facts, **split_options(meta.block_m, d, r * splits * hkv),
     )  # fmt: skip
     merge_spans_kernel[(r, hkv)](
         out, m_s, l_s, acc_s, meta.positions, max_spans, window, num_warps=meta.num_warps,

@@ -31,12 +31,16 @@ WIDE_MIN_QUERY = 1024
 # and 2 pipeline stages, not the compiler's 3 (the same bits; H100, 2026-12-07, session 22,
 # benchmarks/prefill_probe.py: 2.18 vs 2.27 ms at 8k, 31.4 vs 32.2 ms at 32k)
 WIDE_STAGES = 2
-# Split-KV decode (`split_span_kernel`, DECODE_BLOCK_M rows): SPLIT_STAGES pipeline stages.
-# Triton 3.6 gives its page-indirect K / V tile loads a second shared-memory buffer only from
-# 5 stages (compiled for sm_90 on a CPU: one buffer at its default 3 and at 4, so each key
-# tile waited for its own loads; tests/kernels/triton/test_attention_pipelining.py). The same
-# bits (a launch choice).
+# Split-KV decode (`split_span_kernel`, DECODE_BLOCK_M rows) with at most SPLIT_FEW_PROGRAMS
+# programs (one per SM of an H100 / H200: batch 1 up to 8k of context with 8 KV heads) runs
+# SPLIT_STAGES pipeline stages. Triton 3.6 gives its page-indirect K / V tile loads a second
+# shared-memory buffer only from 5 stages (one at its default 3, so each key tile waited for
+# its own loads; tests/kernels/triton/test_attention_pipelining.py). H200, 2026-12-07,
+# benchmarks/split_decode_probe.py, span kernel alone: batch 1 x 4k 20.7 -> 18.1 us, x 8k
+# 24.0 -> 19.7 us; with more programs the buffers cost occupancy (batch 1 x 32k 46.8 -> 61.4,
+# batch 16 x 4k 82.1 -> 93.1): the compiler's default there. The same bits (a launch choice).
 SPLIT_STAGES = 5
+SPLIT_FEW_PROGRAMS = 132
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from samebits.kernels.triton.attention_meta import (
     ATTENTION_WARPS,
     DECODE_BLOCK_M,
     PREFILL_BLOCK_M,
+    SPLIT_FEW_PROGRAMS,
     SPLIT_STAGES,
     WIDE_BLOCK_M,
     WIDE_MIN_QUERY,
@@ -81,7 +82,8 @@ def describe() -> dict[str, str]:
             f"{WIDE_STAGES} stages (a query "
             f"of {WIDE_MIN_QUERY}+ tokens) / {PREFILL_BLOCK_M} on {ATTENTION_WARPS} warps "
             f"(otherwise), decode launches of head dim <= 128 capped at {DECODE_MAXNREG} "
-            f"registers, split-KV span launches on {SPLIT_STAGES} stages, GQA rows packed (token, head) (no bit changes: tile height and packing "
+            f"registers, split-KV span launches of <= {SPLIT_FEW_PROGRAMS} programs on {SPLIT_STAGES} "
+            "stages, GQA rows packed (token, head) (no bit changes: tile height and packing "
             "are certificate goals, warps, stages and the cap a test; fingerprint, not numerics id)"
         ),
     }
