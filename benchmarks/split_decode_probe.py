@@ -231,16 +231,18 @@ def cell(batch: int, context: int, merges: bool = True) -> dict:
 
     launch = dict(num_warps=meta.num_warps, enable_fp_fusion=A.FP_FUSION, **facts)
 
-    def split_as(warps, stages, cap):  # the span kernel at a launch (stages None: the default)
+    def split_launch(warps, opts):  # the span kernel at a launch (`opts`: stages, cap)
         split_span_kernel[(r, splits, hkv)](
             q, kv.k_cache, kv.v_cache, m_s, l_s, acc_s, meta.positions, meta.block_tables,
             meta.block_tables.shape[1], max_spans, scale, win, PAGE=16, BLOCK_N=A.KEY_BLOCK,
-            num_warps=warps, enable_fp_fusion=A.FP_FUSION, **facts,
-            **({"num_stages": stages} if stages else {}), **({"maxnreg": cap} if cap else {}))  # fmt: skip
+            num_warps=warps, enable_fp_fusion=A.FP_FUSION, **facts, **opts)  # fmt: skip
 
-    def split():  # the plan's own launch (`attention._split_decode`)
-        opts = A.split_options(meta.block_m, d, r * splits * hkv)
-        split_as(meta.num_warps, opts.get("num_stages"), opts.get("maxnreg", 0))
+    def split_as(warps, stages, cap):  # a variant (stages None / cap 0: the compiler's)
+        split_launch(warps, {**({"num_stages": stages} if stages else {}),
+                             **({"maxnreg": cap} if cap else {})})  # fmt: skip
+
+    def split():  # the plan's own launch (`attention._split_decode`), its options verbatim
+        split_launch(meta.num_warps, A.split_options(meta.block_m, d, r * splits * hkv))
 
     def merge(out):  # the shipped merge, as the plan launches it (`attention._split_decode`)
         merge_spans_kernel[(r, hkv)](out, m_s, l_s, acc_s, meta.positions, max_spans, win,
