@@ -43,16 +43,11 @@ def prefill_consts() -> dict:
 def sass_of(fn, signature: dict, consts: dict, warps: int) -> str:
     """`fn` compiled for sm_90 on this machine (pointers 16-byte aligned), disassembled."""
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
+    from samebits.kernels.triton import aot
     from samebits.kernels.triton.attention import FP_FUSION
 
-    pointers = [i for i, t in enumerate(signature.values()) if t.startswith("*")]
-    attrs = {(i,): [["tt.divisibility", 16]] for i in pointers}
-    src = ASTSource(fn, signature, constexprs=consts, attrs=attrs)
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": warps, "enable_fp_fusion": FP_FUSION})  # fmt: skip
+    k = aot.compile_sm90(fn, signature, consts, {"num_warps": warps, "enable_fp_fusion": FP_FUSION})
     cubin = Path("/tmp/samebits_prefill.cubin")
     cubin.write_bytes(k.asm["cubin"])
     nvdisasm = Path(triton.__file__).parent / "backends/nvidia/bin/nvdisasm"

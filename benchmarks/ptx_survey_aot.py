@@ -52,32 +52,13 @@ KERNELS = (
 )  # fmt: skip
 
 
-def _signature(fn, ptrs: dict[str, str], consts: dict) -> dict[str, str]:
-    sig = {}
-    for name in fn.arg_names:
-        if name in consts:
-            sig[name] = "constexpr"
-        elif name.endswith("_ptr"):
-            sig[name] = ptrs.get(name, "*fp32")
-        else:
-            sig[name] = "fp32" if name in FLOAT_ARGS else "i32"
-    return sig
-
-
 def compile_one(module: str, name: str, ptrs: dict, consts: dict, warps: int) -> dict:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from samebits.kernels.triton import aot
 
-    mod = importlib.import_module(f"samebits.kernels.triton.{module}")
-    fn = getattr(mod, name)
-    sig = _signature(fn, ptrs, consts)
-    # pointers 16-byte aligned, as the JIT specializes torch allocations: the layouts (and so
-    # the reduction trees and vector loads) are those the GPU compiles
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
-             if sig[n].startswith("*")}  # fmt: skip
-    src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    fn = getattr(importlib.import_module(f"samebits.kernels.triton.{module}"), name)
+    # the layouts (and so the reduction trees and vector loads) are those the GPU compiles
+    sig = aot.signature(fn, ptrs, consts, FLOAT_ARGS)
+    k = aot.compile_sm90(fn, sig, consts, {"num_warps": warps})
     sass = None
     tool = rlc._cuobjdump()
     if tool:

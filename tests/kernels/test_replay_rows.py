@@ -243,21 +243,16 @@ def reduce_layout(width: int) -> tuple[int, int, list[int]]:
     import re
 
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
+    from samebits.kernels.triton import aot
     from samebits.kernels.triton.rows import row_num_warps
 
-    mod = importlib.import_module("samebits.kernels.triton._row_kernels")
-    fn = mod.rms_norm_kernel
+    fn = importlib.import_module("samebits.kernels.triton._row_kernels").rms_norm_kernel
     block = triton.next_power_of_2(width)
     consts = dict(WIDTH=width, BLOCK=block, ADD_RESIDUAL=False)
     ptrs = {"x_ptr": "*bf16", "res_ptr": "*fp32", "w_ptr": "*fp32", "out_ptr": "*bf16"}
-    sig = {n: "constexpr" if n in consts else ptrs.get(n, "fp32") for n in fn.arg_names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if n in ptrs}
-    src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": row_num_warps(block)})  # fmt: skip
+    sig = aot.signature(fn, ptrs, consts, floats=["eps"])
+    k = aot.compile_sm90(fn, sig, consts, {"num_warps": row_num_warps(block)})
     ttgir, ptx = k.asm["ttgir"], k.asm["ptx"]
     layouts = dict(re.findall(r"^(#\w+) = #ttg.blocked<\{sizePerThread = \[(\d+)\]", ttgir, re.M))
     arg = re.search(r'"tt.reduce"\((%\w+)\)', ttgir).group(1)

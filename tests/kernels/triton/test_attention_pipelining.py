@@ -11,24 +11,16 @@ import subprocess
 import sys
 
 COMPILE = r"""
-import json, re, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from samebits.kernels.triton import attention
+import json, re
+from samebits.kernels.triton import aot, attention
 from samebits.kernels.triton._attention_kernel import split_span_kernel as fn
 
 consts = dict(HKV=8, GROUP=4, D=128, PAGE=16, BLOCK_M=attention.DECODE_BLOCK_M,
               BLOCK_N=attention.KEY_BLOCK, SPAN=512)
 ptrs = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "pos_ptr": "*i32", "bt_ptr": "*i32"}
-sig = {n: "constexpr" if n in consts else ptrs.get(n, "*fp32") if n.endswith("_ptr")
-       else "fp32" if n == "qk_scale" else "i32" for n in fn.arg_names}
-attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
-         if sig[n].startswith("*")}
 opts = {"num_warps": 4, "enable_fp_fusion": attention.FP_FUSION,
         **attention.split_options(attention.DECODE_BLOCK_M, 128, 64)}
-k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
-                   target=GPUTarget("cuda", 90, 32), options=opts)
+k = aot.compile_sm90(fn, aot.signature(fn, ptrs, consts, ["qk_scale"]), consts, opts)
 kv = re.findall(r"local_alloc : \(\) -> !ttg.memdesc<(\d+)x64x128xbf16", k.asm["ttgir"])
 print(json.dumps({"stages": opts["num_stages"], "kv_buffers": [int(n) for n in kv]}))
 """
