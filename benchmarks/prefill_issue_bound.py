@@ -6,6 +6,11 @@ loop by opcode, and turns the count into the time the warp schedulers need just 
 them for one 8k / 32k causal prefill (every SM issuing one instruction per scheduler per
 cycle at the boost clock: a lower bound, not a prediction). No GPU needed.
 
+`--decode`: the same count for the split-KV decode span kernel (`split_span_kernel`, the plan's
+launch at batch 16 x 16k: `attention.split_options`), its three key-tile loops (masked head,
+interior, masked tail), and the share of the schedulers' issue slots its interior loop needs
+per key tile while the SM streams its share of the H200's HBM bandwidth.
+
     python benchmarks/prefill_issue_bound.py --out benchmarks/results/prefill_issue_bound.json
 Evidence class: measurement (of the compiled binary) and arithmetic.
 """
@@ -22,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-H200 = {"sms": 132, "schedulers": 4, "boost_ghz": 1.98}  # NVIDIA's H200 SXM figures
+H200 = {"sms": 132, "schedulers": 4, "boost_ghz": 1.98, "hbm_gbps": 4800}  # NVIDIA's H200 SXM
 HEADS, KV_HEADS, D, BLOCK_M, BLOCK_N, WARPS = 32, 8, 128, 64, 64, 4
 # the exponential's instructions per element (`_softexp2.py`'s docstring: 2 clamps, 3 adds,
 # 6 fma, 5 integer operations, 1 multiply, a compare and a select)
@@ -32,6 +37,8 @@ SIGNATURE = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "o_ptr": "*bf
              "bt_ptr": "*i32", "bt_stride": "i32", "qk_scale": "fp32", "window": "i32",
              "HKV": "constexpr", "GROUP": "constexpr", "D": "constexpr", "PAGE": "constexpr",
              "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "SPAN": "constexpr"}  # fmt: skip
+DECODE_PTRS = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "pos_ptr": "*i32",
+               "bt_ptr": "*i32"}  # fmt: skip
 
 
 def prefill_consts() -> dict:
@@ -40,14 +47,15 @@ def prefill_consts() -> dict:
             "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "SPAN": 512}  # fmt: skip
 
 
-def sass_of(fn, signature: dict, consts: dict, warps: int) -> str:
+def sass_of(fn, signature: dict, consts: dict, warps: int, options: dict | None = None) -> str:
     """`fn` compiled for sm_90 on this machine (pointers 16-byte aligned), disassembled."""
     import triton
 
     from samebits.kernels.triton import aot
     from samebits.kernels.triton.attention import FP_FUSION
 
-    k = aot.compile_sm90(fn, signature, consts, {"num_warps": warps, "enable_fp_fusion": FP_FUSION})
+    opts = {"num_warps": warps, "enable_fp_fusion": FP_FUSION, **(options or {})}
+    k = aot.compile_sm90(fn, signature, consts, opts)
     cubin = Path("/tmp/samebits_prefill.cubin")
     cubin.write_bytes(k.asm["cubin"])
     nvdisasm = Path(triton.__file__).parent / "backends/nvidia/bin/nvdisasm"
@@ -61,9 +69,9 @@ def compile_sass() -> str:
     return sass_of(K.paged_attention_kernel, SIGNATURE, prefill_consts(), WARPS)
 
 
-def loops_with_mma(sass: str) -> list[list[str]]:
+def loops_with_mma(sass: str, mma: str = "HGMMA") -> list[list[str]]:
     """The opcodes of every loop (a block between a label and a backward branch to it) that
-    holds HGMMA instructions (a key tile's MMAs), innermost first (shortest first)."""
+    holds ``mma`` instructions (a key tile's MMAs), innermost first (shortest first)."""
     lines = sass.splitlines()
     labels = {m.group(1): i for i, ln in enumerate(lines) if (m := re.match(r"(\.L_x_\d+):", ln))}
     found = []
@@ -73,7 +81,7 @@ def loops_with_mma(sass: str) -> list[list[str]]:
             body = lines[labels[m.group(1)] : i + 1]
             ops = [o.group(1) for b in body if (o := re.search(
                 r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", b))]  # fmt: skip
-            if "HGMMA" in ops:
+            if mma in ops:
                 found.append(ops)
     return sorted(found, key=len)
 
@@ -94,10 +102,42 @@ def issue_bound_ms(tokens: int, per_tile: int) -> float:
     return warp_insts / rate * 1e3
 
 
+def decode_sass() -> str:
+    """The split span kernel as the plan launches it at batch 16 x 16k (2,176 programs)."""
+    from samebits.kernels.triton import _attention_kernel as K
+    from samebits.kernels.triton import aot, attention
+    from samebits.kernels.triton.attention_meta import ATTENTION_WARPS
+
+    fn = K.split_span_kernel
+    consts = {**prefill_consts(), "BLOCK_M": attention.DECODE_BLOCK_M}
+    sig = aot.signature(fn, DECODE_PTRS, consts, ["qk_scale"])
+    opts = attention.split_options(attention.DECODE_BLOCK_M, D, 16 * 17 * KV_HEADS)
+    return sass_of(fn, sig, consts, ATTENTION_WARPS, opts)
+
+
+def decode_report() -> dict:
+    """The split kernel's key-tile loops by opcode (interior: the shortest, no masks) and the
+    issue share of its interior loop at the HBM rate (one K and one V tile per iteration)."""
+    loops = loops_with_mma(decode_sass(), "HMMA")
+    tile_bytes = 2 * BLOCK_N * D * 2
+    tile_s = tile_bytes / (H200["hbm_gbps"] * 1e9 / H200["sms"])
+    warp_insts = 4 * len(loops[0])  # ATTENTION_WARPS warps of one program per key tile
+    slots = H200["schedulers"] * H200["boost_ghz"] * 1e9 * tile_s
+    return {"loops_instructions": [len(o) for o in loops],
+            "interior_by_opcode": dict(collections.Counter(loops[0]).most_common()),
+            "interior_issue_share_at_hbm_rate": round(warp_insts / slots, 3), "gpu": H200}  # fmt: skip
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="prefill_issue_bound.json")
+    p.add_argument("--decode", action="store_true", help="the split-KV decode span kernel")
     a = p.parse_args()
+    if a.decode:
+        doc = decode_report()
+        print(json.dumps(doc, indent=1))
+        Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
+        return
     ops = tile_loop(compile_sass())
     counts = collections.Counter(ops)
     elements = BLOCK_M * BLOCK_N // (WARPS * 32)  # score elements per thread per tile
