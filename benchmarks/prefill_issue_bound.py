@@ -37,6 +37,7 @@ SIGNATURE = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "o_ptr": "*bf
              "bt_ptr": "*i32", "bt_stride": "i32", "qk_scale": "fp32", "window": "i32",
              "HKV": "constexpr", "GROUP": "constexpr", "D": "constexpr", "PAGE": "constexpr",
              "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "SPAN": "constexpr"}  # fmt: skip
+DECODE_BATCH = 16  # requests of the decode launch surveyed (`--decode`), at 16k of context
 DECODE_PTRS = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "pos_ptr": "*i32",
                "bt_ptr": "*i32"}  # fmt: skip
 
@@ -102,26 +103,30 @@ def issue_bound_ms(tokens: int, per_tile: int) -> float:
     return warp_insts / rate * 1e3
 
 
-def decode_sass() -> str:
-    """The split span kernel as the plan launches it at batch 16 x 16k (2,176 programs)."""
+def decode_sass(warps: int) -> str:
+    """The split span kernel as the plan launches it at batch DECODE_BATCH x 16k (its programs
+    per request from `attention.DECODE_SPLIT_PROGRAMS`, as `attention.decode_splits`)."""
     from samebits.kernels.triton import _attention_kernel as K
     from samebits.kernels.triton import aot, attention
-    from samebits.kernels.triton.attention_meta import ATTENTION_WARPS
 
     fn = K.split_span_kernel
     consts = {**prefill_consts(), "BLOCK_M": attention.DECODE_BLOCK_M}
     sig = aot.signature(fn, DECODE_PTRS, consts, ["qk_scale"])
-    opts = attention.split_options(attention.DECODE_BLOCK_M, D, 16 * 17 * KV_HEADS)
-    return sass_of(fn, sig, consts, ATTENTION_WARPS, opts)
+    pairs = DECODE_BATCH * KV_HEADS
+    programs = pairs * -(-attention.DECODE_SPLIT_PROGRAMS // pairs)
+    opts = attention.split_options(attention.DECODE_BLOCK_M, D, programs)
+    return sass_of(fn, sig, consts, warps, opts)
 
 
 def decode_report() -> dict:
     """The split kernel's key-tile loops by opcode (interior: the shortest, no masks) and the
     issue share of its interior loop at the HBM rate (one K and one V tile per iteration)."""
-    loops = loops_with_mma(decode_sass(), "HMMA")
+    from samebits.kernels.triton.attention_meta import ATTENTION_WARPS
+
+    loops = loops_with_mma(decode_sass(ATTENTION_WARPS), "HMMA")
     tile_bytes = 2 * BLOCK_N * D * 2
     tile_s = tile_bytes / (H200["hbm_gbps"] * 1e9 / H200["sms"])
-    warp_insts = 4 * len(loops[0])  # ATTENTION_WARPS warps of one program per key tile
+    warp_insts = ATTENTION_WARPS * len(loops[0])  # one program's warps per key tile
     slots = H200["schedulers"] * H200["boost_ghz"] * 1e9 * tile_s
     return {"loops_instructions": [len(o) for o in loops],
             "interior_by_opcode": dict(collections.Counter(loops[0]).most_common()),
@@ -133,11 +138,13 @@ def main() -> None:
     p.add_argument("--out", default="prefill_issue_bound.json")
     p.add_argument("--decode", action="store_true", help="the split-KV decode span kernel")
     a = p.parse_args()
-    if a.decode:
-        doc = decode_report()
-        print(json.dumps(doc, indent=1))
-        Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
-        return
+    doc = decode_report() if a.decode else prefill_report()
+    print(json.dumps(doc, indent=1))
+    Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def prefill_report() -> dict:
+    """The prefill key-tile loop by opcode, the exponential's share, the issue bound."""
     ops = tile_loop(compile_sass())
     counts = collections.Counter(ops)
     elements = BLOCK_M * BLOCK_N // (WARPS * 32)  # score elements per thread per tile
@@ -146,8 +153,7 @@ def main() -> None:
            "softexp2_share": round(SOFTEXP2_OPS * elements / len(ops), 3),
            "issue_bound_ms": {str(t): round(issue_bound_ms(t, len(ops)), 3)
                               for t in (8192, 32768)}, "gpu": H200}  # fmt: skip
-    print(json.dumps(doc, indent=1))
-    Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The split-KV decode launch of few programs (batch 1 at 4k: 64) keeps a key tile's loads in
-flight while the previous one is computed: compiled ahead of time for sm_90 on the CPU (Triton's own compiler, no GPU), its
-page-indirect K and V tile loads get at least two shared-memory buffers. (At Triton 3.6's
+flight while the previous one is computed: compiled ahead of time for sm_90 on the CPU
+(Triton's own compiler, no GPU), its page-indirect K and V tile loads get at least two
+shared-memory buffers. (At Triton 3.6's
 default of 3 stages they got one: each tile waited for its own loads, `SPLIT_STAGES`.)"""
 
 from __future__ import annotations
