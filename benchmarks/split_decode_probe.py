@@ -44,7 +44,15 @@ from gpu_ops import (  # noqa: E402
     randn,
 )
 
-from samebits.kernels.triton._attention_kernel import _merge, _state_offsets  # noqa: E402
+from samebits.kernels.triton._attention_kernel import (  # noqa: E402
+    _attend_span,
+    _attend_tile,
+    _attend_tile_interior,
+    _interior,
+    _merge,
+    _query_rows,
+    _state_offsets,
+)
 from samebits.kernels.triton._softexp2 import softexp2  # noqa: E402
 
 CELLS = [(1, 4096), (1, 8192), (1, 16384), (1, 32768), (1, 131072),
@@ -60,10 +68,18 @@ MERGE_VARIANTS = [(128, 4, 1, 1, 0), (128, 4, 3, 1, 0), (128, 4, 4, 1, 0), (128,
 FLAT_VARIANTS = [(4, 4, 4), (4, 6, 4), (2, 4, 4), (8, 4, 4), (4, 1, 4)]
 # two-phase merge: (warps, pipeline stages of the fold, spans per weight chunk, tile height)
 # (tile height 16 and 1 warp fail Triton 3.6's TritonGPUOptimizeThreadLocality pass)
-# the span kernel's launch: (warps, pipeline stages, register cap or 0); the plan's was
-# (4, 3, 128) until 2026-12-07, then `attention.split_options`
-SPLIT_VARIANTS = [(4, 3, 128), (4, 5, 128), (4, 6, 128), (4, 8, 128), (4, 5, 0), (4, 8, 0),
-                  (2, 5, 0), (8, 5, 0)]  # fmt: skip
+# the span kernel's launch: (kernel, spans per program (0: the plan's programs per request),
+# warps, pipeline stages (0: the plan's `attention.split_options`), register cap (0: none;
+# -1: the plan's)); "heads": the shipped `split_span_kernel` (grid: KV heads first),
+# "requests": its grid until 2026-12-07 (`split_requests_first_kernel`), "runs": contiguous
+# runs of spans in one tile sequence (`split_runs_kernel`, grid: requests first). Earlier
+# runs (2026-12-07) tried stages 3 / 5 / 6 / 8, 2 / 8 warps and no cap at the plan's programs.
+SPLIT_VARIANTS = [("requests", 0, 4, 0, -1), ("heads", 0, 4, 3, -1), ("heads", 0, 4, 5, -1),
+                  ("heads", 0, 2, 0, -1), ("heads", 0, 2, 5, 0), ("heads", 0, 2, 3, 0),
+                  ("heads", 1, 4, 0, -1), ("heads", 1, 2, 5, 0), ("heads", 2, 4, 0, -1),
+                  ("requests", 0, 2, 5, 0), ("runs", 0, 4, 0, -1), ("runs", 2, 4, 0, -1),
+                  ("runs", 2, 2, 5, 0), ("runs", 4, 4, 0, -1), ("runs", 4, 2, 5, 0),
+                  ("runs", 8, 4, 5, -1)]  # fmt: skip
 TWO_PHASE_VARIANTS = [(4, 3, 64, 4), (4, 4, 64, 4), (4, 6, 64, 4), (4, 8, 64, 4), (4, 4, 32, 4),
                       (2, 4, 64, 4), (2, 6, 64, 4)]  # fmt: skip
 
@@ -144,6 +160,111 @@ def merge_flat_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, max_spans, windo
 
 
 @triton.jit
+def _fresh_at(key0, m_s, l_s, acc_s, SPAN: tl.constexpr):
+    """The fresh span state (m -inf, l +0, acc +0: `_attend_span`'s start) where key0 starts
+    a span, else the state unchanged."""
+    fresh = key0 % SPAN == 0
+    m_s = tl.where(fresh, float("-inf"), m_s)
+    l_s = tl.where(fresh, 0.0, l_s)
+    acc_s = tl.where(fresh, 0.0, acc_s)
+    return m_s, l_s, acc_s
+
+
+@triton.jit
+def _store_span_end(ms_ptr, ls_ptr, accs_ptr, key0, last, tok, max_spans, hk, r, live, m_s, l_s,
+                    acc_s, HKV: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr,
+                    BLOCK_N: tl.constexpr, SPAN: tl.constexpr):  # fmt: skip
+    """Store the span state after the span's last tile (key0 + BLOCK_N a span end, or past
+    the last key), where `split_span_kernel` stores it."""
+    ok = live & (((key0 + BLOCK_N) % SPAN == 0) | (key0 + BLOCK_N > last))
+    at = _state_offsets(tok * max_spans + key0 // SPAN, hk, r, HKV, GROUP)
+    tl.store(ms_ptr + at, m_s, mask=ok)
+    tl.store(ls_ptr + at, l_s, mask=ok)
+    d = tl.arange(0, D)
+    tl.store(accs_ptr + at[:, None] * D + d[None, :], acc_s, mask=ok[:, None])
+
+
+@triton.jit(do_not_specialize=["bt_stride", "max_spans", "window"])
+def split_runs_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt_ptr, bt_stride,
+                      max_spans, qk_scale, window, HKV: tl.constexpr, GROUP: tl.constexpr,
+                      D: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr, SPAN: tl.constexpr):  # fmt: skip
+    """`split_span_kernel` with program (r, j, kv head) on the contiguous run of spans
+    j * n // S .. (j + 1) * n // S - 1 (n spans, S programs per request), its key tiles in one
+    sequence of three loops (masked, interior, masked: the pipeline does not drain at each
+    span): each span's state starts fresh at its first tile and is stored after its last, so
+    every span's tiles run the same updates, in the same order, from the same fresh state."""
+    req = tl.program_id(0)
+    hk = tl.program_id(2)
+    r = tl.arange(0, BLOCK_M)
+    live = r < GROUP
+    tok = tl.zeros((BLOCK_M,), tl.int32) + req
+    pos = tl.load(pos_ptr + tok, mask=live, other=-1)
+    lo = tl.maximum(pos - window + 1, 0)
+    _, q = _query_rows(q_ptr, tok, live, hk, r, HKV, GROUP, D)
+    last = tl.max(pos, axis=0)
+    inner0, inner1 = _interior(pos, lo, live, last, BLOCK_N)
+    bt_row = bt_ptr + req.to(tl.int64) * bt_stride
+    n = last // SPAN + 1
+    j, s = tl.program_id(1), tl.num_programs(1)
+    t0 = j * n // s * SPAN
+    t1 = tl.minimum((j + 1) * n // s * SPAN, last + 1)
+    a = tl.minimum(tl.maximum(inner0, t0), t1)
+    b = tl.maximum(tl.minimum(inner1, t1), a)
+    m_s = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_s = tl.zeros((BLOCK_M,), tl.float32)
+    acc_s = tl.zeros((BLOCK_M, D), tl.float32)
+    for key0 in range(t0, a, BLOCK_N):
+        m_s, l_s, acc_s = _fresh_at(key0, m_s, l_s, acc_s, SPAN)
+        m_s, l_s, acc_s = _attend_tile(q, k_ptr, v_ptr, bt_row, key0, pos, lo, last, hk, qk_scale,
+                                       m_s, l_s, acc_s, HKV, D, PAGE, BLOCK_N)  # fmt: skip
+        _store_span_end(ms_ptr, ls_ptr, accs_ptr, key0, last, tok, max_spans, hk, r, live, m_s,
+                        l_s, acc_s, HKV, GROUP, D, BLOCK_N, SPAN)  # fmt: skip
+    for key0 in range(a, b, BLOCK_N):
+        m_s, l_s, acc_s = _fresh_at(key0, m_s, l_s, acc_s, SPAN)
+        m_s, l_s, acc_s = _attend_tile_interior(q, k_ptr, v_ptr, bt_row, key0, hk, qk_scale,
+                                                m_s, l_s, acc_s, HKV, D, PAGE, BLOCK_N)  # fmt: skip
+        _store_span_end(ms_ptr, ls_ptr, accs_ptr, key0, last, tok, max_spans, hk, r, live, m_s,
+                        l_s, acc_s, HKV, GROUP, D, BLOCK_N, SPAN)  # fmt: skip
+    for key0 in range(b, t1, BLOCK_N):
+        m_s, l_s, acc_s = _fresh_at(key0, m_s, l_s, acc_s, SPAN)
+        m_s, l_s, acc_s = _attend_tile(q, k_ptr, v_ptr, bt_row, key0, pos, lo, last, hk, qk_scale,
+                                       m_s, l_s, acc_s, HKV, D, PAGE, BLOCK_N)  # fmt: skip
+        _store_span_end(ms_ptr, ls_ptr, accs_ptr, key0, last, tok, max_spans, hk, r, live, m_s,
+                        l_s, acc_s, HKV, GROUP, D, BLOCK_N, SPAN)  # fmt: skip
+
+
+@triton.jit(do_not_specialize=["bt_stride", "max_spans", "window"])
+def split_requests_first_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt_ptr,
+                                bt_stride, max_spans, qk_scale, window, HKV: tl.constexpr,
+                                GROUP: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
+                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                SPAN: tl.constexpr):  # fmt: skip
+    """`split_span_kernel` on the grid it had until 2026-12-07, (r, j, kv head): the programs
+    in flight read one KV head's 256 bytes of each token row, the other heads' later."""
+    req = tl.program_id(0)
+    hk = tl.program_id(2)
+    r = tl.arange(0, BLOCK_M)
+    live = r < GROUP
+    tok = tl.zeros((BLOCK_M,), tl.int32) + req
+    pos = tl.load(pos_ptr + tok, mask=live, other=-1)
+    lo = tl.maximum(pos - window + 1, 0)
+    _, q = _query_rows(q_ptr, tok, live, hk, r, HKV, GROUP, D)
+    last = tl.max(pos, axis=0)
+    inner0, inner1 = _interior(pos, lo, live, last, BLOCK_N)
+    bt_row = bt_ptr + req.to(tl.int64) * bt_stride
+    d = tl.arange(0, D)
+    for span in range(tl.program_id(1), last // SPAN + 1, tl.num_programs(1)):
+        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN, pos, lo, last,
+                                       inner0, inner1, hk, qk_scale, HKV, D, PAGE, BLOCK_M,
+                                       BLOCK_N, SPAN)  # fmt: skip
+        at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)
+        tl.store(ms_ptr + at, m_s, mask=live)
+        tl.store(ls_ptr + at, l_s, mask=live)
+        tl.store(accs_ptr + at[:, None] * D + d[None, :], acc_s, mask=live[:, None])
+
+
+@triton.jit
 def _cummax(a, b):
     return tl.maximum(a, b)
 
@@ -201,6 +322,14 @@ def merge_two_phase_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, w_ptr, pos_ptr, max_
     tl.store(o_ptr + rows[:, None] + d[None, :], out.to(o_ptr.dtype.element_ty), mask=live[:, None])
 
 
+def split_kernels() -> dict:
+    """The span-kernel variants by name (`SPLIT_VARIANTS`)."""
+    from samebits.kernels.triton._attention_kernel import split_span_kernel
+
+    return {"heads": split_span_kernel, "requests": split_requests_first_kernel,
+            "runs": split_runs_kernel}  # fmt: skip
+
+
 def bits(t):
     import torch
 
@@ -211,7 +340,7 @@ def cell(batch: int, context: int, merges: bool = True) -> dict:
     import torch
 
     from samebits.kernels.triton import attention as A
-    from samebits.kernels.triton._attention_kernel import merge_spans_kernel, split_span_kernel
+    from samebits.kernels.triton._attention_kernel import merge_spans_kernel
 
     kv = make_paged_kv(batch, context, seed=context + batch)
     q = randn((batch, NUM_HEADS, HEAD_DIM), kv.k_cache.dtype, seed=7)
@@ -231,15 +360,21 @@ def cell(batch: int, context: int, merges: bool = True) -> dict:
 
     launch = dict(num_warps=meta.num_warps, enable_fp_fusion=A.FP_FUSION, **facts)
 
-    def split_launch(warps, opts):  # the span kernel at a launch (`opts`: stages, cap)
-        split_span_kernel[(r, splits, hkv)](
+    kernels = split_kernels()
+
+    def split_launch(warps, opts, kernel="heads", s=splits):  # s programs a request
+        grid = (hkv, s, r) if kernel == "heads" else (r, s, hkv)  # `opts`: stages, cap
+        kernels[kernel][grid](
             q, kv.k_cache, kv.v_cache, m_s, l_s, acc_s, meta.positions, meta.block_tables,
             meta.block_tables.shape[1], max_spans, scale, win, PAGE=16, BLOCK_N=A.KEY_BLOCK,
             num_warps=warps, enable_fp_fusion=A.FP_FUSION, **facts, **opts)  # fmt: skip
 
-    def split_as(warps, stages, cap):  # a variant (stages None / cap 0: the compiler's)
-        split_launch(warps, {**({"num_stages": stages} if stages else {}),
-                             **({"maxnreg": cap} if cap else {})})  # fmt: skip
+    def split_as(kernel, per, warps, stages, cap):  # a variant of `SPLIT_VARIANTS`
+        s = -(-max_spans // per) if per else splits
+        opts = A.split_options(meta.block_m, d, r * s * hkv)
+        opts = {**opts, **({"num_stages": stages} if stages else {})}
+        opts = opts if cap < 0 else {k: v for k, v in opts.items() if k != "maxnreg"}
+        split_launch(warps, opts, kernel, s)
 
     def split():  # the plan's own launch (`attention._split_decode`), its options verbatim
         split_launch(meta.num_warps, A.split_options(meta.block_m, d, r * splits * hkv))
@@ -281,7 +416,7 @@ def cell(batch: int, context: int, merges: bool = True) -> dict:
     t["merge"] = bench_graph(lambda: merge(torch.empty_like(q)), 30)
     eq: dict = {}
     for v in SPLIT_VARIANTS:  # each variant's states, folded by the shipped merge
-        name, out = "split_w{}_s{}_r{}".format(*v), torch.empty_like(q)
+        name, out = "split_{}_per{}_w{}_s{}_r{}".format(*v), torch.empty_like(q)
         split_as(*v)
         merge(out)
         eq[name] = bool(torch.equal(bits(out), bits(ref)))

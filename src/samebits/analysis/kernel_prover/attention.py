@@ -45,7 +45,7 @@ iterations (the span of a key-tile loop), so a value computed for one span can o
 where that same span's value is expected.
 
 A loop ``for s in range(tl.program_id(a), stop, tl.num_programs(a))`` (the split kernel: program
-(r, j, hk) computes spans j, j + S, ...) is a *grid-stride* loop: its iterations over all
+(kv head, j, r) computes spans j, j + S, ...) is a *grid-stride* loop: its iterations over all
 programs of axis a are exactly the values ``0 <= s < stop`` (stop independent of the axis),
 each computed once; its body is executed once with a symbolic value ``s`` and must carry no
 state (a fold over a program's own spans would depend on S) and store nothing that depends on
@@ -208,7 +208,7 @@ class _Goal:
         if s.right.launch == SPLIT:
             statement = (
                 "for every decode query row (position t, head h) and column d: the value the "
-                "split-KV decode launch (split_span_kernel: program (r, j, kv head) computes "
+                "split-KV decode launch (split_span_kernel: program (kv head, j, r) computes "
                 "spans j, j + S, ... and stores their states; merge_spans_kernel folds them in "
                 "span order) stores equals the value the sequential-span kernel (any chunking, "
                 "tile height, block table, block size) stores for that row, for any number S "
@@ -252,7 +252,7 @@ def WINDOW() -> Lin:  # noqa: N802
 
 def calls(side: str, spec: AttentionSpec, sd: Side) -> list[KernelCall]:
     """The launch `attention.paged_attention` makes: spans in sequence (grid: programs x KV
-    heads), or `attention._split_decode` (split grid: requests x S x KV heads; merge grid:
+    heads), or `attention._split_decode` (split grid: KV heads x S x requests; merge grid:
     requests x KV heads)."""
     from samebits.kernels.triton.attention_meta import (
         ATTENTION_WARPS,
@@ -287,7 +287,7 @@ def calls(side: str, spec: AttentionSpec, sd: Side) -> list[KernelCall]:
                  **{**facts, "BLOCK_M": merge_block_m(g)})  # fmt: skip
     return [
         KernelCall(
-            SPLIT_KERNEL, (var("requests"), var("splits"), var("grid_hkv")), split, ATTENTION_WARPS
+            SPLIT_KERNEL, (var("grid_hkv"), var("splits"), var("requests")), split, ATTENTION_WARPS
         ),  # fmt: skip
         KernelCall(MERGE_KERNEL, (var("requests"), var("grid_hkv")), merge, ATTENTION_WARPS),
     ]
@@ -465,7 +465,7 @@ class _Side:
         # head): (call index -> [(grid axis, value)]), set as facts before each call runs
         self.pins: dict = {}
         if sd.launch == SPLIT:
-            self.pins = {0: [(0, self.tok), (2, self.hk)], 1: [(0, self.tok), (1, self.hk)]}
+            self.pins = {0: [(2, self.tok), (0, self.hk)], 1: [(0, self.tok), (1, self.hk)]}
 
     # the programs of the compared row (split launch): pinned before each call runs
     def call_hook(self, ex, ci, call, pid_vars) -> None:
@@ -503,7 +503,7 @@ class _Side:
         if pid is None:
             raise Unsupported(prog.where(None), "KV read before tl.program_id(0)")
         if prog.kcall.kernel == SPLIT_KERNEL:
-            # program (r, j, hk) is request r's (token r); its reads are mapped relative to
+            # program (hk, j, r) is request r's (token r); its reads are mapped relative to
             # the compared row's request (its programs are pinned to it), so a value another
             # request's program computed can never read as the compared row's keys
             return self.tok

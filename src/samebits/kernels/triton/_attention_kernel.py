@@ -206,11 +206,12 @@ def split_span_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt
                       max_spans, qk_scale, window, HKV: tl.constexpr, GROUP: tl.constexpr,
                       D: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr,
                       BLOCK_N: tl.constexpr, SPAN: tl.constexpr):  # fmt: skip
-    """Decode (one token per request, token r of request r). Program (r, j, kv head) computes
+    """Decode (one token per request, token r of request r). Program (kv head, j, r) computes
     spans j, j + S, j + 2S, ... (S = programs per request) of token r's GROUP rows and stores
-    each span's state at [r * max_spans + span]."""
-    req = tl.program_id(0)
-    hk = tl.program_id(2)
+    each span's state at [r * max_spans + span]. The KV heads are the grid's first axis, so the
+    programs in flight read all heads of the same token rows at about the same time."""
+    req = tl.program_id(2)
+    hk = tl.program_id(0)
     r = tl.arange(0, BLOCK_M)
     live = r < GROUP
     tok = tl.zeros((BLOCK_M,), tl.int32) + req

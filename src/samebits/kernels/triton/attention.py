@@ -159,7 +159,7 @@ def _split_decode(
     l_s = torch.empty_like(m_s)
     acc_s = torch.empty((r * max_spans * heads * d,), dtype=torch.float32, device=q.device)
     facts = dict(HKV=hkv, GROUP=meta.group, D=d, BLOCK_M=meta.block_m, SPAN=meta.span)
-    split_span_kernel[(r, splits, hkv)](
+    split_span_kernel[(hkv, splits, r)](
         q, k_cache, v_cache, m_s, l_s, acc_s, meta.positions, meta.block_tables,
         meta.block_tables.shape[1], max_spans, scale * LOG2E, window, PAGE=meta.block_size,
         BLOCK_N=KEY_BLOCK, num_warps=meta.num_warps, enable_fp_fusion=FP_FUSION,
