@@ -12,7 +12,9 @@ false: the state is kept by a select, not recomputed). Span-kernel launch varian
 (`SPLIT_VARIANTS`: warps, stages, register cap; run 1 tried 2 / 4 stages, 8 warps, no cap;
 Triton 3.6 gives the page-indirect K/V loads a second buffer only from 5 stages, a third
 from 8: compiled for sm_90 on a CPU, the TTGIR's K/V `local_alloc`s are 1x64x128 below 5)
-store states the shipped merge folds into the shipped output's bits (checked), timed alone.
+store states the shipped merge folds into the shipped output's bits (checked), timed alone;
+they include the grid shipped until 2026-12-07 (requests first) and contiguous runs of spans
+per program in one tile sequence (`split_runs_kernel`), at several spans per program.
 `--split-only` skips the merge variants.
 
     python benchmarks/split_decode_probe.py --out $OUT/split_decode_probe.json
