@@ -50,10 +50,10 @@ from samebits.kernels.triton._attention_kernel import (  # noqa: E402
     _attend_span,
     _attend_tile,
     _attend_tile_interior,
-    _interior,
+    _decode_rows,
     _merge,
-    _query_rows,
     _state_offsets,
+    _store_state,
 )
 from samebits.kernels.triton._softexp2 import softexp2  # noqa: E402
 
@@ -87,7 +87,7 @@ TWO_PHASE_VARIANTS = [(4, 3, 64, 4), (4, 4, 64, 4), (4, 6, 64, 4), (4, 8, 64, 4)
 
 
 @triton.jit
-def _decode_rows(pos_ptr, window, GROUP: tl.constexpr, BLOCK_M: tl.constexpr):
+def _merge_rows(pos_ptr, window, GROUP: tl.constexpr, BLOCK_M: tl.constexpr):
     """The merge program's rows, as `merge_spans_kernel` sets them up: (KV head, lanes, live
     lanes, token, positions, window starts)."""
     hk = tl.program_id(1)
@@ -105,7 +105,7 @@ def merge_slices_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, max_spans, win
                         STAGES: tl.constexpr, UNROLL: tl.constexpr):  # fmt: skip
     """`merge_spans_kernel` over the head-dim slice program_id(2) * BLOCK_D of each row, its
     span loop a `tl.range` of STAGES pipeline stages (1: not pipelined), UNROLL spans a trip."""
-    hk, r, live, tok, pos, lo = _decode_rows(pos_ptr, window, GROUP, BLOCK_M)
+    hk, r, live, tok, pos, lo = _merge_rows(pos_ptr, window, GROUP, BLOCK_M)
     d = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
@@ -180,10 +180,7 @@ def _store_span_end(ms_ptr, ls_ptr, accs_ptr, key0, last, tok, max_spans, hk, r,
     the last key), where `split_span_kernel` stores it."""
     ok = live & (((key0 + BLOCK_N) % SPAN == 0) | (key0 + BLOCK_N > last))
     at = _state_offsets(tok * max_spans + key0 // SPAN, hk, r, HKV, GROUP)
-    tl.store(ms_ptr + at, m_s, mask=ok)
-    tl.store(ls_ptr + at, l_s, mask=ok)
-    d = tl.arange(0, D)
-    tl.store(accs_ptr + at[:, None] * D + d[None, :], acc_s, mask=ok[:, None])
+    _store_state(ms_ptr, ls_ptr, accs_ptr, at, ok, m_s, l_s, acc_s, D)
 
 
 @triton.jit(do_not_specialize=["bt_stride", "max_spans", "window"])
@@ -198,15 +195,9 @@ def split_runs_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt
     every span's tiles run the same updates, in the same order, from the same fresh state."""
     req = tl.program_id(0)
     hk = tl.program_id(2)
-    r = tl.arange(0, BLOCK_M)
-    live = r < GROUP
-    tok = tl.zeros((BLOCK_M,), tl.int32) + req
-    pos = tl.load(pos_ptr + tok, mask=live, other=-1)
-    lo = tl.maximum(pos - window + 1, 0)
-    _, q = _query_rows(q_ptr, tok, live, hk, r, HKV, GROUP, D)
-    last = tl.max(pos, axis=0)
-    inner0, inner1 = _interior(pos, lo, live, last, BLOCK_N)
-    bt_row = bt_ptr + req.to(tl.int64) * bt_stride
+    r, live, tok, pos, lo, q, last, inner0, inner1, bt_row = _decode_rows(
+        req, hk, q_ptr, pos_ptr, bt_ptr, bt_stride, window, HKV, GROUP, D, BLOCK_M, BLOCK_N
+    )  # fmt: skip
     n = last // SPAN + 1
     j, s = tl.program_id(1), tl.num_programs(1)
     t0 = j * n // s * SPAN
@@ -246,24 +237,15 @@ def split_requests_first_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, p
     in flight read one KV head's 256 bytes of each token row, the other heads' later."""
     req = tl.program_id(0)
     hk = tl.program_id(2)
-    r = tl.arange(0, BLOCK_M)
-    live = r < GROUP
-    tok = tl.zeros((BLOCK_M,), tl.int32) + req
-    pos = tl.load(pos_ptr + tok, mask=live, other=-1)
-    lo = tl.maximum(pos - window + 1, 0)
-    _, q = _query_rows(q_ptr, tok, live, hk, r, HKV, GROUP, D)
-    last = tl.max(pos, axis=0)
-    inner0, inner1 = _interior(pos, lo, live, last, BLOCK_N)
-    bt_row = bt_ptr + req.to(tl.int64) * bt_stride
-    d = tl.arange(0, D)
+    r, live, tok, pos, lo, q, last, inner0, inner1, bt_row = _decode_rows(
+        req, hk, q_ptr, pos_ptr, bt_ptr, bt_stride, window, HKV, GROUP, D, BLOCK_M, BLOCK_N
+    )  # fmt: skip
     for span in range(tl.program_id(1), last // SPAN + 1, tl.num_programs(1)):
         m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN, pos, lo, last,
                                        inner0, inner1, hk, qk_scale, HKV, D, PAGE, BLOCK_M,
                                        BLOCK_N, SPAN)  # fmt: skip
         at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)
-        tl.store(ms_ptr + at, m_s, mask=live)
-        tl.store(ls_ptr + at, l_s, mask=live)
-        tl.store(accs_ptr + at[:, None] * D + d[None, :], acc_s, mask=live[:, None])
+        _store_state(ms_ptr, ls_ptr, accs_ptr, at, live, m_s, l_s, acc_s, D)
 
 
 @triton.jit
@@ -299,7 +281,7 @@ def merge_two_phase_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, w_ptr, pos_ptr, max_
     """`merge_spans_kernel`'s fold in two phases: every span's weights (a, b) first, SB spans
     at a time (the exponentials leave the sequential loop), then the ordered fold of l and
     acc with them: l' = fma(l, a, l_s * b), acc' = fma(acc, a, acc_s * b), as `_merge`."""
-    hk, r, live, tok, pos, lo = _decode_rows(pos_ptr, window, GROUP, BLOCK_M)
+    hk, r, live, tok, pos, lo = _merge_rows(pos_ptr, window, GROUP, BLOCK_M)
     d = tl.arange(0, D)
     n = tl.max(pos, axis=0) // SPAN + 1
     base = _state_offsets(tok * max_spans, hk, r, HKV, GROUP)

@@ -201,6 +201,34 @@ def _state_offsets(tok, hk, r, HKV: tl.constexpr, GROUP: tl.constexpr):
     return tok.to(tl.int64) * (HKV * GROUP) + hk * GROUP + r % GROUP
 
 
+@triton.jit
+def _decode_rows(req, hk, q_ptr, pos_ptr, bt_ptr, bt_stride, window, HKV: tl.constexpr,
+                 GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr):  # fmt: skip
+    """A decode program's rows, the GROUP heads of KV head hk of token req (request req's):
+    lanes, live lanes, tokens, positions, window starts, the q tile, the last position, the
+    interior key tiles and the request's block-table row."""
+    r = tl.arange(0, BLOCK_M)
+    live = r < GROUP
+    tok = tl.zeros((BLOCK_M,), tl.int32) + req
+    pos = tl.load(pos_ptr + tok, mask=live, other=-1)
+    lo = tl.maximum(pos - window + 1, 0)
+    _, q = _query_rows(q_ptr, tok, live, hk, r, HKV, GROUP, D)
+    last = tl.max(pos, axis=0)
+    inner0, inner1 = _interior(pos, lo, live, last, BLOCK_N)
+    bt_row = bt_ptr + req.to(tl.int64) * bt_stride
+    return r, live, tok, pos, lo, q, last, inner0, inner1, bt_row
+
+
+@triton.jit
+def _store_state(ms_ptr, ls_ptr, accs_ptr, at, live, m_s, l_s, acc_s, D: tl.constexpr):
+    """Store a span state (m, l, acc) of the live rows at state rows ``at``."""
+    d = tl.arange(0, D)
+    tl.store(ms_ptr + at, m_s, mask=live)
+    tl.store(ls_ptr + at, l_s, mask=live)
+    tl.store(accs_ptr + at[:, None] * D + d[None, :], acc_s, mask=live[:, None])
+
+
 @triton.jit(do_not_specialize=["bt_stride", "max_spans", "window"])
 def split_span_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt_ptr, bt_stride,
                       max_spans, qk_scale, window, HKV: tl.constexpr, GROUP: tl.constexpr,
@@ -212,24 +240,15 @@ def split_span_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt
     programs in flight read all heads of the same token rows at about the same time."""
     req = tl.program_id(2)
     hk = tl.program_id(0)
-    r = tl.arange(0, BLOCK_M)
-    live = r < GROUP
-    tok = tl.zeros((BLOCK_M,), tl.int32) + req
-    pos = tl.load(pos_ptr + tok, mask=live, other=-1)
-    lo = tl.maximum(pos - window + 1, 0)
-    _, q = _query_rows(q_ptr, tok, live, hk, r, HKV, GROUP, D)
-    last = tl.max(pos, axis=0)
-    inner0, inner1 = _interior(pos, lo, live, last, BLOCK_N)
-    bt_row = bt_ptr + req.to(tl.int64) * bt_stride
-    d = tl.arange(0, D)
+    r, live, tok, pos, lo, q, last, inner0, inner1, bt_row = _decode_rows(
+        req, hk, q_ptr, pos_ptr, bt_ptr, bt_stride, window, HKV, GROUP, D, BLOCK_M, BLOCK_N
+    )  # fmt: skip
     for span in range(tl.program_id(1), last // SPAN + 1, tl.num_programs(1)):
         m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN, pos, lo, last,
                                        inner0, inner1, hk, qk_scale, HKV, D, PAGE, BLOCK_M,
                                        BLOCK_N, SPAN)  # fmt: skip
         at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)
-        tl.store(ms_ptr + at, m_s, mask=live)
-        tl.store(ls_ptr + at, l_s, mask=live)
-        tl.store(accs_ptr + at[:, None] * D + d[None, :], acc_s, mask=live[:, None])
+        _store_state(ms_ptr, ls_ptr, accs_ptr, at, live, m_s, l_s, acc_s, D)
 
 
 @triton.jit(do_not_specialize=["max_spans", "window"])
