@@ -132,7 +132,9 @@ def main() -> None:
     p.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
                                                  "replay_attention_check.json"))  # fmt: skip
     p.add_argument("--device", default="cuda")
-    p.add_argument("--baseline", help="an older _attention_kernel.py to time against")
+    p.add_argument("--baseline", help="an older _attention_kernel.py to time against (its "
+                   "split_span_kernel must take the grid (KV heads, S, requests): a file before "
+                   "2026-12-07 session 24 takes (requests, S, KV heads))")  # fmt: skip
     p.add_argument("--small", action="store_true", help="small shapes (interpreter runs)")
     p.add_argument("--rows", type=int, default=256, help="sampled rows replayed per case")
     a = p.parse_args()

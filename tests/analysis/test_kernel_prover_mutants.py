@@ -213,6 +213,10 @@ MERGE_TAKE = "live & (span * SPAN + SPAN > lo)"  # the merge kernel's spans with
 MERGE_READ = (
     "        at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)\n        m_s = tl.load("
 )
+# the split kernel's store of a span state
+STATE_AT = (
+    "        at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)\n        _store_state("
+)
 MERGE_DEF = "def merge_spans_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, max_spans,"
 
 
@@ -318,17 +322,19 @@ def test_merge_shape_following_the_number_of_programs_is_refuted():
 def test_per_program_partial_merge_is_rejected():
     # flash-decoding style: each of the S programs folds its own spans j, j + S, ... (a tree
     # whose shape is S); the fold of a grid-stride loop is rejected with the reason
-    text = mutate(ATTN, "    d = tl.arange(0, D)\n    for span in range(tl.program_id(1),",
-                  "    d = tl.arange(0, D)\n"
+    text = mutate(ATTN, "    )  # fmt: skip\n    for span in range(tl.program_id(1),",
+                  "    )  # fmt: skip\n"
                   "    m_s = tl.full((BLOCK_M,), float(\"-inf\"), tl.float32)\n"
                   "    l_s = tl.zeros((BLOCK_M,), tl.float32)\n"
                   "    acc_s = tl.zeros((BLOCK_M, D), tl.float32)\n"
                   "    for span in range(tl.program_id(1),")  # fmt: skip
     text = mutate(text, "        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN,",
                   "        m_t, l_t, acc_t = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN,")  # fmt: skip
-    text = mutate(text, "        at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)\n        tl.store(",
-                  "        m_s, l_s, acc_s = _merge(m_s, l_s, acc_s, m_t, l_t, acc_t, live)\n"
-                  "        at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)\n        tl.store(")  # fmt: skip
+    text = mutate(
+        text,
+        STATE_AT,
+        "        m_s, l_s, acc_s = _merge(m_s, l_s, acc_s, m_t, l_t, acc_t, live)\n" + STATE_AT,
+    )
     res = attention("split-bm16-p32", text)
     assert res.status == "rejected-unsupported", res.status
     assert "grid-stride loop carries state" in res.unsupported and "num_programs" in res.unsupported
@@ -360,8 +366,7 @@ def test_span_state_not_reset_is_refuted():
 
 def test_scratch_states_of_two_requests_in_one_row_are_rejected():
     # split and merge index the span states by span only: requests overwrite each other's
-    text = mutate(ATTN, "        at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)\n        tl.store(",
-                  "        at = _state_offsets(span, hk, r, HKV, GROUP)\n        tl.store(")  # fmt: skip
+    text = mutate(ATTN, STATE_AT, STATE_AT.replace("tok * max_spans + span,", "span,"))
     text = mutate(text, MERGE_READ, MERGE_READ.replace("tok * max_spans + span,", "span,"))
     res = attention("split-bm16-p32", text)
     assert res.status == "rejected-unsupported", res.status
