@@ -47,11 +47,11 @@ from gpu_ops import (  # noqa: E402
 )
 
 from samebits.kernels.triton._attention_kernel import (  # noqa: E402
-    _attend_span,
     _attend_tile,
     _attend_tile_interior,
     _decode_rows,
     _merge,
+    _split_spans,
     _state_offsets,
     _store_state,
 )
@@ -183,6 +183,25 @@ def _store_span_end(ms_ptr, ls_ptr, accs_ptr, key0, last, tok, max_spans, hk, r,
     _store_state(ms_ptr, ls_ptr, accs_ptr, at, ok, m_s, l_s, acc_s, D)
 
 
+@triton.jit
+def _run_step(q, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, bt_row, key0, pos, lo, last, tok,
+              max_spans, hk, r, live, qk_scale, m_s, l_s, acc_s, INTERIOR: tl.constexpr,
+              HKV: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
+              BLOCK_N: tl.constexpr, SPAN: tl.constexpr):  # fmt: skip
+    """Key tile key0 of a run: the fresh state at a span's first tile, the tile's update (the
+    unmasked one where INTERIOR), the state stored after a span's last tile."""
+    m_s, l_s, acc_s = _fresh_at(key0, m_s, l_s, acc_s, SPAN)
+    if INTERIOR:
+        m_s, l_s, acc_s = _attend_tile_interior(q, k_ptr, v_ptr, bt_row, key0, hk, qk_scale,
+                                                m_s, l_s, acc_s, HKV, D, PAGE, BLOCK_N)  # fmt: skip
+    else:
+        m_s, l_s, acc_s = _attend_tile(q, k_ptr, v_ptr, bt_row, key0, pos, lo, last, hk, qk_scale,
+                                       m_s, l_s, acc_s, HKV, D, PAGE, BLOCK_N)  # fmt: skip
+    _store_span_end(ms_ptr, ls_ptr, accs_ptr, key0, last, tok, max_spans, hk, r, live, m_s, l_s,
+                    acc_s, HKV, GROUP, D, BLOCK_N, SPAN)  # fmt: skip
+    return m_s, l_s, acc_s
+
+
 @triton.jit(do_not_specialize=["bt_stride", "max_spans", "window"])
 def split_runs_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt_ptr, bt_stride,
                       max_spans, qk_scale, window, HKV: tl.constexpr, GROUP: tl.constexpr,
@@ -208,23 +227,17 @@ def split_runs_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt
     l_s = tl.zeros((BLOCK_M,), tl.float32)
     acc_s = tl.zeros((BLOCK_M, D), tl.float32)
     for key0 in range(t0, a, BLOCK_N):
-        m_s, l_s, acc_s = _fresh_at(key0, m_s, l_s, acc_s, SPAN)
-        m_s, l_s, acc_s = _attend_tile(q, k_ptr, v_ptr, bt_row, key0, pos, lo, last, hk, qk_scale,
-                                       m_s, l_s, acc_s, HKV, D, PAGE, BLOCK_N)  # fmt: skip
-        _store_span_end(ms_ptr, ls_ptr, accs_ptr, key0, last, tok, max_spans, hk, r, live, m_s,
-                        l_s, acc_s, HKV, GROUP, D, BLOCK_N, SPAN)  # fmt: skip
+        m_s, l_s, acc_s = _run_step(q, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, bt_row, key0, pos,
+                                    lo, last, tok, max_spans, hk, r, live, qk_scale, m_s, l_s,
+                                    acc_s, False, HKV, GROUP, D, PAGE, BLOCK_N, SPAN)  # fmt: skip
     for key0 in range(a, b, BLOCK_N):
-        m_s, l_s, acc_s = _fresh_at(key0, m_s, l_s, acc_s, SPAN)
-        m_s, l_s, acc_s = _attend_tile_interior(q, k_ptr, v_ptr, bt_row, key0, hk, qk_scale,
-                                                m_s, l_s, acc_s, HKV, D, PAGE, BLOCK_N)  # fmt: skip
-        _store_span_end(ms_ptr, ls_ptr, accs_ptr, key0, last, tok, max_spans, hk, r, live, m_s,
-                        l_s, acc_s, HKV, GROUP, D, BLOCK_N, SPAN)  # fmt: skip
+        m_s, l_s, acc_s = _run_step(q, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, bt_row, key0, pos,
+                                    lo, last, tok, max_spans, hk, r, live, qk_scale, m_s, l_s,
+                                    acc_s, True, HKV, GROUP, D, PAGE, BLOCK_N, SPAN)  # fmt: skip
     for key0 in range(b, t1, BLOCK_N):
-        m_s, l_s, acc_s = _fresh_at(key0, m_s, l_s, acc_s, SPAN)
-        m_s, l_s, acc_s = _attend_tile(q, k_ptr, v_ptr, bt_row, key0, pos, lo, last, hk, qk_scale,
-                                       m_s, l_s, acc_s, HKV, D, PAGE, BLOCK_N)  # fmt: skip
-        _store_span_end(ms_ptr, ls_ptr, accs_ptr, key0, last, tok, max_spans, hk, r, live, m_s,
-                        l_s, acc_s, HKV, GROUP, D, BLOCK_N, SPAN)  # fmt: skip
+        m_s, l_s, acc_s = _run_step(q, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, bt_row, key0, pos,
+                                    lo, last, tok, max_spans, hk, r, live, qk_scale, m_s, l_s,
+                                    acc_s, False, HKV, GROUP, D, PAGE, BLOCK_N, SPAN)  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["bt_stride", "max_spans", "window"])
@@ -235,17 +248,9 @@ def split_requests_first_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, p
                                 SPAN: tl.constexpr):  # fmt: skip
     """`split_span_kernel` on the grid it had until 2026-12-07, (r, j, kv head): the programs
     in flight read one KV head's 256 bytes of each token row, the other heads' later."""
-    req = tl.program_id(0)
-    hk = tl.program_id(2)
-    r, live, tok, pos, lo, q, last, inner0, inner1, bt_row = _decode_rows(
-        req, hk, q_ptr, pos_ptr, bt_ptr, bt_stride, window, HKV, GROUP, D, BLOCK_M, BLOCK_N
-    )  # fmt: skip
-    for span in range(tl.program_id(1), last // SPAN + 1, tl.num_programs(1)):
-        m_s, l_s, acc_s = _attend_span(q, k_ptr, v_ptr, bt_row, span * SPAN, pos, lo, last,
-                                       inner0, inner1, hk, qk_scale, HKV, D, PAGE, BLOCK_M,
-                                       BLOCK_N, SPAN)  # fmt: skip
-        at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)
-        _store_state(ms_ptr, ls_ptr, accs_ptr, at, live, m_s, l_s, acc_s, D)
+    _split_spans(tl.program_id(0), tl.program_id(2), q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr,
+                 accs_ptr, pos_ptr, bt_ptr, bt_stride, max_spans, qk_scale, window, HKV, GROUP, D,
+                 PAGE, BLOCK_M, BLOCK_N, SPAN)  # fmt: skip
 
 
 @triton.jit

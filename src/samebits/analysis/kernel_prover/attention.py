@@ -87,13 +87,15 @@ EXEC_RULES = frozenset({"max-any-order", "sum-of-zeros", "dot-lanes"})
 PAGED, SPLIT = "paged", "split"
 PAGED_KERNEL = "paged_attention_kernel"
 SPLIT_KERNEL = "split_span_kernel"
+SPLIT_SPANS = "_split_spans"  # the split kernel's grid-stride span loop, in this helper
 MERGE_KERNEL = "merge_spans_kernel"
 SCRATCH = ("ms", "ls", "accs")  # the split launch's span states (fp32), [token, span, head]
 # goal 4: the loops of the split launch paired with those of the sequential-span kernel, by
 # (function, ordinal of the `for` in it): the merge loop folds the spans in order as the span
 # loop does; the grid-stride span loop of the split kernel computes the span the span loop's
-# iteration computes (the context of the key-tile loop of `_attend_span`, the same in both)
-SPLIT_PAIRS = {(MERGE_KERNEL, 0): (PAGED_KERNEL, 0), (SPLIT_KERNEL, 0): (PAGED_KERNEL, 0)}
+# iteration computes (the context of the key-tile loop of `_attend_span`, the same in both;
+# the split kernel runs its loop in `_split_spans`)
+SPLIT_PAIRS = {(MERGE_KERNEL, 0): (PAGED_KERNEL, 0), (SPLIT_SPANS, 0): (PAGED_KERNEL, 0)}
 
 ASSUMPTIONS = {
     "tl.max-exact": "tl.max over a float tile is the exact maximum of its elements whatever the "

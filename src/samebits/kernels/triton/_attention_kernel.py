@@ -229,17 +229,13 @@ def _store_state(ms_ptr, ls_ptr, accs_ptr, at, live, m_s, l_s, acc_s, D: tl.cons
     tl.store(accs_ptr + at[:, None] * D + d[None, :], acc_s, mask=live[:, None])
 
 
-@triton.jit(do_not_specialize=["bt_stride", "max_spans", "window"])
-def split_span_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt_ptr, bt_stride,
-                      max_spans, qk_scale, window, HKV: tl.constexpr, GROUP: tl.constexpr,
-                      D: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr,
-                      BLOCK_N: tl.constexpr, SPAN: tl.constexpr):  # fmt: skip
-    """Decode (one token per request, token r of request r). Program (kv head, j, r) computes
-    spans j, j + S, j + 2S, ... (S = programs per request) of token r's GROUP rows and stores
-    each span's state at [r * max_spans + span]. The KV heads are the grid's first axis, so the
-    programs in flight read all heads of the same token rows at about the same time."""
-    req = tl.program_id(2)
-    hk = tl.program_id(0)
+@triton.jit
+def _split_spans(req, hk, q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt_ptr,
+                 bt_stride, max_spans, qk_scale, window, HKV: tl.constexpr, GROUP: tl.constexpr,
+                 D: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, SPAN: tl.constexpr):  # fmt: skip
+    """Spans j, j + S, j + 2S, ... (j = program_id(1) of S = num_programs(1)) of token req's
+    GROUP rows of KV head hk, each span's state stored at [req * max_spans + span]."""
     r, live, tok, pos, lo, q, last, inner0, inner1, bt_row = _decode_rows(
         req, hk, q_ptr, pos_ptr, bt_ptr, bt_stride, window, HKV, GROUP, D, BLOCK_M, BLOCK_N
     )  # fmt: skip
@@ -249,6 +245,20 @@ def split_span_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt
                                        BLOCK_N, SPAN)  # fmt: skip
         at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)
         _store_state(ms_ptr, ls_ptr, accs_ptr, at, live, m_s, l_s, acc_s, D)
+
+
+@triton.jit(do_not_specialize=["bt_stride", "max_spans", "window"])
+def split_span_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt_ptr, bt_stride,
+                      max_spans, qk_scale, window, HKV: tl.constexpr, GROUP: tl.constexpr,
+                      D: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr, SPAN: tl.constexpr):  # fmt: skip
+    """Decode (one token per request, token r of request r). Program (kv head, j, r) computes
+    spans j, j + S, j + 2S, ... (S = programs per request) of token r's GROUP rows and stores
+    each span's state at [r * max_spans + span]. The KV heads are the grid's first axis, so the
+    programs in flight read all heads of the same token rows at about the same time."""
+    _split_spans(tl.program_id(2), tl.program_id(0), q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr,
+                 accs_ptr, pos_ptr, bt_ptr, bt_stride, max_spans, qk_scale, window, HKV, GROUP, D,
+                 PAGE, BLOCK_M, BLOCK_N, SPAN)  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["max_spans", "window"])
