@@ -103,7 +103,7 @@ def issue_bound_ms(tokens: int, per_tile: int) -> float:
     return warp_insts / rate * 1e3
 
 
-def decode_sass(warps: int) -> str:
+def decode_sass() -> str:
     """The split span kernel as the plan launches it at batch DECODE_BATCH x 16k (its programs
     per request from `attention.DECODE_SPLIT_PROGRAMS`, as `attention.decode_splits`)."""
     from samebits.kernels.triton import _attention_kernel as K
@@ -114,19 +114,19 @@ def decode_sass(warps: int) -> str:
     sig = aot.signature(fn, DECODE_PTRS, consts, ["qk_scale"])
     pairs = DECODE_BATCH * KV_HEADS
     programs = pairs * -(-attention.DECODE_SPLIT_PROGRAMS // pairs)
-    opts = attention.split_options(attention.DECODE_BLOCK_M, D, programs)
-    return sass_of(fn, sig, consts, warps, opts)
+    opts = attention.split_options(programs)
+    return sass_of(fn, sig, consts, opts.pop("num_warps"), opts)
 
 
 def decode_report() -> dict:
     """The split kernel's key-tile loops by opcode (interior: the shortest, no masks) and the
     issue share of its interior loop at the HBM rate (one K and one V tile per iteration)."""
-    from samebits.kernels.triton.attention_meta import ATTENTION_WARPS
+    from samebits.kernels.triton.attention_meta import SPLIT_WARPS
 
-    loops = loops_with_mma(decode_sass(ATTENTION_WARPS), "HMMA")
+    loops = loops_with_mma(decode_sass(), "HMMA")
     tile_bytes = 2 * BLOCK_N * D * 2
     tile_s = tile_bytes / (H200["hbm_gbps"] * 1e9 / H200["sms"])
-    warp_insts = ATTENTION_WARPS * len(loops[0])  # one program's warps per key tile
+    warp_insts = SPLIT_WARPS * len(loops[0])  # one program's warps per key tile
     slots = H200["schedulers"] * H200["boost_ghz"] * 1e9 * tile_s
     return {"loops_instructions": [len(o) for o in loops],
             "interior_by_opcode": dict(collections.Counter(loops[0]).most_common()),

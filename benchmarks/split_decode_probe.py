@@ -71,17 +71,16 @@ FLAT_VARIANTS = [(4, 4, 4), (4, 6, 4), (2, 4, 4), (8, 4, 4), (4, 1, 4)]
 # two-phase merge: (warps, pipeline stages of the fold, spans per weight chunk, tile height)
 # (tile height 16 and 1 warp fail Triton 3.6's TritonGPUOptimizeThreadLocality pass)
 # the span kernel's launch: (kernel, spans per program (0: the plan's programs per request),
-# warps, pipeline stages (0: the plan's `attention.split_options`), register cap (0: none;
-# -1: the plan's)); "heads": the shipped `split_span_kernel` (grid: KV heads first),
-# "requests": its grid until 2026-12-07 (`split_requests_first_kernel`), "runs": contiguous
-# runs of spans in one tile sequence (`split_runs_kernel`, grid: requests first). Earlier
-# runs (2026-12-07) tried stages 3 / 5 / 6 / 8, 2 / 8 warps and no cap at the plan's programs.
-SPLIT_VARIANTS = [("requests", 0, 4, 0, -1), ("heads", 0, 4, 3, -1), ("heads", 0, 4, 5, -1),
-                  ("heads", 0, 2, 0, -1), ("heads", 0, 2, 5, 0), ("heads", 0, 2, 3, 0),
-                  ("heads", 1, 4, 0, -1), ("heads", 1, 2, 5, 0), ("heads", 2, 4, 0, -1),
-                  ("requests", 0, 2, 5, 0), ("runs", 0, 4, 0, -1), ("runs", 2, 4, 0, -1),
-                  ("runs", 2, 2, 5, 0), ("runs", 4, 4, 0, -1), ("runs", 4, 2, 5, 0),
-                  ("runs", 8, 4, 5, -1)]  # fmt: skip
+# warps (0: the plan's), pipeline stages (0: the plan's `attention.split_options`), register
+# cap (-1: the plan's, none since session 25; 0: none; else that cap)); "heads": the shipped
+# `split_span_kernel` (grid: KV heads first), "requests": its grid until 2026-12-07
+# (`split_requests_first_kernel`), "runs": contiguous runs of spans in one tile sequence
+# (`split_runs_kernel`, grid: requests first). Earlier runs (2026-12-07) tried stages 3 / 5 /
+# 6 / 8, 8 warps, no cap, and 2 warps under the cap of 128 (1.4x slower).
+SPLIT_VARIANTS = [("heads", 0, 4, 0, 128), ("heads", 0, 4, 0, 0), ("requests", 0, 0, 0, -1),
+                  ("heads", 0, 0, 3, -1), ("heads", 0, 0, 4, -1), ("heads", 0, 0, 5, -1),
+                  ("heads", 0, 1, 3, -1), ("heads", 0, 1, 5, -1), ("heads", 1, 0, 0, -1),
+                  ("heads", 2, 0, 0, -1), ("runs", 2, 0, 0, -1), ("runs", 4, 0, 0, -1)]  # fmt: skip
 TWO_PHASE_VARIANTS = [(4, 3, 64, 4), (4, 4, 64, 4), (4, 6, 64, 4), (4, 8, 64, 4), (4, 4, 32, 4),
                       (2, 4, 64, 4), (2, 6, 64, 4)]  # fmt: skip
 
@@ -347,26 +346,27 @@ def cell(batch: int, context: int, merges: bool = True) -> dict:
     facts = dict(HKV=hkv, GROUP=meta.group, D=d, BLOCK_M=meta.block_m, SPAN=meta.span)
     win = A.FULL_WINDOW
 
-    launch = dict(num_warps=meta.num_warps, enable_fp_fusion=A.FP_FUSION, **facts)
+    launch = dict(num_warps=A.MERGE_WARPS, enable_fp_fusion=A.FP_FUSION, **facts)
 
     kernels = split_kernels()
 
-    def split_launch(warps, opts, kernel="heads", s=splits):  # s programs a request
-        grid = (hkv, s, r) if kernel == "heads" else (r, s, hkv)  # `opts`: stages, cap
+    def split_launch(opts, kernel="heads", s=splits):  # s programs a request; `opts`: launch
+        grid = (hkv, s, r) if kernel == "heads" else (r, s, hkv)
         kernels[kernel][grid](
             q, kv.k_cache, kv.v_cache, m_s, l_s, acc_s, meta.positions, meta.block_tables,
             meta.block_tables.shape[1], max_spans, scale, win, PAGE=16, BLOCK_N=A.KEY_BLOCK,
-            num_warps=warps, enable_fp_fusion=A.FP_FUSION, **facts, **opts)  # fmt: skip
+            enable_fp_fusion=A.FP_FUSION, **facts, **opts)  # fmt: skip
 
     def split_as(kernel, per, warps, stages, cap):  # a variant of `SPLIT_VARIANTS`
         s = -(-max_spans // per) if per else splits
-        opts = A.split_options(meta.block_m, d, r * s * hkv)
-        opts = {**opts, **({"num_stages": stages} if stages else {})}
+        opts = A.split_options(r * s * hkv)
+        opts = {**opts, **({"num_warps": warps} if warps else {}),
+                **({"num_stages": stages} if stages else {})}  # fmt: skip
         opts = opts if cap < 0 else {k: v for k, v in opts.items() if k != "maxnreg"}
-        split_launch(warps, opts, kernel, s)
+        split_launch({**opts, **({"maxnreg": cap} if cap > 0 else {})}, kernel, s)
 
     def split():  # the plan's own launch (`attention._split_decode`), its options verbatim
-        split_launch(meta.num_warps, A.split_options(meta.block_m, d, r * splits * hkv))
+        split_launch(A.split_options(r * splits * hkv))
 
     def merge(out):  # the shipped merge, as the plan launches it (`attention._split_decode`)
         merge_spans_kernel[(r, hkv)](out, m_s, l_s, acc_s, meta.positions, max_spans, win,

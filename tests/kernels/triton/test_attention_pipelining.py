@@ -19,8 +19,7 @@ from samebits.kernels.triton._attention_kernel import split_span_kernel as fn
 consts = dict(HKV=8, GROUP=4, D=128, PAGE=16, BLOCK_M=attention.DECODE_BLOCK_M,
               BLOCK_N=attention.KEY_BLOCK, SPAN=512)
 ptrs = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "pos_ptr": "*i32", "bt_ptr": "*i32"}
-opts = {"num_warps": 4, "enable_fp_fusion": attention.FP_FUSION,
-        **attention.split_options(attention.DECODE_BLOCK_M, 128, 64)}
+opts = {"enable_fp_fusion": attention.FP_FUSION, **attention.split_options(64)}
 k = aot.compile_sm90(fn, aot.signature(fn, ptrs, consts, ["qk_scale"]), consts, opts)
 kv = re.findall(r"local_alloc : \(\) -> !ttg.memdesc<(\d+)x64x128xbf16", k.asm["ttgir"])
 print(json.dumps({"stages": opts["num_stages"], "kv_buffers": [int(n) for n in kv]}))

@@ -193,10 +193,12 @@ def test_sequential_launch_stages_follow_the_tile_height_only(monkeypatch):
     assert attention.sequential_options(128, 128)["num_stages"] == 2
     assert "num_stages" not in attention.sequential_options(64, 128)
     assert attention.sequential_options(16, 128) == {"maxnreg": attention.DECODE_MAXNREG}
-    few = attention.SPLIT_FEW_PROGRAMS
-    assert attention.split_options(16, 128, few) == {"maxnreg": attention.DECODE_MAXNREG,
-                                                     "num_stages": attention.SPLIT_STAGES}  # fmt: skip
-    assert attention.split_options(16, 128, few + 1) == {"maxnreg": attention.DECODE_MAXNREG}
+    few, warps = attention.SPLIT_FEW_PROGRAMS, attention.SPLIT_WARPS
+    assert attention.split_options(few) == {"num_warps": warps,
+                                            "num_stages": attention.SPLIT_STAGES}  # fmt: skip
+    assert attention.split_options(few + 1) == {"num_warps": warps}
     monkeypatch.setattr(attention, "ATTENTION_STAGES", 4)
     assert attention.sequential_options(128, 128)["num_stages"] == 4
-    assert attention.split_options(16, 128, 1)["num_stages"] == 4
+    assert attention.split_options(1)["num_stages"] == 4
+    monkeypatch.setattr(attention, "ATTENTION_MAXNREG", 96)
+    assert attention.split_options(few + 1)["maxnreg"] == 96

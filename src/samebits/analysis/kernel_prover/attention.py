@@ -257,7 +257,8 @@ def calls(side: str, spec: AttentionSpec, sd: Side) -> list[KernelCall]:
     heads), or `attention._split_decode` (split grid: KV heads x S x requests; merge grid:
     requests x KV heads)."""
     from samebits.kernels.triton.attention_meta import (
-        ATTENTION_WARPS,
+        MERGE_WARPS,
+        SPLIT_WARPS,
         default_num_warps,
         merge_block_m,
     )
@@ -289,9 +290,9 @@ def calls(side: str, spec: AttentionSpec, sd: Side) -> list[KernelCall]:
                  **{**facts, "BLOCK_M": merge_block_m(g)})  # fmt: skip
     return [
         KernelCall(
-            SPLIT_KERNEL, (var("grid_hkv"), var("splits"), var("requests")), split, ATTENTION_WARPS
+            SPLIT_KERNEL, (var("grid_hkv"), var("splits"), var("requests")), split, SPLIT_WARPS
         ),  # fmt: skip
-        KernelCall(MERGE_KERNEL, (var("requests"), var("grid_hkv")), merge, ATTENTION_WARPS),
+        KernelCall(MERGE_KERNEL, (var("requests"), var("grid_hkv")), merge, MERGE_WARPS),
     ]
 
 

@@ -23,8 +23,10 @@ from samebits.kernels.triton._attention_kernel import (
 )
 from samebits.kernels.triton.attention_meta import (
     DECODE_BLOCK_M,
+    MERGE_WARPS,
     SPLIT_FEW_PROGRAMS,
     SPLIT_STAGES,
+    SPLIT_WARPS,
     AttentionMeta,
     attention_metadata,
     default_block_m,
@@ -123,12 +125,12 @@ def sequential_options(block_m: int, head_dim: int) -> dict:
     return _staged(_cap(register_cap(block_m, head_dim)), default_num_stages(block_m))
 
 
-def split_options(block_m: int, head_dim: int, programs: int) -> dict:
-    """Launch options of a split-KV span launch of ``programs`` programs: the register cap;
-    SPLIT_STAGES pipeline stages up to SPLIT_FEW_PROGRAMS programs, else the compiler's
-    default (an experiment's ATTENTION_STAGES wins)."""
+def split_options(programs: int) -> dict:
+    """Launch options of a split-KV span launch of ``programs`` programs: SPLIT_WARPS warps, no
+    register cap, SPLIT_STAGES pipeline stages up to SPLIT_FEW_PROGRAMS programs, else the
+    compiler's default (an experiment's ATTENTION_MAXNREG / ATTENTION_STAGES win)."""
     stages = SPLIT_STAGES if programs <= SPLIT_FEW_PROGRAMS else None
-    return _staged(_cap(register_cap(block_m, head_dim)), stages)
+    return {"num_warps": SPLIT_WARPS, **_staged(_cap(ATTENTION_MAXNREG), stages)}
 
 
 def _staged(opts: dict, stages: int | None) -> dict:
@@ -162,11 +164,11 @@ def _split_decode(
     split_span_kernel[(hkv, splits, r)](
         q, k_cache, v_cache, m_s, l_s, acc_s, meta.positions, meta.block_tables,
         meta.block_tables.shape[1], max_spans, scale * LOG2E, window, PAGE=meta.block_size,
-        BLOCK_N=KEY_BLOCK, num_warps=meta.num_warps, enable_fp_fusion=FP_FUSION,
-        **facts, **split_options(meta.block_m, d, r * splits * hkv),
+        BLOCK_N=KEY_BLOCK, enable_fp_fusion=FP_FUSION, **facts,
+        **split_options(r * splits * hkv),
     )  # fmt: skip
     merge_spans_kernel[(r, hkv)](
-        out, m_s, l_s, acc_s, meta.positions, max_spans, window, num_warps=meta.num_warps,
+        out, m_s, l_s, acc_s, meta.positions, max_spans, window, num_warps=MERGE_WARPS,
         enable_fp_fusion=FP_FUSION, **{**facts, "BLOCK_M": merge_block_m(meta.group)},
     )  # fmt: skip
 

@@ -16,6 +16,7 @@ from samebits.kernels.triton.attention_meta import (
     PREFILL_BLOCK_M,
     SPLIT_FEW_PROGRAMS,
     SPLIT_STAGES,
+    SPLIT_WARPS,
     WIDE_BLOCK_M,
     WIDE_MIN_QUERY,
     WIDE_STAGES,
@@ -81,9 +82,10 @@ def describe() -> dict[str, str]:
             f"block_m {DECODE_BLOCK_M} (decode) / {WIDE_BLOCK_M} on {WIDE_WARPS} warps, "
             f"{WIDE_STAGES} stages (a query "
             f"of {WIDE_MIN_QUERY}+ tokens) / {PREFILL_BLOCK_M} on {ATTENTION_WARPS} warps "
-            f"(otherwise), decode launches of head dim <= 128 capped at {DECODE_MAXNREG} "
-            f"registers, split-KV span launches of <= {SPLIT_FEW_PROGRAMS} programs on {SPLIT_STAGES} "
-            "stages, GQA rows packed (token, head) (no bit changes: tile height and packing "
+            f"(otherwise), sequential decode launches of head dim <= 128 capped at "
+            f"{DECODE_MAXNREG} registers, split-KV span launches on {SPLIT_WARPS} warps, no "
+            f"cap, {SPLIT_STAGES} stages up to {SPLIT_FEW_PROGRAMS} programs, GQA rows packed "
+            "(token, head) (no bit changes: tile height and packing "
             "are certificate goals, warps, stages and the cap a test; fingerprint, not numerics id)"
         ),
     }

@@ -387,7 +387,8 @@ def _launch_facts(shape: dict, g: int, split: bool) -> dict:
     if split:  # decode tiles (`default_block_m(1, group)`), any S
         return {**shape, "launch": "split_kv", "block_m": am.default_block_m(1, g),
                 "merge_block_m": am.merge_block_m(g),
-                "pages": list(ATTENTION_PAGES), "warps": am.ATTENTION_WARPS,
+                "pages": list(ATTENTION_PAGES), "warps": am.SPLIT_WARPS,
+                "merge_warps": am.MERGE_WARPS,
                 "kernels": ["split_span_kernel", "merge_spans_kernel"],
                 "programs_per_request": "any"}  # fmt: skip
     bms = am.tile_heights(g)
