@@ -55,7 +55,7 @@ from samebits.kernels.triton._attention_kernel import (  # noqa: E402
     _state_offsets,
     _store_state,
 )
-from samebits.kernels.triton._softexp2 import softexp2  # noqa: E402
+from samebits.kernels.triton._softexp2 import ex2q  # noqa: E402
 
 CELLS = [(1, 4096), (1, 8192), (1, 16384), (1, 32768), (1, 131072),
          (16, 4096), (16, 8192), (16, 16384), (16, 32768)]  # fmt: skip
@@ -148,8 +148,8 @@ def merge_flat_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, max_spans, windo
         acc_s = tl.load(accs_ptr + at * D + d[None, :], mask=live, other=0.0)
         take = live & (span * SPAN + SPAN > lo)
         m_new = tl.maximum(m_i, m_s)
-        a = softexp2(tl.where(take, m_i - m_new, 0.0))
-        b = softexp2(tl.where(take, m_s - m_new, 0.0))
+        a = ex2q(tl.where(take, m_i - m_new, 0.0))
+        b = ex2q(tl.where(take, m_s - m_new, 0.0))
         l_new = tl.fma(l_i, a, l_s * b)
         acc_new = tl.fma(acc, a, acc_s * b)
         m_i = tl.where(take, m_new, m_i)
@@ -272,8 +272,8 @@ def _span_weights(w_ptr, ms_ptr, base, c0, n, live, lo, carry, WROWS, H: tl.cons
     ms_prev = tl.load(ms_ptr + at - H, mask=prev_take, other=float("-inf"))
     m_new = tl.maximum(carry[:, None], tl.associative_scan(ms, 1, _cummax))
     m_old = tl.maximum(carry[:, None], tl.associative_scan(ms_prev, 1, _cummax))
-    tl.store(w_ptr + at, softexp2(tl.where(take, m_old - m_new, 0.0)), mask=take)
-    tl.store(w_ptr + WROWS + at, softexp2(tl.where(take, ms - m_new, 0.0)), mask=take)
+    tl.store(w_ptr + at, ex2q(tl.where(take, m_old - m_new, 0.0)), mask=take)
+    tl.store(w_ptr + WROWS + at, ex2q(tl.where(take, ms - m_new, 0.0)), mask=take)
     return tl.maximum(carry, tl.max(ms, axis=1))
 
 
