@@ -41,10 +41,10 @@ WIDE_STAGES = 2
 # batch 16 x 4k 82.1 -> 93.1): the compiler's default there. The same bits (a launch choice).
 SPLIT_STAGES = 5
 SPLIT_FEW_PROGRAMS = 132
-# and on SPLIT_WARPS warps with no register cap: H100, 2026-12-07 (session 25),
+# and on SPLIT_WARPS warps with no register cap: H100, 2026-12-07 (session 25, two runs),
 # benchmarks/split_decode_probe.py, span kernel alone against 4 warps capped at 128 registers:
-# batch 16 x 4k / 8k / 16k / 32k 1.2-2.6% faster, batch 1 x 4k / 8k / 32k / 128k 1.8-3.0%
-# faster, 1 x 16k 2.7% slower; 2 warps under the cap ran 1.4x slower. The same bits.
+# batch 16 x 4k-32k 0.8-2.6% faster, batch 1 x 4k / 8k / 32k / 128k 1.7-5.6% faster, 1 x 16k
+# 1.4-2.7% slower; 2 warps under the cap ran 1.4x slower, 1 warp slower. The same bits.
 SPLIT_WARPS = 2
 MERGE_WARPS = ATTENTION_WARPS  # the split-KV merge's launch (`merge_spans_kernel`)
 
