@@ -15,7 +15,7 @@ from 8: compiled for sm_90 on a CPU, the TTGIR's K/V `local_alloc`s are 1x64x128
 store states the shipped merge folds into the shipped output's bits (checked), timed alone;
 they include the grid shipped until 2026-12-07 (requests first) and contiguous runs of spans
 per program in one tile sequence (`split_runs_kernel`), at several spans per program.
-`--split-only` skips the merge variants.
+`--split-only` skips the merge variants, `--merge-only` the span-kernel variants.
 
     python benchmarks/split_decode_probe.py --out $OUT/split_decode_probe.json
 
@@ -65,7 +65,9 @@ MERGE_VARIANTS = [(128, 4, 1, 1, 0), (128, 4, 3, 1, 0), (128, 4, 4, 1, 0), (128,
                   (128, 4, 4, 1, 4), (128, 4, 8, 1, 4), (128, 4, 1, 4, 0), (128, 4, 1, 8, 0),
                   (128, 4, 2, 4, 0), (128, 4, 3, 4, 4), (128, 4, 1, 8, 4), (128, 2, 2, 8, 4),
                   (64, 2, 3, 4, 4), (32, 1, 3, 4, 4), (128, 1, 4, 1, 4), (128, 2, 4, 1, 4),
-                  (128, 8, 4, 1, 4), (128, 2, 6, 1, 4), (64, 1, 4, 1, 4)]  # fmt: skip
+                  (128, 8, 4, 1, 4), (128, 2, 6, 1, 4), (64, 1, 4, 1, 4), (128, 4, 1, 4, 4),
+                  (128, 4, 2, 4, 4), (128, 4, 4, 4, 4), (128, 4, 3, 2, 4), (128, 4, 3, 8, 4),
+                  (128, 2, 3, 4, 4), (128, 2, 3, 8, 4)]  # fmt: skip
 # m and l as 2-D tiles: (warps, pipeline stages, tile height)
 FLAT_VARIANTS = [(4, 4, 4), (4, 6, 4), (2, 4, 4), (8, 4, 4), (4, 1, 4)]
 # two-phase merge: (warps, pipeline stages of the fold, spans per weight chunk, tile height)
@@ -324,7 +326,7 @@ def bits(t):
     return t.contiguous().view(torch.int16 if t.element_size() == 2 else torch.int32)
 
 
-def cell(batch: int, context: int, merges: bool = True) -> dict:
+def cell(batch: int, context: int, merges: bool = True, splits_too: bool = True) -> dict:
     import torch
 
     from samebits.kernels.triton import attention as A
@@ -404,7 +406,7 @@ def cell(batch: int, context: int, merges: bool = True) -> dict:
     split()
     t["merge"] = bench_graph(lambda: merge(torch.empty_like(q)), 30)
     eq: dict = {}
-    for v in SPLIT_VARIANTS:  # each variant's states, folded by the shipped merge
+    for v in SPLIT_VARIANTS if splits_too else []:  # states folded by the shipped merge
         name, out = "split_{}_per{}_w{}_s{}_r{}".format(*v), torch.empty_like(q)
         split_as(*v)
         merge(out)
@@ -431,10 +433,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--split-only", action="store_true", help="no merge variants")
+    ap.add_argument("--merge-only", action="store_true", help="no span-kernel variants")
     args = ap.parse_args()
     rows = []
     for batch, context in CELLS:
-        rows.append(cell(batch, context, merges=not args.split_only))
+        rows.append(cell(batch, context, not args.split_only, not args.merge_only))
         print(json.dumps(rows[-1]), flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps({"machine": machine_info(), "rows": rows}, indent=1))
