@@ -372,6 +372,7 @@ def cell(batch: int, context: int, merges: bool = True, splits_too: bool = True)
 
     def merge(out):  # the shipped merge, as the plan launches it (`attention._split_decode`)
         merge_spans_kernel[(r, hkv)](out, m_s, l_s, acc_s, meta.positions, max_spans, win,
+                                     UNROLL=A.MERGE_UNROLL,
                                      **{**launch, "BLOCK_M": A.merge_block_m(meta.group)})  # fmt: skip
 
     def merge_sliced(out, block_d, warps=4, stages=1, unroll=1, bm=0):

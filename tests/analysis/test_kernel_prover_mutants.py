@@ -209,10 +209,11 @@ SPAN_LOOP = (
     "                                       SPAN)  # fmt: skip\n"
     "        m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s, (span0 <= pos) & (span0 + SPAN > lo))\n"
 )  # fmt: skip
-MERGE_TAKE = "live & (span * SPAN + SPAN > lo)"  # the merge kernel's spans with a key in the window
 MERGE_READ = (
-    "        at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)\n        m_s = tl.load("
+    "            at = _state_offsets(tok * max_spans + c0 + u, hk, r, HKV, GROUP)\n"
+    "            m_s = tl.load("
 )
+MERGE_TRIP = "    for c0 in tl.range(0, n, UNROLL, num_stages=3):\n"
 # the split kernel's store of a span state
 STATE_AT = (
     "        at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)\n        _store_state("
@@ -261,10 +262,39 @@ def test_spans_in_reverse_order_are_refuted():
 def test_merge_in_reverse_span_order_is_refuted():
     # the split launch's merge folds the stored spans last to first
     text = mutate(ATTN, MERGE_READ, MERGE_READ.replace(
-        "tok * max_spans + span,", "tok * max_spans + tl.max(pos, axis=0) // SPAN - span,"))  # fmt: skip
+        "tok * max_spans + c0 + u,", "tok * max_spans + tl.max(pos, axis=0) // SPAN - c0 - u,"))  # fmt: skip
     cex = assert_refuted(attention("split-bm16-p32", text), "update by an iteration both run",
                          "integer operands differ")  # fmt: skip
     assert "merge_spans_kernel" in cex["reason"]  # the merge loop against the span loop
+
+
+def test_merge_trip_in_reverse_order_is_refuted():
+    # the merge folds each trip's UNROLL spans last to first (the trips themselves in order)
+    text = ATTN.replace("c0 + u", "c0 + UNROLL - 1 - u")
+    assert text.count("c0 + UNROLL - 1 - u") == 3  # the span's mask, state row and window
+    cex = assert_refuted(attention("split-bm16-p32", text), "update by an iteration both run")
+    assert "merge_spans_kernel" in cex["reason"]
+
+
+def test_merge_trips_skipping_a_span_are_refuted():
+    # trips start UNROLL + 1 spans apart: one span in UNROLL + 1 is never folded
+    text = mutate(ATTN, MERGE_TRIP, MERGE_TRIP.replace("UNROLL,", "UNROLL + 1,"))
+    cex = assert_refuted(attention("split-bm16-p32", text), "update by an iteration both run")
+    assert "merge_spans_kernel" in cex["reason"]
+
+
+def test_merge_trip_of_another_length_than_the_kernels_is_refuted(monkeypatch):
+    # the prover told that a trip stands for 2 spans while the kernel folds MERGE_UNROLL
+    from samebits.analysis.kernel_prover import attention as A
+
+    post_init = A.AttentionSpec.__post_init__
+
+    def two(self):
+        post_init(self)
+        self.trips = {k: 2 for k in self.trips}
+
+    monkeypatch.setattr(A.AttentionSpec, "__post_init__", two)
+    assert_refuted(attention("split-bm16-p32", ATTN), "update by an iteration both run")
 
 
 def test_span_boundaries_relative_to_the_chunk_start_are_refuted():
@@ -287,7 +317,7 @@ def test_merge_row_reading_another_rows_span_states_is_refuted():
     # the merge tile has its own height (`attention_meta.merge_block_m`): its rows must fold
     # their own heads' span states, not a neighbour's
     text = mutate(ATTN, MERGE_READ, MERGE_READ.replace(
-        "tok * max_spans + span, hk, r, HKV", "tok * max_spans + span, hk, tl.where(live, GROUP - 1 - r, r), HKV"))  # fmt: skip
+        "tok * max_spans + c0 + u, hk, r, HKV", "tok * max_spans + c0 + u, hk, tl.where(live, GROUP - 1 - r, r), HKV"))  # fmt: skip
     cex = assert_refuted(attention("split-bm16-p32", text))
     assert "merge_spans_kernel" in repr(cex)
 
@@ -297,9 +327,9 @@ def test_merge_order_following_the_number_of_programs_is_refuted():
     # per request
     text = mutate(ATTN, MERGE_DEF, MERGE_DEF.replace("max_spans,", "max_spans, splits,"))
     text = mutate(text, MERGE_READ, MERGE_READ.replace(
-        "        at = _state_offsets(tok * max_spans + span,",
-        "        k = tl.where(splits > 1, tl.max(pos, axis=0) // SPAN - span, span)\n"
-        "        at = _state_offsets(tok * max_spans + k,"))  # fmt: skip
+        "            at = _state_offsets(tok * max_spans + c0 + u,",
+        "            k = tl.where(splits > 1, tl.max(pos, axis=0) // SPAN - c0 - u, c0 + u)\n"
+        "            at = _state_offsets(tok * max_spans + k,"))  # fmt: skip
     cex = assert_refuted(attention("split-bm16-p32", text, splits_arg=True),
                          "integer operands differ")  # fmt: skip
     assert cex["element_and_programs"]["R.splits"] > 1
@@ -309,12 +339,12 @@ def test_merge_shape_following_the_number_of_programs_is_refuted():
     # with more than one program per request the running state is folded into the span's
     # (the merge's operands swapped): a merge tree whose shape follows S
     text = mutate(ATTN, MERGE_DEF, MERGE_DEF.replace("max_spans,", "max_spans, splits,"))
-    text = mutate(text, f"        m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s, {MERGE_TAKE})\n",
-                  f"        m1, l1, acc1 = _merge(m_i, l_i, acc, m_s, l_s, acc_s, {MERGE_TAKE})\n"
-                  f"        m2, l2, acc2 = _merge(m_s, l_s, acc_s, m_i, l_i, acc, {MERGE_TAKE})\n"
-                  "        m_i = tl.where(splits > 1, m2, m1)\n"
-                  "        l_i = tl.where(splits > 1, l2, l1)\n"
-                  "        acc = tl.where(splits > 1, acc2, acc1)\n")  # fmt: skip
+    text = mutate(text, "            m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s, take)\n",
+                  "            m1, l1, acc1 = _merge(m_i, l_i, acc, m_s, l_s, acc_s, take)\n"
+                  "            m2, l2, acc2 = _merge(m_s, l_s, acc_s, m_i, l_i, acc, take)\n"
+                  "            m_i = tl.where(splits > 1, m2, m1)\n"
+                  "            l_i = tl.where(splits > 1, l2, l1)\n"
+                  "            acc = tl.where(splits > 1, acc2, acc1)\n")  # fmt: skip
     cex = assert_refuted(attention("split-bm16-p32", text, splits_arg=True))
     assert cex["element_and_programs"]["R.splits"] > 1
 
@@ -367,7 +397,7 @@ def test_span_state_not_reset_is_refuted():
 def test_scratch_states_of_two_requests_in_one_row_are_rejected():
     # split and merge index the span states by span only: requests overwrite each other's
     text = mutate(ATTN, STATE_AT, STATE_AT.replace("tok * max_spans + span,", "span,"))
-    text = mutate(text, MERGE_READ, MERGE_READ.replace("tok * max_spans + span,", "span,"))
+    text = mutate(text, MERGE_READ, MERGE_READ.replace("tok * max_spans + c0 + u,", "c0 + u,"))
     res = attention("split-bm16-p32", text)
     assert res.status == "rejected-unsupported", res.status
     assert "two writers of one element are not excluded" in res.unsupported

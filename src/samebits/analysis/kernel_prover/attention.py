@@ -57,7 +57,7 @@ call, then read; every read must be written, and the scratch stores are proved i
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import z3
 
@@ -165,6 +165,9 @@ class AttentionSpec:
     span: int = 0  # SPAN (keys per span); 0: the plan's (ATTENTION_SPAN)
     # R loop (function, ordinal) -> the L loop it is paired with (default: the same loop)
     pairs: dict = field(default_factory=dict)
+    # R loop (function, ordinal) -> iterations of its L loop one of its trips stands for
+    # (default 1; the split launch's merge folds MERGE_UNROLL spans a trip)
+    trips: dict = field(default_factory=dict)
     # a head class: the KV head count is the shape symbol KV in these inclusive bounds (the
     # group heads // kv_heads and head_dim stay fixed); None: kv_heads as given
     kv_class: tuple | None = None
@@ -194,6 +197,10 @@ class AttentionSpec:
             self.span = ATTENTION_SPAN
         if self.right.launch == SPLIT and not self.pairs:
             self.pairs = dict(SPLIT_PAIRS)
+        if self.right.launch == SPLIT and not self.trips:
+            from samebits.kernels.triton.attention_meta import MERGE_UNROLL
+
+            self.trips = {(MERGE_KERNEL, 0): MERGE_UNROLL}
 
     @property
     def goal(self):
@@ -257,6 +264,7 @@ def calls(side: str, spec: AttentionSpec, sd: Side) -> list[KernelCall]:
     heads), or `attention._split_decode` (split grid: KV heads x S x requests; merge grid:
     requests x KV heads)."""
     from samebits.kernels.triton.attention_meta import (
+        MERGE_UNROLL,
         MERGE_WARPS,
         SPLIT_WARPS,
         default_num_warps,
@@ -286,7 +294,7 @@ def calls(side: str, spec: AttentionSpec, sd: Side) -> list[KernelCall]:
         PAGE=sd.page, BLOCK_N=spec.block_n, **facts,
     )  # fmt: skip
     merge = dict(o_ptr=arr("o", ACT), **scratch, pos_ptr=arr("pos", "i32"),
-                 max_spans=var("max_spans"), window=WINDOW(),
+                 max_spans=var("max_spans"), window=WINDOW(), UNROLL=MERGE_UNROLL,
                  **{**facts, "BLOCK_M": merge_block_m(g)})  # fmt: skip
     return [
         KernelCall(
@@ -986,10 +994,16 @@ def _prove(src, spec: AttentionSpec, stats, Refuted, _compare, _final) -> None:
         def state(lp, which, rst, sub=None, names=names):
             # the carried values of the compared row, as one term (one comparison shares the
             # subterms of m, l and acc: the running max, the scores)
-            v = Term("loop-state", tuple(_row_value(getattr(lp, which)[x], rst, dl)
-                                         for x in names), "fp32")  # fmt: skip
+            vals = getattr(lp, which)  # tiles, or the row's terms already (`_trip`)
+            v = Term("loop-state", tuple(vals[x] if isinstance(vals[x], Term)
+                                         else _row_value(vals[x], rst, dl) for x in names),
+                     "fp32")  # fmt: skip
             return T.subst_term(v, sub) if sub else v
 
+        trips = spec.trips.get(rp.key[:2], 1)
+        if trips > 1:  # one R trip against `trips` L iterations: the L side as their block
+            runs_l = [_subst_z3(f, {lp.var.terms[0][0]: lp.var.scale(trips)}) for f in runs_l]
+            lp = _trip(lp, trips, rl, dl, names)
         label = f"{lp.canon} ~ {_canon(rp.key)} ({lp.where} ~ {rp.where}), state {names}"
         # 1. base: the state before the loop
         nonvacuous([*base, *ctx], f"{label}: base")
@@ -1036,6 +1050,50 @@ def _pairs(L: _Side, R: _Side) -> list[tuple[_Loop, _Loop]]:
         if not any(rp is b for _, b in out):
             raise Unsupported(rp.where, f"loop {_canon(rp.key)} has no counterpart in L")
     return out
+
+
+def _trip(lp: _Loop, trips: int, rst: Lin, dd: Lin, names: list) -> _Loop:
+    """L's fold seen ``trips`` iterations at a time: its iteration j stands for iterations
+    trips * j .. trips * j + trips - 1, each the update of the loop's body from the state the
+    one before left, applied while it runs (an iteration past the loop's end leaves the
+    state as it is). The compared row's pre / post states as [rows, cols] tiles of one row
+    (``rst``) and column (``dd``), what `state` reads."""
+    jk = lp.var.terms[0][0]
+    pre = {x: _row_value(lp.pre[x], rst, dd) for x in names}
+    cur = dict(pre)
+    for u in range(trips):
+        j = lp.var.scale(trips).add(T.const(u))
+        value = lp.start.add(T.mul(j, lp.step))
+        runs = T.c_and(T.cmp(">=", j, T.ZERO), T.cmp("<", value, lp.stop))
+        step = {x: _replace_pre(T.subst_term(_row_value(lp.post[x], rst, dd), {jk: j}),
+                                lp.canon, cur, dd) for x in names}  # fmt: skip
+        cur = {x: T.ite(runs, step[x], cur[x]) for x in names}
+    return replace(lp, pre=pre, post=cur)
+
+
+def _replace_pre(t: Term, canon: str, state: dict, dd: Lin) -> Term:
+    """``t`` with the loop's shared pre-state symbols of the compared row (`_Side._state`:
+    ``state(name, "pre", canon, *cols)``) replaced by ``state[name]`` at those columns."""
+    memo: dict = {}
+    stack = [t]
+    while stack:
+        cur = stack[-1]
+        if cur.id in memo:
+            stack.pop()
+            continue
+        if cur.op == "state" and cur.args[1] == "pre" and cur.args[2] == canon:
+            cols = cur.args[3:]
+            value = state[cur.args[0]]
+            memo[cur.id] = T.subst_term(value, {dd.terms[0][0]: cols[0]}) if cols else value
+            stack.pop()
+            continue
+        pending = [a for a in T._children(cur) if a.id not in memo]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        memo[cur.id] = T._rebuild(cur, {}, memo)
+    return memo[t.id]
 
 
 def _subst_z3(f, sig: dict):

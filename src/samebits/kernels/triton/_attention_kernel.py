@@ -264,9 +264,10 @@ def split_span_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt
 @triton.jit(do_not_specialize=["max_spans", "window"])
 def merge_spans_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, max_spans, window,
                        HKV: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr,
-                       BLOCK_M: tl.constexpr, SPAN: tl.constexpr):  # fmt: skip
+                       BLOCK_M: tl.constexpr, SPAN: tl.constexpr,
+                       UNROLL: tl.constexpr):  # fmt: skip
     """Program (r, kv head): fold token r's stored span states in span order (the spans with
-    a key in its window), then acc / l."""
+    a key in its window), UNROLL spans a loop trip, then acc / l."""
     req = tl.program_id(0)
     hk = tl.program_id(1)
     r = tl.arange(0, BLOCK_M)
@@ -278,17 +279,19 @@ def merge_spans_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, max_spans, wind
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, D), tl.float32)
-    # a pipelined loop (`tl.range` num_stages: the next spans' states are loaded while this
-    # one is folded; the fold order and formula are unchanged): without it every span waited
-    # for its own loads, which made the merge ~40% of a batch-1 32k decode step (H100,
-    # benchmarks/split_decode_probe.py; 4 stages and a tile of the group's rows
-    # (`attention_meta.merge_block_m`) are the fastest launch that probe measured)
-    for span in tl.range(0, tl.max(pos, axis=0) // SPAN + 1, num_stages=4):
-        at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)
-        m_s = tl.load(ms_ptr + at, mask=live, other=float("-inf"))
-        l_s = tl.load(ls_ptr + at, mask=live, other=0.0)
-        acc_s = tl.load(accs_ptr + at[:, None] * D + d[None, :], mask=live[:, None], other=0.0)
-        m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s, live & (span * SPAN + SPAN > lo))
+    # the spans in trips of UNROLL, whose state loads issue together (one load per span
+    # waited for its own loads before), folded in span order; a span past the last is not
+    # taken (`_merge` keeps the state): the same folds in the same order
+    n = tl.max(pos, axis=0) // SPAN + 1
+    for c0 in tl.range(0, n, UNROLL, num_stages=3):
+        for u in tl.static_range(UNROLL):
+            ok = live & (c0 + u < n)
+            at = _state_offsets(tok * max_spans + c0 + u, hk, r, HKV, GROUP)
+            m_s = tl.load(ms_ptr + at, mask=ok, other=float("-inf"))
+            l_s = tl.load(ls_ptr + at, mask=ok, other=0.0)
+            acc_s = tl.load(accs_ptr + at[:, None] * D + d[None, :], mask=ok[:, None], other=0.0)
+            take = ok & ((c0 + u) * SPAN + SPAN > lo)
+            m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s, take)
     out = tl.math.div_rn(acc, l_i[:, None])
     rows = _state_offsets(tok, hk, r, HKV, GROUP) * D
     tl.store(o_ptr + rows[:, None] + d[None, :], out.to(o_ptr.dtype.element_ty), mask=live[:, None])

@@ -23,6 +23,7 @@ from samebits.kernels.triton._attention_kernel import (
 )
 from samebits.kernels.triton.attention_meta import (
     DECODE_BLOCK_M,
+    MERGE_UNROLL,
     MERGE_WARPS,
     SPLIT_FEW_PROGRAMS,
     SPLIT_STAGES,
@@ -169,7 +170,8 @@ def _split_decode(
     )  # fmt: skip
     merge_spans_kernel[(r, hkv)](
         out, m_s, l_s, acc_s, meta.positions, max_spans, window, num_warps=MERGE_WARPS,
-        enable_fp_fusion=FP_FUSION, **{**facts, "BLOCK_M": merge_block_m(meta.group)},
+        enable_fp_fusion=FP_FUSION, UNROLL=MERGE_UNROLL,
+        **{**facts, "BLOCK_M": merge_block_m(meta.group)},
     )  # fmt: skip
 
 

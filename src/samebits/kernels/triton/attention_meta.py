@@ -47,6 +47,10 @@ SPLIT_FEW_PROGRAMS = 132
 # 1.4-2.7% slower; 2 warps under the cap ran 1.4x slower, 1 warp slower. The same bits.
 SPLIT_WARPS = 2
 MERGE_WARPS = ATTENTION_WARPS  # the split-KV merge's launch (`merge_spans_kernel`)
+# spans per loop trip of the merge (their loads issue together): H100, 2026-12-07, session
+# 25, benchmarks/split_decode_probe.py, 4 a trip at 3 stages against one at 4 stages: 1 x 32k
+# 14.8 -> 9.6 us, 1 x 128k 50.6 -> 30.9, 16 x 16k 9.9 -> 7.6 (the same bits)
+MERGE_UNROLL = 4
 
 
 @dataclass(frozen=True)

@@ -232,8 +232,10 @@ def _zmatch(pat, term, holes: set, bind: dict) -> bool:
         return True
     if pat.eq(term):
         return True
-    if not (z3.is_app(pat) and z3.is_app(term)) or pat.num_args() != term.num_args():
+    if not (z3.is_app(pat) and z3.is_app(term)):
         return False
+    if pat.num_args() != term.num_args():
+        return _zmatch_sum(pat, term, holes, bind)
     if pat.num_args() == 0 or not pat.decl().eq(term.decl()):
         return False
     orders = [term.children()]
@@ -244,6 +246,29 @@ def _zmatch(pat, term, holes: set, bind: dict) -> bool:
     for kids in orders:
         trial = dict(bind)
         if all(_zmatch(a, b, holes, trial) for a, b in zip(pat.children(), kids, strict=True)):
+            bind.update(trial)
+            return True
+    return False
+
+
+def _zmatch_sum(pat, term, holes: set, bind: dict) -> bool:
+    """A sum with one unbound hole against a sum of more operands (a span index ``4 * j + u``
+    where the store wrote index ``s``): the pattern's other operands match operands of the
+    term, the hole takes the sum of the rest. A candidate only: the caller checks that the
+    store writes the element under it (`_resolve`)."""
+    if not (pat.decl().kind() == z3.Z3_OP_ADD and term.decl().kind() == z3.Z3_OP_ADD):
+        return False
+    kids, tk = pat.children(), term.children()
+    free = [a for a in kids if z3.is_const(a) and T.atom_key(a) in holes
+            and T.atom_key(a) not in bind]  # fmt: skip
+    if len(free) != 1 or not len(kids) < len(tk) <= 6:
+        return False
+    others = [a for a in kids if not a.eq(free[0])]
+    for chosen in itertools.permutations(range(len(tk)), len(others)):
+        trial = dict(bind)
+        if all(_zmatch(a, tk[i], holes, trial) for a, i in zip(others, chosen, strict=True)):
+            rest = [tk[i] for i in range(len(tk)) if i not in chosen]
+            trial[T.atom_key(free[0])] = rest[0] if len(rest) == 1 else z3.Sum(rest)
             bind.update(trial)
             return True
     return False
