@@ -52,7 +52,25 @@ def load_baseline(path: str) -> dict:
     spec = importlib.util.spec_from_file_location("baseline_attention_kernel", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return {name: getattr(module, name) for name in KERNELS}
+    kernels = {name: getattr(module, name) for name in KERNELS}
+    merge = kernels["merge_spans_kernel"]
+    if "UNROLL" not in merge.arg_names:
+        kernels["merge_spans_kernel"] = _DropArgs(merge, ("UNROLL",))
+    return kernels
+
+
+class _DropArgs:
+    """A kernel from before an argument existed, launched as `kernel[grid](...)` by today's
+    launcher: the arguments it does not know are dropped (an older loop shape, not a new one)."""
+
+    def __init__(self, kernel, names: tuple[str, ...]) -> None:
+        self.kernel, self.names = kernel, names
+
+    def __getitem__(self, grid):
+        launch = self.kernel[grid]
+        return lambda *args, **kw: launch(
+            *args, **{k: v for k, v in kw.items() if k not in self.names}
+        )
 
 
 def make_case(lengths, query_lens, hkv, group, d, device, seed, span):
