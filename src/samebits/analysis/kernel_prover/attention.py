@@ -66,7 +66,7 @@ from samebits.analysis.kernel_prover.attention_int32 import check_int32
 from samebits.analysis.kernel_prover.solving import check
 from samebits.analysis.kernel_prover.specs import MODELS
 from samebits.analysis.kernel_prover.symbolic.execution import Execution
-from samebits.analysis.kernel_prover.symbolic.folds import _assigned
+from samebits.analysis.kernel_prover.symbolic.folds import _assigned, _replace
 from samebits.analysis.kernel_prover.symbolic.memory import Store, _active
 from samebits.analysis.kernel_prover.symbolic.source import KernelSource
 from samebits.analysis.kernel_prover.symbolic.tl_semantics import opaque_mul
@@ -1074,26 +1074,14 @@ def _trip(lp: _Loop, trips: int, rst: Lin, dd: Lin, names: list) -> _Loop:
 def _replace_pre(t: Term, canon: str, state: dict, dd: Lin) -> Term:
     """``t`` with the loop's shared pre-state symbols of the compared row (`_Side._state`:
     ``state(name, "pre", canon, *cols)``) replaced by ``state[name]`` at those columns."""
-    memo: dict = {}
-    stack = [t]
-    while stack:
-        cur = stack[-1]
-        if cur.id in memo:
-            stack.pop()
-            continue
-        if cur.op == "state" and cur.args[1] == "pre" and cur.args[2] == canon:
-            cols = cur.args[3:]
-            value = state[cur.args[0]]
-            memo[cur.id] = T.subst_term(value, {dd.terms[0][0]: cols[0]}) if cols else value
-            stack.pop()
-            continue
-        pending = [a for a in T._children(cur) if a.id not in memo]
-        if pending:
-            stack.extend(pending)
-            continue
-        stack.pop()
-        memo[cur.id] = T._rebuild(cur, {}, memo)
-    return memo[t.id]
+
+    def leaf(cur: Term) -> Term | None:
+        if cur.op != "state" or cur.args[1] != "pre" or cur.args[2] != canon:
+            return None
+        cols, value = cur.args[3:], state[cur.args[0]]
+        return T.subst_term(value, {dd.terms[0][0]: cols[0]}) if cols else value
+
+    return _replace(t, {}, leaf)
 
 
 def _subst_z3(f, sig: dict):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import math
+from collections.abc import Callable
 
 import z3
 
@@ -217,14 +218,20 @@ def _holes(t: Term, uid, name) -> list[Term]:
     return out
 
 
-def _replace(t: Term, memo: dict) -> Term:
-    """``t`` with the terms whose ids are keys of ``memo`` replaced by its values."""
-    if not memo:
+def _replace(t: Term, memo: dict, leaf: Callable[[Term], Term | None] | None = None) -> Term:
+    """``t`` with the terms whose ids are keys of ``memo`` replaced by its values, and each
+    term for which ``leaf`` returns a term replaced by that term."""
+    if not memo and leaf is None:
         return t
     stack = [t]
     while stack:
         cur = stack[-1]
         if cur.id in memo:
+            stack.pop()
+            continue
+        new = None if leaf is None else leaf(cur)
+        if new is not None:
+            memo[cur.id] = new
             stack.pop()
             continue
         pending = [a for a in T._children(cur) if a.id not in memo]
