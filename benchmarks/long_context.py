@@ -53,9 +53,11 @@ DECODE_CELLS = [(1, 4096), (1, 8192), (1, 16384), (1, 32768), (1, 131072),
                 (16, 4096), (16, 8192), (16, 16384), (16, 32768)]  # fmt: skip
 PREFILL_LENGTHS = (8192, 32768)
 ENGINE_CONTEXTS = (128, 4096, 8192, 32768, 130000)
-# the fast plan's largest context here: its SDPA with a dense mask ran out of memory from 8k
-# (H200) and 4k (H100); since `kernels/cpu/sdpa.py` a prompt, chunk or decode token runs with
-# no dense mask (not yet measured on a GPU; an out-of-memory cell is recorded as an error row)
+# the fast plan's largest context here: its SDPA ran out of memory from 8k (H200 2026-12-01,
+# H100 2026-12-08: 8 GiB asked at 8k): `kernels/cpu/sdpa.py` called SDPA on 3-D tensors, which
+# PyTorch's fused kernels refuse, so its math fallback materialized heads x n x L scores; it
+# calls them as 4-D since 2026-12-08 (not yet measured on a GPU; an out-of-memory cell is
+# recorded as an error row)
 FAST_MAX_CONTEXT = 32768
 DECODE_TOKENS = 128
 BATCH16 = (16, 16384, 32)  # requests, context, decode tokens

@@ -64,6 +64,19 @@ def test_suffix_queries_run_without_a_dense_mask(monkeypatch):
         sdpa.causal_sdpa(*_qkv(len(pos), keys, seed=1), pos, D**-0.5, window)
 
 
+@pytest.mark.parametrize("name", ["prompt", "chunk after cached keys", "decode"])
+def test_suffix_queries_run_on_a_fused_kernel(name):
+    # a 3-D call has no fused kernel ("No available kernel" here): PyTorch's math fallback
+    # then materializes heads x queries x keys scores (8 GiB at 8k tokens, 32 heads)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    pos, keys, window = CASES[name]
+    q, k, v = _qkv(len(pos), keys, seed=2)
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        got = sdpa.causal_sdpa(q, k, v, pos, D**-0.5, window)
+    np.testing.assert_allclose(got.double().numpy(), _reference(q, k, v, pos, window), 2e-5, 2e-5)
+
+
 @pytest.mark.parametrize("window", [0, 7])
 def test_masked_blocks_stay_under_the_bound(monkeypatch, window):
     monkeypatch.setattr(sdpa, "MASK_BLOCK_ELEMENTS", HEADS * 40 * 3)  # 3 query rows a block
@@ -71,7 +84,7 @@ def test_masked_blocks_stay_under_the_bound(monkeypatch, window):
     real = torch.nn.functional.scaled_dot_product_attention
 
     def spy(q, k, v, attn_mask=None, **kw):
-        sizes.append(q.shape[0] * attn_mask.numel())
+        sizes.append(q.shape[-3] * attn_mask.numel())  # heads x queries x keys
         return real(q, k, v, attn_mask=attn_mask, **kw)
 
     monkeypatch.setattr(sdpa.F, "scaled_dot_product_attention", spy)

@@ -21,16 +21,22 @@ MASK_BLOCK_ELEMENTS = 1 << 24  # 64 MiB of fp32 scores per masked SDPA call
 
 
 def causal_sdpa(q, k, v, pos: np.ndarray, scale: float, window: int = 0) -> torch.Tensor:
-    """SDPA of q [heads, n, d] at absolute positions `pos` over k, v [heads, L, d]."""
+    """SDPA of q [heads, n, d] at absolute positions `pos` over k, v [heads, L, d]. Each call
+    passes 4-D tensors (a batch of one): PyTorch's fused SDPA kernels take no other rank, and
+    its math fallback materializes heads x n x L fp32 scores (8 GiB at 8k tokens, 32 heads)."""
     n, keys = len(pos), k.shape[1]
     if window <= 0 and is_suffix(pos, keys):
         if n == 1:  # a decode token sees every key
-            return F.scaled_dot_product_attention(q, k, v, scale=scale)
+            return _sdpa(q, k, v, scale=scale)
         if n == keys:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
-        bias = causal_lower_right(n, keys)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+            return _sdpa(q, k, v, is_causal=True, scale=scale)
+        return _sdpa(q, k, v, attn_mask=causal_lower_right(n, keys), scale=scale)
     return masked_blocks(q, k, v, pos, scale, window)
+
+
+def _sdpa(q, k, v, **kw) -> torch.Tensor:
+    """`F.scaled_dot_product_attention` of 3-D [heads, rows, d] tensors as a batch of one."""
+    return F.scaled_dot_product_attention(q[None], k[None], v[None], **kw)[0]
 
 
 def is_suffix(pos: np.ndarray, keys: int) -> bool:
@@ -53,7 +59,7 @@ def masked_blocks(q, k, v, pos: np.ndarray, scale: float, window: int) -> torch.
         mask = key <= at
         if window > 0:
             mask &= key > at - window
-        out[:, a : a + step] = F.scaled_dot_product_attention(
+        out[:, a : a + step] = _sdpa(
             q[:, a : a + step], k[:, k0:k1], v[:, k0:k1], attn_mask=mask, scale=scale
         )
     return out
