@@ -15,7 +15,10 @@ from 8: compiled for sm_90 on a CPU, the TTGIR's K/V `local_alloc`s are 1x64x128
 store states the shipped merge folds into the shipped output's bits (checked), timed alone;
 they include the grid shipped until 2026-12-07 (requests first) and contiguous runs of spans
 per program in one tile sequence (`split_runs_kernel`), at several spans per program.
-`--split-only` skips the merge variants, `--merge-only` the span-kernel variants.
+`--split-only` skips the merge variants, `--merge-only` the span-kernel variants. `--floor`
+times only floors of the span launch (`floor_kernel`: the same grid and paged K / V reads with
+no softmax, or none of the tile arithmetic), and with parts smaller than a span (more programs
+than the definition has), to tell the launch shape's limit from the kernel's.
 
     python benchmarks/split_decode_probe.py --out $OUT/split_decode_probe.json
 
@@ -83,6 +86,12 @@ SPLIT_VARIANTS = [("heads", 0, 4, 0, 128), ("heads", 0, 4, 0, 0), ("requests", 0
                   ("heads", 0, 0, 3, -1), ("heads", 0, 0, 4, -1), ("heads", 0, 0, 5, -1),
                   ("heads", 0, 1, 3, -1), ("heads", 0, 1, 5, -1), ("heads", 1, 0, 0, -1),
                   ("heads", 2, 0, 0, -1), ("runs", 2, 0, 0, -1), ("runs", 4, 0, 0, -1)]  # fmt: skip
+# floors of the span launch (`floor_kernel`, `--floor`): (keys a program, MMAs (else a sum
+# of the tiles), warps, pipeline stages); a part below the span (512) is more programs than
+# the span definition allows, the parallelism it forgoes
+FLOOR_VARIANTS = [(512, False, 2, 3), (512, False, 2, 5), (512, False, 4, 3), (512, False, 8, 3),
+                  (256, False, 2, 3), (128, False, 2, 3), (512, True, 2, 3), (512, True, 2, 5),
+                  (512, True, 2, 9)]  # fmt: skip
 TWO_PHASE_VARIANTS = [(4, 3, 64, 4), (4, 4, 64, 4), (4, 6, 64, 4), (4, 8, 64, 4), (4, 4, 32, 4),
                       (2, 4, 64, 4), (2, 6, 64, 4)]  # fmt: skip
 
@@ -312,6 +321,51 @@ def merge_two_phase_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, w_ptr, pos_ptr, max_
     tl.store(o_ptr + rows[:, None] + d[None, :], out.to(o_ptr.dtype.element_ty), mask=live[:, None])
 
 
+@triton.jit
+def _kv_tile(k_ptr, v_ptr, bt_row, key0, stop, hk, HKV: tl.constexpr, D: tl.constexpr,
+             PAGE: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+    """The K and V tiles of keys [key0, key0 + BLOCK_N) below `stop`, paged as the plan reads them."""
+    d = tl.arange(0, D)
+    key = key0 + tl.arange(0, BLOCK_N)
+    kmask = key < stop
+    page = tl.load(bt_row + key // PAGE, mask=kmask, other=0).to(tl.int64)
+    kv = ((page * PAGE + key % PAGE) * HKV + hk) * D
+    k = tl.load(k_ptr + kv[:, None] + d[None, :], mask=kmask[:, None], other=0.0)
+    v = tl.load(v_ptr + kv[:, None] + d[None, :], mask=kmask[:, None], other=0.0)
+    return k, v
+
+
+@triton.jit(do_not_specialize=["bt_stride"])
+def floor_kernel(q_ptr, k_ptr, v_ptr, sink_ptr, pos_ptr, bt_ptr, bt_stride, HKV: tl.constexpr,
+                 D: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, PART: tl.constexpr, DOTS: tl.constexpr,
+                 STAGES: tl.constexpr):  # fmt: skip
+    """A floor, not attention: program (kv head, j, request) reads the K and V tiles of keys
+    [j * PART, (j + 1) * PART) of the request, as the span kernel does (same grid, same paged
+    addresses), and only sums them (DOTS false: the memory traffic alone) or feeds them to the
+    two MMAs of a tile update without the softmax (DOTS true: acc = (q k^T as bf16) v + acc).
+    One value a program is stored, so no load is dead."""
+    hk, j, req = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    start = j * PART
+    stop = tl.minimum(start + PART, tl.load(pos_ptr + req) + 1)
+    bt_row = bt_ptr + req.to(tl.int64) * bt_stride
+    d = tl.arange(0, D)
+    q = tl.load(q_ptr + (req * HKV + hk) * BLOCK_M * D + tl.arange(0, BLOCK_M)[:, None] * D + d)
+    acc = tl.zeros((BLOCK_M, D), tl.float32)
+    total = tl.zeros((BLOCK_N, D), tl.float32)
+    for key0 in tl.range(start, stop, BLOCK_N, num_stages=STAGES):
+        k, v = _kv_tile(k_ptr, v_ptr, bt_row, key0, stop, hk, HKV, D, PAGE, BLOCK_N)
+        if DOTS:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+            acc = tl.dot(s.to(v.dtype), v, acc, input_precision="ieee")
+        else:
+            total += k.to(tl.float32) + v.to(tl.float32)
+    pid = (req * tl.num_programs(1) + j) * HKV + hk
+    tl.store(
+        sink_ptr + pid, tl.sum(tl.sum(acc, axis=1), axis=0) + tl.sum(tl.sum(total, axis=1), axis=0)
+    )
+
+
 def split_kernels() -> dict:
     """The span-kernel variants by name (`SPLIT_VARIANTS`)."""
     from samebits.kernels.triton._attention_kernel import split_span_kernel
@@ -326,7 +380,34 @@ def bits(t):
     return t.contiguous().view(torch.int16 if t.element_size() == 2 else torch.int32)
 
 
-def cell(batch: int, context: int, merges: bool = True, splits_too: bool = True) -> dict:
+def floors(q, kv, meta, splits: int, gb: float) -> dict:
+    """us and % HBM of each `FLOOR_VARIANTS` launch on this cell's paged K / V."""
+    import torch
+
+    from samebits.kernels.triton import attention as A
+
+    r, hkv = meta.num_requests, NUM_KV_HEADS
+    qf = randn((r * hkv * meta.block_m * HEAD_DIM,), q.dtype, seed=11)
+    out: dict = {}
+    for part, dots, warps, stages in FLOOR_VARIANTS:
+        grid = (hkv, -(-(meta.max_position + 1) // part), r)
+        sink = torch.empty((grid[0] * grid[1] * grid[2],), dtype=torch.float32, device="cuda")
+
+        def launch(grid=grid, sink=sink, part=part, dots=dots, warps=warps, stages=stages):
+            floor_kernel[grid](qf, kv.k_cache, kv.v_cache, sink, meta.positions, meta.block_tables,
+                               meta.block_tables.shape[1], HKV=hkv, D=HEAD_DIM, PAGE=16,
+                               BLOCK_M=meta.block_m, BLOCK_N=A.KEY_BLOCK, PART=part, DOTS=dots,
+                               STAGES=stages, num_warps=warps)  # fmt: skip
+
+        ms = bench_graph(launch, 30)
+        name = "floor_{}_p{}_w{}_s{}".format("dots" if dots else "sum", part, warps, stages)
+        out[name] = {"us": round(ms * 1e3, 2), "programs": grid[0] * grid[1] * grid[2],
+                     "pct_hbm": round(100 * gb / (ms / 1e3) / hbm_gbps(), 1)}  # fmt: skip
+    return out
+
+
+def cell(batch: int, context: int, merges: bool = True, splits_too: bool = True,
+         floor: bool = False) -> dict:  # fmt: skip
     import torch
 
     from samebits.kernels.triton import attention as A
@@ -407,6 +488,8 @@ def cell(batch: int, context: int, merges: bool = True, splits_too: bool = True)
     split()
     t["merge"] = bench_graph(lambda: merge(torch.empty_like(q)), 30)
     eq: dict = {}
+    if floor:
+        row["floors"] = floors(q, kv, meta, splits, gb)
     for v in SPLIT_VARIANTS if splits_too else []:  # states folded by the shipped merge
         name, out = "split_{}_per{}_w{}_s{}_r{}".format(*v), torch.empty_like(q)
         split_as(*v)
@@ -435,10 +518,13 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--split-only", action="store_true", help="no merge variants")
     ap.add_argument("--merge-only", action="store_true", help="no span-kernel variants")
+    ap.add_argument("--floor", action="store_true",
+                    help="only the floors of the span launch (`FLOOR_VARIANTS`), no variants")  # fmt: skip
     args = ap.parse_args()
     rows = []
     for batch, context in CELLS:
-        rows.append(cell(batch, context, not args.split_only, not args.merge_only))
+        merges, splits = not (args.split_only or args.floor), not (args.merge_only or args.floor)
+        rows.append(cell(batch, context, merges, splits, args.floor))
         print(json.dumps(rows[-1]), flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps({"machine": machine_info(), "rows": rows}, indent=1))
