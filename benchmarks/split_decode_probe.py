@@ -18,7 +18,9 @@ per program in one tile sequence (`split_runs_kernel`), at several spans per pro
 `--split-only` skips the merge variants, `--merge-only` the span-kernel variants. `--floor`
 times only floors of the span launch (`floor_kernel`: the same grid and paged K / V reads with
 no softmax, or none of the tile arithmetic), and with parts smaller than a span (more programs
-than the definition has), to tell the launch shape's limit from the kernel's.
+than the definition has), to tell the launch shape's limit from the kernel's; and the step's
+two launches with and without programmatic dependent launch (`pdl_pair`: the merge starts
+while the span kernel runs and waits for its writes), bits checked.
 
     python benchmarks/split_decode_probe.py --out $OUT/split_decode_probe.json
 
@@ -48,6 +50,7 @@ from gpu_ops import (  # noqa: E402
     make_paged_kv,
     randn,
 )
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: E402
 
 from samebits.kernels.triton._attention_kernel import (  # noqa: E402
     _attend_tile,
@@ -112,10 +115,15 @@ def _merge_rows(pos_ptr, window, GROUP: tl.constexpr, BLOCK_M: tl.constexpr):
 def merge_slices_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, max_spans, window,
                         HKV: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, SPAN: tl.constexpr,
-                        STAGES: tl.constexpr, UNROLL: tl.constexpr):  # fmt: skip
+                        STAGES: tl.constexpr, UNROLL: tl.constexpr,
+                        PDL: tl.constexpr):  # fmt: skip
     """`merge_spans_kernel` over the head-dim slice program_id(2) * BLOCK_D of each row, its
-    span loop a `tl.range` of STAGES pipeline stages (1: not pipelined), UNROLL spans a trip."""
+    span loop a `tl.range` of STAGES pipeline stages (1: not pipelined), UNROLL spans a trip;
+    PDL: launched as a programmatic dependent of the span kernel, it waits for that grid's
+    writes (`gdc_wait`) before its first state load."""
     hk, r, live, tok, pos, lo = _merge_rows(pos_ptr, window, GROUP, BLOCK_M)
+    if PDL:
+        gdc_wait()
     d = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
@@ -366,12 +374,25 @@ def floor_kernel(q_ptr, k_ptr, v_ptr, sink_ptr, pos_ptr, bt_ptr, bt_stride, HKV:
     )
 
 
+@triton.jit(do_not_specialize=["bt_stride", "max_spans", "window"])
+def split_pdl_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt_ptr, bt_stride,
+                     max_spans, qk_scale, window, HKV: tl.constexpr, GROUP: tl.constexpr,
+                     D: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, SPAN: tl.constexpr):  # fmt: skip
+    """`split_span_kernel` that lets its dependent grid (the merge, launched with PDL) start
+    at once (`gdc_launch_dependents`); the merge's `gdc_wait` still waits for every write."""
+    gdc_launch_dependents()
+    _split_spans(tl.program_id(2), tl.program_id(0), q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr,
+                 accs_ptr, pos_ptr, bt_ptr, bt_stride, max_spans, qk_scale, window, HKV, GROUP, D,
+                 PAGE, BLOCK_M, BLOCK_N, SPAN)  # fmt: skip
+
+
 def split_kernels() -> dict:
     """The span-kernel variants by name (`SPLIT_VARIANTS`)."""
     from samebits.kernels.triton._attention_kernel import split_span_kernel
 
     return {"heads": split_span_kernel, "requests": split_requests_first_kernel,
-            "runs": split_runs_kernel}  # fmt: skip
+            "runs": split_runs_kernel, "pdl": split_pdl_kernel}  # fmt: skip
 
 
 def bits(t):
@@ -406,6 +427,33 @@ def floors(q, kv, meta, splits: int, gb: float) -> dict:
     return out
 
 
+def pdl_pair(q, split_launch, merge_sliced, ref, opts: dict) -> dict:
+    """The step as two launches in one graph, the shipped merge's launch (4 spans a trip, 3
+    stages, tile of 4 rows, 4 warps) by `merge_slices_kernel`: plain, and with programmatic
+    dependent launch (the span kernel lets the merge start at once; the merge waits for its
+    writes before reading them); `opts`: the plan's span launch options. us of each, and
+    whether each output has `ref`'s bits."""
+    import torch
+
+    from samebits.kernels.triton import attention as A
+
+    row: dict = {}
+    for name, kernel, pdl in (("plain", "heads", False), ("pdl", "pdl", True)):
+        out = torch.empty_like(q)
+
+        def step(kernel=kernel, pdl=pdl, out=out):
+            split_launch(opts, kernel)
+            merge_sliced(out, HEAD_DIM, A.MERGE_WARPS, 3, A.MERGE_UNROLL, 4, pdl)
+
+        try:
+            step()
+            row[name] = {"us": round(bench_graph(step, 30) * 1e3, 2),
+                         "bits_equal": bool(torch.equal(bits(out), bits(ref)))}  # fmt: skip
+        except Exception as e:  # a launch this stack cannot capture: recorded, the run goes on
+            row[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+    return row
+
+
 def cell(batch: int, context: int, merges: bool = True, splits_too: bool = True,
          floor: bool = False) -> dict:  # fmt: skip
     import torch
@@ -434,7 +482,7 @@ def cell(batch: int, context: int, merges: bool = True, splits_too: bool = True,
     kernels = split_kernels()
 
     def split_launch(opts, kernel="heads", s=splits):  # s programs a request; `opts`: launch
-        grid = (hkv, s, r) if kernel == "heads" else (r, s, hkv)
+        grid = (hkv, s, r) if kernel in ("heads", "pdl") else (r, s, hkv)
         kernels[kernel][grid](
             q, kv.k_cache, kv.v_cache, m_s, l_s, acc_s, meta.positions, meta.block_tables,
             meta.block_tables.shape[1], max_spans, scale, win, PAGE=16, BLOCK_N=A.KEY_BLOCK,
@@ -456,10 +504,11 @@ def cell(batch: int, context: int, merges: bool = True, splits_too: bool = True,
                                      UNROLL=A.MERGE_UNROLL,
                                      **{**launch, "BLOCK_M": A.merge_block_m(meta.group)})  # fmt: skip
 
-    def merge_sliced(out, block_d, warps=4, stages=1, unroll=1, bm=0):
+    def merge_sliced(out, block_d, warps=4, stages=1, unroll=1, bm=0, pdl=False):
         merge_slices_kernel[(r, hkv, d // block_d)](
             out, m_s, l_s, acc_s, meta.positions, max_spans, win, BLOCK_D=block_d, STAGES=stages,
-            UNROLL=unroll, num_warps=warps, enable_fp_fusion=A.FP_FUSION,
+            UNROLL=unroll, PDL=pdl, num_warps=warps, enable_fp_fusion=A.FP_FUSION,
+            **({"launch_pdl": True} if pdl else {}),
             **{**facts, "BLOCK_M": bm or meta.block_m})  # fmt: skip
 
     weights = torch.empty((2 * m_s.numel(),), dtype=torch.float32, device="cuda")
@@ -490,6 +539,7 @@ def cell(batch: int, context: int, merges: bool = True, splits_too: bool = True,
     eq: dict = {}
     if floor:
         row["floors"] = floors(q, kv, meta, splits, gb)
+        row["pdl"] = pdl_pair(q, split_launch, merge_sliced, ref, A.split_options(r * splits * hkv))
     for v in SPLIT_VARIANTS if splits_too else []:  # states folded by the shipped merge
         name, out = "split_{}_per{}_w{}_s{}_r{}".format(*v), torch.empty_like(q)
         split_as(*v)
