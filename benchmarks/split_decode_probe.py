@@ -401,7 +401,7 @@ def bits(t):
     return t.contiguous().view(torch.int16 if t.element_size() == 2 else torch.int32)
 
 
-def floors(q, kv, meta, splits: int, gb: float) -> dict:
+def floors(q, kv, meta, gb: float) -> dict:
     """us and % HBM of each `FLOOR_VARIANTS` launch on this cell's paged K / V."""
     import torch
 
@@ -429,7 +429,7 @@ def floors(q, kv, meta, splits: int, gb: float) -> dict:
 
 def pdl_pair(q, split_launch, merge_sliced, ref, opts: dict) -> dict:
     """The step as two launches in one graph, the shipped merge's launch (4 spans a trip, 3
-    stages, tile of 4 rows, 4 warps) by `merge_slices_kernel`: plain, and with programmatic
+    stages, the group's tile height, its warps) by `merge_slices_kernel`: plain, and with programmatic
     dependent launch (the span kernel lets the merge start at once; the merge waits for its
     writes before reading them); `opts`: the plan's span launch options. us of each, and
     whether each output has `ref`'s bits."""
@@ -438,12 +438,13 @@ def pdl_pair(q, split_launch, merge_sliced, ref, opts: dict) -> dict:
     from samebits.kernels.triton import attention as A
 
     row: dict = {}
+    bm = A.merge_block_m(NUM_HEADS // NUM_KV_HEADS)
     for name, kernel, pdl in (("plain", "heads", False), ("pdl", "pdl", True)):
         out = torch.empty_like(q)
 
         def step(kernel=kernel, pdl=pdl, out=out):
             split_launch(opts, kernel)
-            merge_sliced(out, HEAD_DIM, A.MERGE_WARPS, 3, A.MERGE_UNROLL, 4, pdl)
+            merge_sliced(out, HEAD_DIM, A.MERGE_WARPS, 3, A.MERGE_UNROLL, bm, pdl)
 
         try:
             step()
@@ -538,7 +539,7 @@ def cell(batch: int, context: int, merges: bool = True, splits_too: bool = True,
     t["merge"] = bench_graph(lambda: merge(torch.empty_like(q)), 30)
     eq: dict = {}
     if floor:
-        row["floors"] = floors(q, kv, meta, splits, gb)
+        row["floors"] = floors(q, kv, meta, gb)
         row["pdl"] = pdl_pair(q, split_launch, merge_sliced, ref, A.split_options(r * splits * hkv))
     for v in SPLIT_VARIANTS if splits_too else []:  # states folded by the shipped merge
         name, out = "split_{}_per{}_w{}_s{}_r{}".format(*v), torch.empty_like(q)
