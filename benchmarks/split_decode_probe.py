@@ -20,7 +20,9 @@ times only floors of the span launch (`floor_kernel`: the same grid and paged K 
 no softmax, or none of the tile arithmetic), and with parts smaller than a span (more programs
 than the definition has), to tell the launch shape's limit from the kernel's; and the step's
 two launches with and without programmatic dependent launch (`pdl_pair`: the merge starts
-while the span kernel runs and waits for its writes), bits checked.
+while the span kernel runs and waits for its writes), bits checked; and two launch shapes with
+more programs a span (`split_probe_shapes`: head-dim slices of the P @ V chain, and the scores
+computed first in their own launch), bits checked, each alone and as the step with the merge.
 
     python benchmarks/split_decode_probe.py --out $OUT/split_decode_probe.json
 
@@ -63,6 +65,8 @@ from samebits.kernels.triton._attention_kernel import (  # noqa: E402
 )
 from samebits.kernels.triton._softexp2 import ex2q  # noqa: E402
 
+import split_probe_shapes as S  # noqa: E402
+
 CELLS = [(1, 4096), (1, 8192), (1, 16384), (1, 32768), (1, 131072),
          (16, 4096), (16, 8192), (16, 16384), (16, 32768)]  # fmt: skip
 # (head-dim slice, warps, pipeline stages of the span loop (1: not pipelined), spans per loop
@@ -90,11 +94,14 @@ SPLIT_VARIANTS = [("heads", 0, 4, 0, 128), ("heads", 0, 4, 0, 0), ("requests", 0
                   ("heads", 0, 1, 3, -1), ("heads", 0, 1, 5, -1), ("heads", 1, 0, 0, -1),
                   ("heads", 2, 0, 0, -1), ("runs", 2, 0, 0, -1), ("runs", 4, 0, 0, -1)]  # fmt: skip
 # floors of the span launch (`floor_kernel`, `--floor`): (keys a program, MMAs (else a sum
-# of the tiles), warps, pipeline stages); a part below the span (512) is more programs than
-# the span definition allows, the parallelism it forgoes
-FLOOR_VARIANTS = [(512, False, 2, 3), (512, False, 2, 5), (512, False, 4, 3), (512, False, 8, 3),
-                  (256, False, 2, 3), (128, False, 2, 3), (512, True, 2, 3), (512, True, 2, 5),
-                  (512, True, 2, 9)]  # fmt: skip
+# of the tiles), warps, pipeline stages, head-major cache copy); a part below the span (512)
+# is more programs than the span definition allows, the parallelism it forgoes
+FLOOR_VARIANTS = [(512, False, 2, 3, False), (512, False, 2, 5, False), (512, False, 4, 3, False),
+                  (512, False, 8, 3, False), (256, False, 2, 3, False), (128, False, 2, 3, False),
+                  (512, True, 2, 3, False), (512, True, 2, 5, False), (512, True, 2, 9, False),
+                  (512, False, 2, 5, True), (512, True, 2, 5, True)]  # fmt: skip
+# the launch shapes of `split_probe_shapes` (`--floor`) at these pipeline stages (0: the plan's)
+SHAPE_STAGES = (0, 3)
 TWO_PHASE_VARIANTS = [(4, 3, 64, 4), (4, 4, 64, 4), (4, 6, 64, 4), (4, 8, 64, 4), (4, 4, 32, 4),
                       (2, 4, 64, 4), (2, 6, 64, 4)]  # fmt: skip
 
@@ -330,29 +337,35 @@ def merge_two_phase_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, w_ptr, pos_ptr, max_
 
 
 @triton.jit
-def _kv_tile(k_ptr, v_ptr, bt_row, key0, stop, hk, HKV: tl.constexpr, D: tl.constexpr,
-             PAGE: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
-    """The K and V tiles of keys [key0, key0 + BLOCK_N) below `stop`, paged as the plan reads them."""
+def _kv_tile(k_ptr, v_ptr, bt_row, key0, stop, hk, slots, HKV: tl.constexpr, D: tl.constexpr,
+             PAGE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_MAJOR: tl.constexpr):  # fmt: skip
+    """The K and V tiles of keys [key0, key0 + BLOCK_N) below `stop`, paged as the plan reads
+    them ([slots, HKV, D]), or from a head-major copy ([HKV, slots, D]: HEAD_MAJOR)."""
     d = tl.arange(0, D)
     key = key0 + tl.arange(0, BLOCK_N)
     kmask = key < stop
     page = tl.load(bt_row + key // PAGE, mask=kmask, other=0).to(tl.int64)
-    kv = ((page * PAGE + key % PAGE) * HKV + hk) * D
+    if HEAD_MAJOR:
+        kv = (hk * slots + page * PAGE + key % PAGE) * D
+    else:
+        kv = ((page * PAGE + key % PAGE) * HKV + hk) * D
     k = tl.load(k_ptr + kv[:, None] + d[None, :], mask=kmask[:, None], other=0.0)
     v = tl.load(v_ptr + kv[:, None] + d[None, :], mask=kmask[:, None], other=0.0)
     return k, v
 
 
 @triton.jit(do_not_specialize=["bt_stride"])
-def floor_kernel(q_ptr, k_ptr, v_ptr, sink_ptr, pos_ptr, bt_ptr, bt_stride, HKV: tl.constexpr,
-                 D: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr,
+def floor_kernel(q_ptr, k_ptr, v_ptr, sink_ptr, pos_ptr, bt_ptr, bt_stride, slots,
+                 HKV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, PART: tl.constexpr, DOTS: tl.constexpr,
-                 STAGES: tl.constexpr):  # fmt: skip
+                 STAGES: tl.constexpr, HEAD_MAJOR: tl.constexpr):  # fmt: skip
     """A floor, not attention: program (kv head, j, request) reads the K and V tiles of keys
     [j * PART, (j + 1) * PART) of the request, as the span kernel does (same grid, same paged
     addresses), and only sums them (DOTS false: the memory traffic alone) or feeds them to the
     two MMAs of a tile update without the softmax (DOTS true: acc = (q k^T as bf16) v + acc).
-    One value a program is stored, so no load is dead."""
+    HEAD_MAJOR: from a copy of the caches laid out [HKV, slots, D] (a page's 16 keys of one
+    head are 4 KB in one piece, not 16 pieces of 256 bytes). One value a program is stored,
+    so no load is dead."""
     hk, j, req = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     start = j * PART
     stop = tl.minimum(start + PART, tl.load(pos_ptr + req) + 1)
@@ -362,7 +375,8 @@ def floor_kernel(q_ptr, k_ptr, v_ptr, sink_ptr, pos_ptr, bt_ptr, bt_stride, HKV:
     acc = tl.zeros((BLOCK_M, D), tl.float32)
     total = tl.zeros((BLOCK_N, D), tl.float32)
     for key0 in tl.range(start, stop, BLOCK_N, num_stages=STAGES):
-        k, v = _kv_tile(k_ptr, v_ptr, bt_row, key0, stop, hk, HKV, D, PAGE, BLOCK_N)
+        k, v = _kv_tile(k_ptr, v_ptr, bt_row, key0, stop, hk, slots, HKV, D, PAGE, BLOCK_N,
+                        HEAD_MAJOR)  # fmt: skip
         if DOTS:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
             acc = tl.dot(s.to(v.dtype), v, acc, input_precision="ieee")
@@ -409,21 +423,61 @@ def floors(q, kv, meta, gb: float) -> dict:
 
     r, hkv = meta.num_requests, NUM_KV_HEADS
     qf = randn((r * hkv * meta.block_m * HEAD_DIM,), q.dtype, seed=11)
+    slots = kv.k_cache.shape[0]
+    major = {False: (kv.k_cache, kv.v_cache)}
+    if any(v[4] for v in FLOOR_VARIANTS):
+        major[True] = tuple(c.transpose(0, 1).contiguous() for c in (kv.k_cache, kv.v_cache))
     out: dict = {}
-    for part, dots, warps, stages in FLOOR_VARIANTS:
+    for part, dots, warps, stages, head_major in FLOOR_VARIANTS:
         grid = (hkv, -(-(meta.max_position + 1) // part), r)
         sink = torch.empty((grid[0] * grid[1] * grid[2],), dtype=torch.float32, device="cuda")
 
-        def launch(grid=grid, sink=sink, part=part, dots=dots, warps=warps, stages=stages):
-            floor_kernel[grid](qf, kv.k_cache, kv.v_cache, sink, meta.positions, meta.block_tables,
-                               meta.block_tables.shape[1], HKV=hkv, D=HEAD_DIM, PAGE=16,
+        def launch(grid=grid, sink=sink, part=part, dots=dots, warps=warps, stages=stages,
+                   hm=head_major):  # fmt: skip
+            floor_kernel[grid](qf, *major[hm], sink, meta.positions, meta.block_tables,
+                               meta.block_tables.shape[1], slots, HKV=hkv, D=HEAD_DIM, PAGE=16,
                                BLOCK_M=meta.block_m, BLOCK_N=A.KEY_BLOCK, PART=part, DOTS=dots,
-                               STAGES=stages, num_warps=warps)  # fmt: skip
+                               STAGES=stages, HEAD_MAJOR=hm, num_warps=warps)  # fmt: skip
 
         ms = bench_graph(launch, 30)
-        name = "floor_{}_p{}_w{}_s{}".format("dots" if dots else "sum", part, warps, stages)
+        name = "floor_{}_p{}_w{}_s{}{}".format("dots" if dots else "sum", part, warps, stages,
+                                               "_hm" if head_major else "")  # fmt: skip
         out[name] = {"us": round(ms * 1e3, 2), "programs": grid[0] * grid[1] * grid[2],
                      "pct_hbm": round(100 * gb / (ms / 1e3) / hbm_gbps(), 1)}  # fmt: skip
+    return out
+
+
+def shapes(args: dict, grid: tuple, merge, ref, gb: float) -> dict:
+    """Each `split_probe_shapes.SHAPE_VARIANTS` launch at each `SHAPE_STAGES`: its states
+    folded by the shipped merge (`merge(out)`), bits against `ref`; us of the span launch(es)
+    alone and of the step with the merge in one graph, and % HBM of the step."""
+    import torch
+
+    from samebits.kernels.triton import attention as A
+
+    r, heads, d = args["q"].shape
+    scores = torch.empty((r * heads * S.scores_stride(args["max_position"], A.KEY_BLOCK),),
+                         dtype=torch.float32, device=args["q"].device)  # fmt: skip
+    out: dict = {}
+    for variant in S.SHAPE_VARIANTS:
+        for stages in SHAPE_STAGES:
+            opts = A.split_options(grid[0] * grid[1] * grid[2])
+            opts = {**opts, **({"num_stages": stages} if stages else {})}
+
+            def spans(v=variant, o=opts):
+                S.launch_shape(v, args, scores, grid, o)
+
+            name, got = f"{variant[0]}_s{stages}", torch.empty_like(ref)
+            try:
+                spans()
+                merge(got)
+                step_us = bench_graph(lambda s=spans: (s(), merge(torch.empty_like(ref))), 30) * 1e3
+                out[name] = {"bits_equal": bool(torch.equal(bits(got), bits(ref))),
+                             "spans_us": round(bench_graph(spans, 30) * 1e3, 2),
+                             "step_us": round(step_us, 2),
+                             "pct_hbm_step": round(100 * gb / (step_us / 1e6) / hbm_gbps(), 1)}  # fmt: skip
+            except Exception as e:  # a variant that fails to build or run: recorded, run goes on
+                out[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
     return out
 
 
@@ -541,6 +595,13 @@ def cell(batch: int, context: int, merges: bool = True, splits_too: bool = True,
     if floor:
         row["floors"] = floors(q, kv, meta, gb)
         row["pdl"] = pdl_pair(q, split_launch, merge_sliced, ref, A.split_options(r * splits * hkv))
+        shape_args = dict(q=q, k=kv.k_cache, v=kv.v_cache, m_s=m_s, l_s=l_s, acc_s=acc_s,
+                          pos=meta.positions, bt=meta.block_tables, max_spans=max_spans,
+                          scale=scale, window=win, max_position=meta.max_position,
+                          group=meta.group, d=d, page=16, block_m=meta.block_m,
+                          block_n=A.KEY_BLOCK, span=meta.span)  # fmt: skip
+        row["shapes"] = shapes(shape_args, (hkv, splits, r), merge, ref, gb)
+        split()
     for v in SPLIT_VARIANTS if splits_too else []:  # states folded by the shipped merge
         name, out = "split_{}_per{}_w{}_s{}_r{}".format(*v), torch.empty_like(q)
         split_as(*v)
@@ -570,7 +631,7 @@ def main() -> None:
     ap.add_argument("--split-only", action="store_true", help="no merge variants")
     ap.add_argument("--merge-only", action="store_true", help="no span-kernel variants")
     ap.add_argument("--floor", action="store_true",
-                    help="only the floors of the span launch (`FLOOR_VARIANTS`), no variants")  # fmt: skip
+                    help="only the span launch's floors (`FLOOR_VARIANTS`), PDL and launch shapes")  # fmt: skip
     args = ap.parse_args()
     rows = []
     for batch, context in CELLS:

@@ -1,0 +1,228 @@
+"""Two launch shapes of the split-KV span computation with more parallel work per span than
+one program a span (issue 25, batch-1 decode at 4k-16k), for `split_decode_probe.py --floor`.
+Each computes the span states of `split_span_kernel` (the same operations on the same values,
+so the same bits: checked in the probe run, as integer views of the merged output):
+
+- **head-dim slices** (`split_dslice_kernel`): program (kv head x slice, j, r) runs span j's
+  whole softmax (the same scores, maxima, p and row sums as every other slice of it) and the
+  P @ V MMA chain on its DV columns of V only; an MMA output element depends on its own row of
+  p and column of V, so the slices' columns are the full chain's. It stores m and l from slice
+  0 only. K is read by every slice (through L2 when they run together: slice is the fastest
+  grid axis), V once: the per-program bytes and MMA work a tile fall with the slice width;
+- **scores first** (`scores_kernel`, then `split_scored_kernel`): every key tile's scores
+  ``q k^T * scale`` (the tile's one `tl.dot`, the same operands) in its own program, stored
+  as fp32 (exact), then the spans' online softmax reads them instead of K: each span's chain
+  loads only V and its scores, and holds one MMA a tile (P @ V) instead of two.
+
+One tile function (`_probe_tile`) covers both and the masked / interior forms of the shipped
+`_attend_tile` / `_attend_tile_interior`: a deliberate near-copy with two knobs the shipped
+kernel does not have (its source is part of the numerics id). Checked on the CPU with the
+GPU-semantics interpreter (`kernels.replay.interpret`) against the shipped kernels' bits.
+Evidence class: measurement (the probe), test (the CPU check).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from samebits.kernels.triton._attention_kernel import _decode_rows, _state_offsets
+from samebits.kernels.triton._softexp2 import ex2q
+
+
+@triton.jit
+def _paged_rows(bt_row, key, kmask, hk, HKV: tl.constexpr, D: tl.constexpr,
+                PAGE: tl.constexpr, MASKED: tl.constexpr):  # fmt: skip
+    """Element offsets of keys `key`'s rows of KV head hk in the [slots, HKV, D] cache."""
+    if MASKED:
+        page = tl.load(bt_row + key // PAGE, mask=kmask, other=0).to(tl.int64)
+    else:
+        page = tl.load(bt_row + key // PAGE).to(tl.int64)
+    return ((page * PAGE + key % PAGE) * HKV + hk) * D
+
+
+@triton.jit
+def _tile_scores(q, k_ptr, kv, kmask, qk_scale, D: tl.constexpr, MASKED: tl.constexpr):
+    """The tile's scores as `_attend_tile` computes them (masked-out keys read as 0)."""
+    d = tl.arange(0, D)
+    if MASKED:
+        k = tl.load(k_ptr + kv[:, None] + d[None, :], mask=kmask[:, None], other=0.0)
+    else:
+        k = tl.load(k_ptr + kv[:, None] + d[None, :])
+    return tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+
+
+@triton.jit
+def _probe_tile(q, k_ptr, v_ptr, s_ptr, srow, bt_row, key0, pos, lo, last, hk, qk_scale, m_i,
+                l_i, acc, dv0, HKV: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
+                PAGE: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+                SCORED: tl.constexpr):  # fmt: skip
+    """`_attend_tile` (MASKED) or `_attend_tile_interior` on V's columns dv0 .. dv0 + DV; the
+    scores from K (SCORED false) or loaded from s_ptr at rows `srow` (stored by
+    `scores_kernel`: the same values)."""
+    key = key0 + tl.arange(0, BLOCK_N)
+    kmask = key <= last
+    kv = _paged_rows(bt_row, key, kmask, hk, HKV, D, PAGE, MASKED)
+    dv = dv0 + tl.arange(0, DV)
+    if MASKED:
+        v = tl.load(v_ptr + kv[:, None] + dv[None, :], mask=kmask[:, None], other=0.0)
+    else:
+        v = tl.load(v_ptr + kv[:, None] + dv[None, :])
+    if SCORED:
+        s = tl.load(s_ptr + srow[:, None] + key[None, :], mask=kmask[None, :], other=0.0)
+    else:
+        s = _tile_scores(q, k_ptr, kv, kmask, qk_scale, D, MASKED)
+    ones = tl.full((BLOCK_N, 16), 1.0, v.dtype)
+    col0 = tl.arange(0, 16)[None, :] == 0
+    if MASKED:
+        keep = (key[None, :] <= pos[:, None]) & (key[None, :] >= lo[:, None])
+        s = tl.where(keep, s, float("-inf"))
+        active = (key0 <= pos) & (key0 + BLOCK_N > lo)
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = ex2q(tl.where(active, m_i - m_new, 0.0))
+        p = tl.where(active[:, None] & keep, ex2q(s - m_new[:, None]), 0.0).to(v.dtype)
+        row_sum = tl.sum(tl.where(col0, tl.dot(p, ones, input_precision="ieee"), 0.0), axis=1)
+        l_new = tl.fma(l_i, alpha, row_sum)
+        acc_new = tl.dot(p, v, acc * alpha[:, None], input_precision="ieee")
+        m_i = tl.where(active, m_new, m_i)
+        l_i = tl.where(active, l_new, l_i)
+        acc = tl.where(active[:, None], acc_new, acc)
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = ex2q(m_i - m_new)
+        p = ex2q(s - m_new[:, None]).to(v.dtype)
+        row_sum = tl.sum(tl.where(col0, tl.dot(p, ones, input_precision="ieee"), 0.0), axis=1)
+        l_i = tl.fma(l_i, alpha, row_sum)
+        acc = tl.dot(p, v, acc * alpha[:, None], input_precision="ieee")
+        m_i = m_new
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _probe_span(q, k_ptr, v_ptr, s_ptr, srow, bt_row, span0, pos, lo, last, inner0, inner1, hk,
+                qk_scale, dv0, HKV: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
+                PAGE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                SPAN: tl.constexpr, SCORED: tl.constexpr):  # fmt: skip
+    """`_attend_span` by `_probe_tile`: the span's tiles in key order from a fresh state, the
+    ones in [inner0, inner1) unmasked, in three loops."""
+    m_s = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_s = tl.zeros((BLOCK_M,), tl.float32)
+    acc_s = tl.zeros((BLOCK_M, DV), tl.float32)
+    stop = tl.minimum(span0 + SPAN, last + 1)
+    a = tl.minimum(tl.maximum(inner0, span0), stop)
+    b = tl.maximum(tl.minimum(inner1, stop), a)
+    for key0 in range(span0, a, BLOCK_N):
+        m_s, l_s, acc_s = _probe_tile(q, k_ptr, v_ptr, s_ptr, srow, bt_row, key0, pos, lo, last,
+                                      hk, qk_scale, m_s, l_s, acc_s, dv0, HKV, D, DV, PAGE,
+                                      BLOCK_N, True, SCORED)  # fmt: skip
+    for key0 in range(a, b, BLOCK_N):
+        m_s, l_s, acc_s = _probe_tile(q, k_ptr, v_ptr, s_ptr, srow, bt_row, key0, pos, lo, last,
+                                      hk, qk_scale, m_s, l_s, acc_s, dv0, HKV, D, DV, PAGE,
+                                      BLOCK_N, False, SCORED)  # fmt: skip
+    for key0 in range(b, stop, BLOCK_N):
+        m_s, l_s, acc_s = _probe_tile(q, k_ptr, v_ptr, s_ptr, srow, bt_row, key0, pos, lo, last,
+                                      hk, qk_scale, m_s, l_s, acc_s, dv0, HKV, D, DV, PAGE,
+                                      BLOCK_N, True, SCORED)  # fmt: skip
+    return m_s, l_s, acc_s
+
+
+@triton.jit
+def _probe_spans(req, hk, dv0, q_ptr, k_ptr, v_ptr, s_ptr, s_stride, ms_ptr, ls_ptr, accs_ptr,
+                 pos_ptr, bt_ptr, bt_stride, max_spans, qk_scale, window, HKV: tl.constexpr,
+                 GROUP: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, PAGE: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPAN: tl.constexpr,
+                 SCORED: tl.constexpr):  # fmt: skip
+    """`_split_spans` on V columns dv0 .. dv0 + DV: spans j, j + S, ... (j = program_id(1)),
+    each state stored at [req * max_spans + span] (m and l by the slice at column 0 only)."""
+    r, live, tok, pos, lo, q, last, inner0, inner1, bt_row = _decode_rows(
+        req, hk, q_ptr, pos_ptr, bt_ptr, bt_stride, window, HKV, GROUP, D, BLOCK_M, BLOCK_N
+    )  # fmt: skip
+    srow = _state_offsets(tok, hk, r, HKV, GROUP) * s_stride
+    dv = dv0 + tl.arange(0, DV)
+    for span in range(tl.program_id(1), last // SPAN + 1, tl.num_programs(1)):
+        m_s, l_s, acc_s = _probe_span(q, k_ptr, v_ptr, s_ptr, srow, bt_row, span * SPAN, pos, lo,
+                                      last, inner0, inner1, hk, qk_scale, dv0, HKV, D, DV, PAGE,
+                                      BLOCK_M, BLOCK_N, SPAN, SCORED)  # fmt: skip
+        at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)
+        tl.store(ms_ptr + at, m_s, mask=live & (dv0 == 0))
+        tl.store(ls_ptr + at, l_s, mask=live & (dv0 == 0))
+        tl.store(accs_ptr + at[:, None] * D + dv[None, :], acc_s, mask=live[:, None])
+
+
+@triton.jit(do_not_specialize=["bt_stride", "max_spans", "window"])
+def split_dslice_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt_ptr, bt_stride,
+                        max_spans, qk_scale, window, HKV: tl.constexpr, GROUP: tl.constexpr,
+                        D: tl.constexpr, DV: tl.constexpr, PAGE: tl.constexpr,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        SPAN: tl.constexpr):  # fmt: skip
+    """Program (kv head x D / DV slices, j, r): `split_span_kernel`'s spans j, j + S, ... of
+    token r on V columns slice * DV .. + DV (the slice is the grid's fastest axis)."""
+    slices: tl.constexpr = D // DV
+    hk, dv0 = tl.program_id(0) // slices, tl.program_id(0) % slices * DV
+    _probe_spans(tl.program_id(2), hk, dv0, q_ptr, k_ptr, v_ptr, ms_ptr, 0, ms_ptr, ls_ptr,
+                 accs_ptr, pos_ptr, bt_ptr, bt_stride, max_spans, qk_scale, window, HKV, GROUP, D,
+                 DV, PAGE, BLOCK_M, BLOCK_N, SPAN, False)  # fmt: skip
+
+
+@triton.jit(do_not_specialize=["bt_stride", "s_stride", "window"])
+def scores_kernel(q_ptr, k_ptr, s_ptr, s_stride, pos_ptr, bt_ptr, bt_stride, qk_scale, window,
+                  HKV: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+    """Program (kv head, key tile t, r): the scores of token r's GROUP rows against keys
+    [t * BLOCK_N, + BLOCK_N) up to its position, stored at row * s_stride + key (fp32)."""
+    hk, t, req = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    r, live, tok, pos, lo, q, last, inner0, inner1, bt_row = _decode_rows(
+        req, hk, q_ptr, pos_ptr, bt_ptr, bt_stride, window, HKV, GROUP, D, BLOCK_M, BLOCK_N
+    )  # fmt: skip
+    key = t * BLOCK_N + tl.arange(0, BLOCK_N)
+    kmask = key <= last
+    kv = _paged_rows(bt_row, key, kmask, hk, HKV, D, PAGE, True)
+    s = _tile_scores(q, k_ptr, kv, kmask, qk_scale, D, True)
+    srow = _state_offsets(tok, hk, r, HKV, GROUP) * s_stride
+    tl.store(s_ptr + srow[:, None] + key[None, :], s, mask=live[:, None] & kmask[None, :])
+
+
+@triton.jit(do_not_specialize=["bt_stride", "s_stride", "max_spans", "window"])
+def split_scored_kernel(q_ptr, v_ptr, s_ptr, s_stride, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt_ptr,
+                        bt_stride, max_spans, qk_scale, window, HKV: tl.constexpr,
+                        GROUP: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        SPAN: tl.constexpr):  # fmt: skip
+    """Program (kv head, j, r): `split_span_kernel`'s spans of token r with the scores read
+    from `scores_kernel`'s output (no K load, no QK MMA in the span's chain)."""
+    _probe_spans(tl.program_id(2), tl.program_id(0), 0, q_ptr, v_ptr, v_ptr, s_ptr, s_stride,
+                 ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt_ptr, bt_stride, max_spans, qk_scale,
+                 window, HKV, GROUP, D, D, PAGE, BLOCK_M, BLOCK_N, SPAN, True)  # fmt: skip
+
+
+# probe variants: (name, V columns a program (D: whole), scores first)
+SHAPE_VARIANTS = [("dslice64", 64, False), ("dslice32", 32, False), ("scored", 128, True)]
+
+
+def scores_stride(max_position: int, block_n: int) -> int:
+    """Keys a scores row holds: the positions 0..max_position rounded up to whole tiles."""
+    return -(-(max_position + 1) // block_n) * block_n
+
+
+def launch_shape(variant: tuple, args: dict, scores, grid: tuple, opts: dict) -> None:
+    """Run one `SHAPE_VARIANTS` launch: `args` the span kernel's tensors and scalars by name
+    (q, k, v, m_s, l_s, acc_s, pos, bt, max_spans, scale, window, max_position), `grid` the
+    plan's (kv heads, programs a request, requests), `opts` its launch options; `scores` an
+    fp32 buffer of requests x heads x `scores_stride` (scored only)."""
+    _, dv, scored = variant
+    a = args
+    facts = dict(HKV=grid[0], GROUP=a["group"], D=a["d"], PAGE=a["page"], BLOCK_M=a["block_m"],
+                 BLOCK_N=a["block_n"], enable_fp_fusion=False)  # fmt: skip
+    bt_stride = a["bt"].shape[1]
+    if not scored:
+        split_dslice_kernel[(grid[0] * (a["d"] // dv), grid[1], grid[2])](
+            a["q"], a["k"], a["v"], a["m_s"], a["l_s"], a["acc_s"], a["pos"], a["bt"], bt_stride,
+            a["max_spans"], a["scale"], a["window"], DV=dv, SPAN=a["span"], **facts, **opts)  # fmt: skip
+        return
+    stride = scores_stride(a["max_position"], a["block_n"])
+    scores_kernel[(grid[0], stride // a["block_n"], grid[2])](
+        a["q"], a["k"], scores, stride, a["pos"], a["bt"], bt_stride, a["scale"], a["window"],
+        **facts, num_warps=opts.get("num_warps", 4))  # fmt: skip
+    split_scored_kernel[grid](
+        a["q"], a["v"], scores, stride, a["m_s"], a["l_s"], a["acc_s"], a["pos"], a["bt"],
+        bt_stride, a["max_spans"], a["scale"], a["window"], SPAN=a["span"], **facts, **opts)  # fmt: skip
