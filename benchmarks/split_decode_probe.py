@@ -42,6 +42,7 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
+import split_probe_shapes as S  # noqa: E402
 from gpu_ops import (  # noqa: E402
     HEAD_DIM,
     NUM_HEADS,
@@ -64,8 +65,6 @@ from samebits.kernels.triton._attention_kernel import (  # noqa: E402
     _store_state,
 )
 from samebits.kernels.triton._softexp2 import ex2q  # noqa: E402
-
-import split_probe_shapes as S  # noqa: E402
 
 CELLS = [(1, 4096), (1, 8192), (1, 16384), (1, 32768), (1, 131072),
          (16, 4096), (16, 8192), (16, 16384), (16, 32768)]  # fmt: skip
