@@ -9,7 +9,10 @@ cycle at the boost clock: a lower bound, not a prediction). No GPU needed.
 `--decode`: the same count for the split-KV decode span kernel (`split_span_kernel`, the plan's
 launch at batch 16 x 16k: `attention.split_options`), its three key-tile loops (masked head,
 interior, masked tail), and the share of the schedulers' issue slots its interior loop needs
-per key tile while the SM streams its share of the H200's HBM bandwidth.
+per key tile while the SM streams its share of the H200's HBM bandwidth. `--shapes`: the same
+loops at batch 1 x 4k (the plan's launch there: 64 programs) beside the launch shapes of
+`split_probe_shapes.py` (head-dim slices, scores first), each loop's instruction count per
+warp and the opcodes that lengthen a tile's chain (MMAs, exponentials, barriers, shuffles).
 
     python benchmarks/prefill_issue_bound.py --out benchmarks/results/prefill_issue_bound.json
 Evidence class: measurement (of the compiled binary) and arithmetic.
@@ -118,6 +121,36 @@ def decode_sass() -> str:
     return sass_of(fn, sig, consts, opts.pop("num_warps"), opts)
 
 
+CHAIN_OPS = ("HMMA", "MUFU", "BAR", "SHFL", "LDSM", "LDS", "LDGSTS", "LDG")
+
+
+def shapes_report() -> dict:
+    """Instructions per warp of each key-tile loop (masked head, interior, masked tail) and
+    the chain opcodes of the interior one, for the shipped span kernel at batch 1 x 4k and
+    for the `split_probe_shapes` launches on the same options."""
+    import split_probe_shapes as S
+
+    from samebits.kernels.triton import _attention_kernel as K
+    from samebits.kernels.triton import aot, attention
+
+    base = {**prefill_consts(), "BLOCK_M": attention.DECODE_BLOCK_M}
+    opts = attention.split_options(KV_HEADS * 8)  # batch 1 x 4k: 8 spans x 8 KV heads
+    kernels = [("shipped", K.split_span_kernel, base),
+               ("dslice64", S.split_dslice_kernel, {**base, "DV": 64}),
+               ("dslice32", S.split_dslice_kernel, {**base, "DV": 32}),
+               ("scored", S.split_scored_kernel, base)]  # fmt: skip
+    doc: dict = {"options": opts}
+    for name, fn, consts in kernels:
+        sig = aot.signature(fn, {**DECODE_PTRS, "s_ptr": "*fp32"}, consts, ["qk_scale"])
+        sig = {k: v for k, v in sig.items() if k in fn.arg_names}
+        o = dict(opts)
+        loops = loops_with_mma(sass_of(fn, sig, consts, o.pop("num_warps"), o), "HMMA")
+        counts = collections.Counter(loops[0])
+        doc[name] = {"loops_instructions": [len(x) for x in loops],
+                     "interior_chain_ops": {op: counts.get(op, 0) for op in CHAIN_OPS}}  # fmt: skip
+    return doc
+
+
 def decode_report() -> dict:
     """The split kernel's key-tile loops by opcode (interior: the shortest, no masks) and the
     issue share of its interior loop at the HBM rate (one K and one V tile per iteration)."""
@@ -137,8 +170,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="prefill_issue_bound.json")
     p.add_argument("--decode", action="store_true", help="the split-KV decode span kernel")
+    p.add_argument("--shapes", action="store_true", help="batch 1 x 4k and the probe's shapes")
     a = p.parse_args()
-    doc = decode_report() if a.decode else prefill_report()
+    doc = shapes_report() if a.shapes else decode_report() if a.decode else prefill_report()
     print(json.dumps(doc, indent=1))
     Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
 
