@@ -637,8 +637,9 @@ def main() -> None:
         merges, splits = not (args.split_only or args.floor), not (args.merge_only or args.floor)
         rows.append(cell(batch, context, merges, splits, args.floor))
         print(json.dumps(rows[-1]), flush=True)
-    if args.out:
-        Path(args.out).write_text(json.dumps({"machine": machine_info(), "rows": rows}, indent=1))
+        if args.out:  # after every cell: a run cut short keeps the cells it finished
+            Path(args.out).write_text(json.dumps({"machine": machine_info(), "rows": rows},
+                                                 indent=1))  # fmt: skip
 
 
 if __name__ == "__main__":
