@@ -93,12 +93,13 @@ SPLIT_VARIANTS = [("heads", 0, 4, 0, 128), ("heads", 0, 4, 0, 0), ("requests", 0
                   ("heads", 0, 1, 3, -1), ("heads", 0, 1, 5, -1), ("heads", 1, 0, 0, -1),
                   ("heads", 2, 0, 0, -1), ("runs", 2, 0, 0, -1), ("runs", 4, 0, 0, -1)]  # fmt: skip
 # floors of the span launch (`floor_kernel`, `--floor`): (keys a program, MMAs (else a sum
-# of the tiles), warps, pipeline stages, head-major cache copy); a part below the span (512)
+# of the tiles), warps, pipeline stages, an HND copy of the caches); a part below the span (512)
 # is more programs than the span definition allows, the parallelism it forgoes
 FLOOR_VARIANTS = [(512, False, 2, 3, False), (512, False, 2, 5, False), (512, False, 4, 3, False),
                   (512, False, 8, 3, False), (256, False, 2, 3, False), (128, False, 2, 3, False),
                   (512, True, 2, 3, False), (512, True, 2, 5, False), (512, True, 2, 9, False),
-                  (512, False, 2, 5, True), (512, True, 2, 5, True)]  # fmt: skip
+                  (512, False, 2, 3, True), (512, False, 2, 5, True), (512, True, 2, 3, True),
+                  (512, True, 2, 5, True)]  # fmt: skip
 # the launch shapes of `split_probe_shapes` (`--floor`) at these pipeline stages (0: the plan's)
 SHAPE_STAGES = (0, 3)
 TWO_PHASE_VARIANTS = [(4, 3, 64, 4), (4, 4, 64, 4), (4, 6, 64, 4), (4, 8, 64, 4), (4, 4, 32, 4),
@@ -336,16 +337,16 @@ def merge_two_phase_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, w_ptr, pos_ptr, max_
 
 
 @triton.jit
-def _kv_tile(k_ptr, v_ptr, bt_row, key0, stop, hk, slots, HKV: tl.constexpr, D: tl.constexpr,
-             PAGE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_MAJOR: tl.constexpr):  # fmt: skip
+def _kv_tile(k_ptr, v_ptr, bt_row, key0, stop, hk, HKV: tl.constexpr, D: tl.constexpr,
+             PAGE: tl.constexpr, BLOCK_N: tl.constexpr, HND: tl.constexpr):  # fmt: skip
     """The K and V tiles of keys [key0, key0 + BLOCK_N) below `stop`, paged as the plan reads
-    them ([slots, HKV, D]), or from a head-major copy ([HKV, slots, D]: HEAD_MAJOR)."""
+    them (pages [PAGE, HKV, D], "NHD"), or from a copy of pages [HKV, PAGE, D] ("HND")."""
     d = tl.arange(0, D)
     key = key0 + tl.arange(0, BLOCK_N)
     kmask = key < stop
     page = tl.load(bt_row + key // PAGE, mask=kmask, other=0).to(tl.int64)
-    if HEAD_MAJOR:
-        kv = (hk * slots + page * PAGE + key % PAGE) * D
+    if HND:
+        kv = ((page * HKV + hk) * PAGE + key % PAGE) * D
     else:
         kv = ((page * PAGE + key % PAGE) * HKV + hk) * D
     k = tl.load(k_ptr + kv[:, None] + d[None, :], mask=kmask[:, None], other=0.0)
@@ -354,17 +355,17 @@ def _kv_tile(k_ptr, v_ptr, bt_row, key0, stop, hk, slots, HKV: tl.constexpr, D: 
 
 
 @triton.jit(do_not_specialize=["bt_stride"])
-def floor_kernel(q_ptr, k_ptr, v_ptr, sink_ptr, pos_ptr, bt_ptr, bt_stride, slots,
+def floor_kernel(q_ptr, k_ptr, v_ptr, sink_ptr, pos_ptr, bt_ptr, bt_stride,
                  HKV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, PART: tl.constexpr, DOTS: tl.constexpr,
-                 STAGES: tl.constexpr, HEAD_MAJOR: tl.constexpr):  # fmt: skip
+                 STAGES: tl.constexpr, HND: tl.constexpr):  # fmt: skip
     """A floor, not attention: program (kv head, j, request) reads the K and V tiles of keys
     [j * PART, (j + 1) * PART) of the request, as the span kernel does (same grid, same paged
     addresses), and only sums them (DOTS false: the memory traffic alone) or feeds them to the
     two MMAs of a tile update without the softmax (DOTS true: acc = (q k^T as bf16) v + acc).
-    HEAD_MAJOR: from a copy of the caches laid out [HKV, slots, D] (a page's 16 keys of one
-    head are 4 KB in one piece, not 16 pieces of 256 bytes). One value a program is stored,
-    so no load is dead."""
+    HND: from a copy of the caches whose pages are [HKV, PAGE, D] (FlashInfer's "HND"; the
+    plan's are [PAGE, HKV, D]): a page's 16 keys of one head are 4 KB in one piece, not 16
+    pieces of 256 bytes. One value a program is stored, so no load is dead."""
     hk, j, req = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     start = j * PART
     stop = tl.minimum(start + PART, tl.load(pos_ptr + req) + 1)
@@ -374,8 +375,7 @@ def floor_kernel(q_ptr, k_ptr, v_ptr, sink_ptr, pos_ptr, bt_ptr, bt_stride, slot
     acc = tl.zeros((BLOCK_M, D), tl.float32)
     total = tl.zeros((BLOCK_N, D), tl.float32)
     for key0 in tl.range(start, stop, BLOCK_N, num_stages=STAGES):
-        k, v = _kv_tile(k_ptr, v_ptr, bt_row, key0, stop, hk, slots, HKV, D, PAGE, BLOCK_N,
-                        HEAD_MAJOR)  # fmt: skip
+        k, v = _kv_tile(k_ptr, v_ptr, bt_row, key0, stop, hk, HKV, D, PAGE, BLOCK_N, HND)
         if DOTS:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
             acc = tl.dot(s.to(v.dtype), v, acc, input_precision="ieee")
@@ -422,25 +422,25 @@ def floors(q, kv, meta, gb: float) -> dict:
 
     r, hkv = meta.num_requests, NUM_KV_HEADS
     qf = randn((r * hkv * meta.block_m * HEAD_DIM,), q.dtype, seed=11)
-    slots = kv.k_cache.shape[0]
-    major = {False: (kv.k_cache, kv.v_cache)}
-    if any(v[4] for v in FLOOR_VARIANTS):
-        major[True] = tuple(c.transpose(0, 1).contiguous() for c in (kv.k_cache, kv.v_cache))
+    layouts = {False: (kv.k_cache, kv.v_cache)}
+    if any(v[4] for v in FLOOR_VARIANTS):  # pages [PAGE, HKV, D] -> [HKV, PAGE, D]
+        layouts[True] = tuple(c.view(-1, 16, hkv, HEAD_DIM).transpose(1, 2).contiguous()
+                              for c in (kv.k_cache, kv.v_cache))  # fmt: skip
     out: dict = {}
-    for part, dots, warps, stages, head_major in FLOOR_VARIANTS:
+    for part, dots, warps, stages, hnd in FLOOR_VARIANTS:
         grid = (hkv, -(-(meta.max_position + 1) // part), r)
         sink = torch.empty((grid[0] * grid[1] * grid[2],), dtype=torch.float32, device="cuda")
 
         def launch(grid=grid, sink=sink, part=part, dots=dots, warps=warps, stages=stages,
-                   hm=head_major):  # fmt: skip
-            floor_kernel[grid](qf, *major[hm], sink, meta.positions, meta.block_tables,
-                               meta.block_tables.shape[1], slots, HKV=hkv, D=HEAD_DIM, PAGE=16,
+                   hnd=hnd):  # fmt: skip
+            floor_kernel[grid](qf, *layouts[hnd], sink, meta.positions, meta.block_tables,
+                               meta.block_tables.shape[1], HKV=hkv, D=HEAD_DIM, PAGE=16,
                                BLOCK_M=meta.block_m, BLOCK_N=A.KEY_BLOCK, PART=part, DOTS=dots,
-                               STAGES=stages, HEAD_MAJOR=hm, num_warps=warps)  # fmt: skip
+                               STAGES=stages, HND=hnd, num_warps=warps)  # fmt: skip
 
         ms = bench_graph(launch, 30)
         name = "floor_{}_p{}_w{}_s{}{}".format("dots" if dots else "sum", part, warps, stages,
-                                               "_hm" if head_major else "")  # fmt: skip
+                                               "_hnd" if hnd else "")  # fmt: skip
         out[name] = {"us": round(ms * 1e3, 2), "programs": grid[0] * grid[1] * grid[2],
                      "pct_hbm": round(100 * gb / (ms / 1e3) / hbm_gbps(), 1)}  # fmt: skip
     return out
