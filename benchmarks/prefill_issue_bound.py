@@ -11,8 +11,9 @@ launch at batch 16 x 16k: `attention.split_options`), its three key-tile loops (
 interior, masked tail), and the share of the schedulers' issue slots its interior loop needs
 per key tile while the SM streams its share of the H200's HBM bandwidth. `--shapes`: the same
 loops at batch 1 x 4k (the plan's launch there: 64 programs) beside the launch shapes of
-`split_probe_shapes.py` (head-dim slices, scores first), each loop's instruction count per
-warp and the opcodes that lengthen a tile's chain (MMAs, exponentials, barriers, shuffles).
+`split_probe_shapes.py` (head-dim slices, scores first, HND pages), each loop's instruction
+count per warp and the opcodes that lengthen a tile's chain (MMAs, exponentials, barriers,
+shuffles).
 
     python benchmarks/prefill_issue_bound.py --out benchmarks/results/prefill_issue_bound.json
 Evidence class: measurement (of the compiled binary) and arithmetic.
@@ -136,9 +137,10 @@ def shapes_report() -> dict:
     base = {**prefill_consts(), "BLOCK_M": attention.DECODE_BLOCK_M}
     opts = attention.split_options(KV_HEADS * 8)  # batch 1 x 4k: 8 spans x 8 KV heads
     kernels = [("shipped", K.split_span_kernel, base),
-               ("dslice64", S.split_dslice_kernel, {**base, "DV": 64}),
-               ("dslice32", S.split_dslice_kernel, {**base, "DV": 32}),
-               ("scored", S.split_scored_kernel, base)]  # fmt: skip
+               ("dslice64", S.split_dslice_kernel, {**base, "DV": 64, "HND": False}),
+               ("dslice32", S.split_dslice_kernel, {**base, "DV": 32, "HND": False}),
+               ("scored", S.split_scored_kernel, base),
+               ("hnd", S.split_dslice_kernel, {**base, "DV": D, "HND": True})]  # fmt: skip
     doc: dict = {"options": opts}
     for name, fn, consts in kernels:
         sig = aot.signature(fn, {**DECODE_PTRS, "s_ptr": "*fp32"}, consts, ["qk_scale"])

@@ -414,18 +414,16 @@ def bits(t):
     return t.contiguous().view(torch.int16 if t.element_size() == 2 else torch.int32)
 
 
-def floors(q, kv, meta, gb: float) -> dict:
-    """us and % HBM of each `FLOOR_VARIANTS` launch on this cell's paged K / V."""
+def floors(q, kv, hnd_caches: tuple, meta, gb: float) -> dict:
+    """us and % HBM of each `FLOOR_VARIANTS` launch on this cell's paged K / V (`hnd_caches`:
+    their copies in HND pages)."""
     import torch
 
     from samebits.kernels.triton import attention as A
 
     r, hkv = meta.num_requests, NUM_KV_HEADS
     qf = randn((r * hkv * meta.block_m * HEAD_DIM,), q.dtype, seed=11)
-    layouts = {False: (kv.k_cache, kv.v_cache)}
-    if any(v[4] for v in FLOOR_VARIANTS):  # pages [PAGE, HKV, D] -> [HKV, PAGE, D]
-        layouts[True] = tuple(c.view(-1, 16, hkv, HEAD_DIM).transpose(1, 2).contiguous()
-                              for c in (kv.k_cache, kv.v_cache))  # fmt: skip
+    layouts = {False: (kv.k_cache, kv.v_cache), True: hnd_caches}
     out: dict = {}
     for part, dots, warps, stages, hnd in FLOOR_VARIANTS:
         grid = (hkv, -(-(meta.max_position + 1) // part), r)
@@ -592,9 +590,11 @@ def cell(batch: int, context: int, merges: bool = True, splits_too: bool = True,
     t["merge"] = bench_graph(lambda: merge(torch.empty_like(q)), 30)
     eq: dict = {}
     if floor:
-        row["floors"] = floors(q, kv, meta, gb)
+        hnd = tuple(S.hnd_pages(c, 16) for c in (kv.k_cache, kv.v_cache))
+        row["floors"] = floors(q, kv, hnd, meta, gb)
         row["pdl"] = pdl_pair(q, split_launch, merge_sliced, ref, A.split_options(r * splits * hkv))
-        shape_args = dict(q=q, k=kv.k_cache, v=kv.v_cache, m_s=m_s, l_s=l_s, acc_s=acc_s,
+        shape_args = dict(q=q, k=kv.k_cache, v=kv.v_cache, k_hnd=hnd[0], v_hnd=hnd[1],
+                          m_s=m_s, l_s=l_s, acc_s=acc_s,
                           pos=meta.positions, bt=meta.block_tables, max_spans=max_spans,
                           scale=scale, window=win, max_position=meta.max_position,
                           group=meta.group, d=d, page=16, block_m=meta.block_m,

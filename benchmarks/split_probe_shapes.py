@@ -1,7 +1,8 @@
-"""Two launch shapes of the split-KV span computation with more parallel work per span than
-one program a span (issue 25, batch-1 decode at 4k-16k), for `split_decode_probe.py --floor`.
-Each computes the span states of `split_span_kernel` (the same operations on the same values,
-so the same bits: checked in the probe run, as integer views of the merged output):
+"""Launch shapes of the split-KV span computation for `split_decode_probe.py --floor` (issue
+25): two with more parallel work per span than one program a span (batch-1 decode at
+4k-16k), and one page layout. Each computes the span states of `split_span_kernel` (the same
+operations on the same values, so the same bits: checked in the probe run, as integer views
+of the merged output):
 
 - **head-dim slices** (`split_dslice_kernel`): program (kv head x slice, j, r) runs span j's
   whole softmax (the same scores, maxima, p and row sums as every other slice of it) and the
@@ -12,10 +13,13 @@ so the same bits: checked in the probe run, as integer views of the merged outpu
 - **scores first** (`scores_kernel`, then `split_scored_kernel`): every key tile's scores
   ``q k^T * scale`` (the tile's one `tl.dot`, the same operands) in its own program, stored
   as fp32 (exact), then the spans' online softmax reads them instead of K: each span's chain
-  loads only V and its scores, and holds one MMA a tile (P @ V) instead of two.
+  loads only V and its scores, and holds one MMA a tile (P @ V) instead of two;
+- **HND pages** (`split_dslice_kernel` with DV = D and HND): the shipped computation reading
+  a copy of the caches whose pages are [HKV, PAGE, D] (`hnd_pages`; the plan's are [PAGE,
+  HKV, D]): a program's 16 keys of a page are one 4 KB piece, not 16 pieces of 256 bytes.
 
-One tile function (`_probe_tile`) covers both and the masked / interior forms of the shipped
-`_attend_tile` / `_attend_tile_interior`: a deliberate near-copy with two knobs the shipped
+One tile function (`_probe_tile`) covers them all and the masked / interior forms of the
+shipped `_attend_tile` / `_attend_tile_interior`: a deliberate near-copy with knobs the shipped
 kernel does not have (its source is part of the numerics id). Checked on the CPU with the
 GPU-semantics interpreter (`kernels.replay.interpret`) against the shipped kernels' bits.
 Evidence class: measurement (the probe), test (the CPU check).
@@ -32,12 +36,15 @@ from samebits.kernels.triton._softexp2 import ex2q
 
 @triton.jit
 def _paged_rows(bt_row, key, kmask, hk, HKV: tl.constexpr, D: tl.constexpr,
-                PAGE: tl.constexpr, MASKED: tl.constexpr):  # fmt: skip
-    """Element offsets of keys `key`'s rows of KV head hk in the [slots, HKV, D] cache."""
+                PAGE: tl.constexpr, MASKED: tl.constexpr, HND: tl.constexpr):  # fmt: skip
+    """Element offsets of keys `key`'s rows of KV head hk: in the plan's cache, pages of
+    [PAGE, HKV, D] ("NHD"), or in a copy whose pages are [HKV, PAGE, D] (HND)."""
     if MASKED:
         page = tl.load(bt_row + key // PAGE, mask=kmask, other=0).to(tl.int64)
     else:
         page = tl.load(bt_row + key // PAGE).to(tl.int64)
+    if HND:
+        return ((page * HKV + hk) * PAGE + key % PAGE) * D
     return ((page * PAGE + key % PAGE) * HKV + hk) * D
 
 
@@ -56,13 +63,13 @@ def _tile_scores(q, k_ptr, kv, kmask, qk_scale, D: tl.constexpr, MASKED: tl.cons
 def _probe_tile(q, k_ptr, v_ptr, s_ptr, srow, bt_row, key0, pos, lo, last, hk, qk_scale, m_i,
                 l_i, acc, dv0, HKV: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
                 PAGE: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
-                SCORED: tl.constexpr):  # fmt: skip
+                SCORED: tl.constexpr, HND: tl.constexpr):  # fmt: skip
     """`_attend_tile` (MASKED) or `_attend_tile_interior` on V's columns dv0 .. dv0 + DV; the
     scores from K (SCORED false) or loaded from s_ptr at rows `srow` (stored by
-    `scores_kernel`: the same values)."""
+    `scores_kernel`: the same values); K and V in pages of [HKV, PAGE, D] where HND."""
     key = key0 + tl.arange(0, BLOCK_N)
     kmask = key <= last
-    kv = _paged_rows(bt_row, key, kmask, hk, HKV, D, PAGE, MASKED)
+    kv = _paged_rows(bt_row, key, kmask, hk, HKV, D, PAGE, MASKED, HND)
     dv = dv0 + tl.arange(0, DV)
     if MASKED:
         v = tl.load(v_ptr + kv[:, None] + dv[None, :], mask=kmask[:, None], other=0.0)
@@ -102,7 +109,7 @@ def _probe_tile(q, k_ptr, v_ptr, s_ptr, srow, bt_row, key0, pos, lo, last, hk, q
 def _probe_span(q, k_ptr, v_ptr, s_ptr, srow, bt_row, span0, pos, lo, last, inner0, inner1, hk,
                 qk_scale, dv0, HKV: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
                 PAGE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                SPAN: tl.constexpr, SCORED: tl.constexpr):  # fmt: skip
+                SPAN: tl.constexpr, SCORED: tl.constexpr, HND: tl.constexpr):  # fmt: skip
     """`_attend_span` by `_probe_tile`: the span's tiles in key order from a fresh state, the
     ones in [inner0, inner1) unmasked, in three loops."""
     m_s = tl.full((BLOCK_M,), float("-inf"), tl.float32)
@@ -114,15 +121,15 @@ def _probe_span(q, k_ptr, v_ptr, s_ptr, srow, bt_row, span0, pos, lo, last, inne
     for key0 in range(span0, a, BLOCK_N):
         m_s, l_s, acc_s = _probe_tile(q, k_ptr, v_ptr, s_ptr, srow, bt_row, key0, pos, lo, last,
                                       hk, qk_scale, m_s, l_s, acc_s, dv0, HKV, D, DV, PAGE,
-                                      BLOCK_N, True, SCORED)  # fmt: skip
+                                      BLOCK_N, True, SCORED, HND)  # fmt: skip
     for key0 in range(a, b, BLOCK_N):
         m_s, l_s, acc_s = _probe_tile(q, k_ptr, v_ptr, s_ptr, srow, bt_row, key0, pos, lo, last,
                                       hk, qk_scale, m_s, l_s, acc_s, dv0, HKV, D, DV, PAGE,
-                                      BLOCK_N, False, SCORED)  # fmt: skip
+                                      BLOCK_N, False, SCORED, HND)  # fmt: skip
     for key0 in range(b, stop, BLOCK_N):
         m_s, l_s, acc_s = _probe_tile(q, k_ptr, v_ptr, s_ptr, srow, bt_row, key0, pos, lo, last,
                                       hk, qk_scale, m_s, l_s, acc_s, dv0, HKV, D, DV, PAGE,
-                                      BLOCK_N, True, SCORED)  # fmt: skip
+                                      BLOCK_N, True, SCORED, HND)  # fmt: skip
     return m_s, l_s, acc_s
 
 
@@ -131,7 +138,7 @@ def _probe_spans(req, hk, dv0, q_ptr, k_ptr, v_ptr, s_ptr, s_stride, ms_ptr, ls_
                  pos_ptr, bt_ptr, bt_stride, max_spans, qk_scale, window, HKV: tl.constexpr,
                  GROUP: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, PAGE: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPAN: tl.constexpr,
-                 SCORED: tl.constexpr):  # fmt: skip
+                 SCORED: tl.constexpr, HND: tl.constexpr):  # fmt: skip
     """`_split_spans` on V columns dv0 .. dv0 + DV: spans j, j + S, ... (j = program_id(1)),
     each state stored at [req * max_spans + span] (m and l by the slice at column 0 only)."""
     r, live, tok, pos, lo, q, last, inner0, inner1, bt_row = _decode_rows(
@@ -142,7 +149,7 @@ def _probe_spans(req, hk, dv0, q_ptr, k_ptr, v_ptr, s_ptr, s_stride, ms_ptr, ls_
     for span in range(tl.program_id(1), last // SPAN + 1, tl.num_programs(1)):
         m_s, l_s, acc_s = _probe_span(q, k_ptr, v_ptr, s_ptr, srow, bt_row, span * SPAN, pos, lo,
                                       last, inner0, inner1, hk, qk_scale, dv0, HKV, D, DV, PAGE,
-                                      BLOCK_M, BLOCK_N, SPAN, SCORED)  # fmt: skip
+                                      BLOCK_M, BLOCK_N, SPAN, SCORED, HND)  # fmt: skip
         at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)
         tl.store(ms_ptr + at, m_s, mask=live & (dv0 == 0))
         tl.store(ls_ptr + at, l_s, mask=live & (dv0 == 0))
@@ -153,15 +160,16 @@ def _probe_spans(req, hk, dv0, q_ptr, k_ptr, v_ptr, s_ptr, s_stride, ms_ptr, ls_
 def split_dslice_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt_ptr, bt_stride,
                         max_spans, qk_scale, window, HKV: tl.constexpr, GROUP: tl.constexpr,
                         D: tl.constexpr, DV: tl.constexpr, PAGE: tl.constexpr,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                        SPAN: tl.constexpr):  # fmt: skip
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPAN: tl.constexpr,
+                        HND: tl.constexpr):  # fmt: skip
     """Program (kv head x D / DV slices, j, r): `split_span_kernel`'s spans j, j + S, ... of
-    token r on V columns slice * DV .. + DV (the slice is the grid's fastest axis)."""
+    token r on V columns slice * DV .. + DV (the slice is the grid's fastest axis; DV = D:
+    the shipped computation), from pages of [HKV, PAGE, D] where HND."""
     slices: tl.constexpr = D // DV
     hk, dv0 = tl.program_id(0) // slices, tl.program_id(0) % slices * DV
     _probe_spans(tl.program_id(2), hk, dv0, q_ptr, k_ptr, v_ptr, ms_ptr, 0, ms_ptr, ls_ptr,
                  accs_ptr, pos_ptr, bt_ptr, bt_stride, max_spans, qk_scale, window, HKV, GROUP, D,
-                 DV, PAGE, BLOCK_M, BLOCK_N, SPAN, False)  # fmt: skip
+                 DV, PAGE, BLOCK_M, BLOCK_N, SPAN, False, HND)  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["bt_stride", "s_stride", "window"])
@@ -176,7 +184,7 @@ def scores_kernel(q_ptr, k_ptr, s_ptr, s_stride, pos_ptr, bt_ptr, bt_stride, qk_
     )  # fmt: skip
     key = t * BLOCK_N + tl.arange(0, BLOCK_N)
     kmask = key <= last
-    kv = _paged_rows(bt_row, key, kmask, hk, HKV, D, PAGE, True)
+    kv = _paged_rows(bt_row, key, kmask, hk, HKV, D, PAGE, True, False)
     s = _tile_scores(q, k_ptr, kv, kmask, qk_scale, D, True)
     srow = _state_offsets(tok, hk, r, HKV, GROUP) * s_stride
     tl.store(s_ptr + srow[:, None] + key[None, :], s, mask=live[:, None] & kmask[None, :])
@@ -192,11 +200,12 @@ def split_scored_kernel(q_ptr, v_ptr, s_ptr, s_stride, ms_ptr, ls_ptr, accs_ptr,
     from `scores_kernel`'s output (no K load, no QK MMA in the span's chain)."""
     _probe_spans(tl.program_id(2), tl.program_id(0), 0, q_ptr, v_ptr, v_ptr, s_ptr, s_stride,
                  ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt_ptr, bt_stride, max_spans, qk_scale,
-                 window, HKV, GROUP, D, D, PAGE, BLOCK_M, BLOCK_N, SPAN, True)  # fmt: skip
+                 window, HKV, GROUP, D, D, PAGE, BLOCK_M, BLOCK_N, SPAN, True, False)  # fmt: skip
 
 
-# probe variants: (name, V columns a program (D: whole), scores first)
-SHAPE_VARIANTS = [("dslice64", 64, False), ("dslice32", 32, False), ("scored", 128, True)]
+# probe variants: (name, V columns a program (D: whole), scores first, HND pages)
+SHAPE_VARIANTS = [("dslice64", 64, False, False), ("dslice32", 32, False, False),
+                  ("scored", 128, True, False), ("hnd", 128, False, True)]  # fmt: skip
 
 
 def scores_stride(max_position: int, block_n: int) -> int:
@@ -206,18 +215,20 @@ def scores_stride(max_position: int, block_n: int) -> int:
 
 def launch_shape(variant: tuple, args: dict, scores, grid: tuple, opts: dict) -> None:
     """Run one `SHAPE_VARIANTS` launch: `args` the span kernel's tensors and scalars by name
-    (q, k, v, m_s, l_s, acc_s, pos, bt, max_spans, scale, window, max_position), `grid` the
+    (q, k, v, k_hnd, v_hnd (HND only: `hnd_pages`), m_s, l_s, acc_s, pos, bt, max_spans, scale,
+    window, max_position), `grid` the
     plan's (kv heads, programs a request, requests), `opts` its launch options; `scores` an
     fp32 buffer of requests x heads x `scores_stride` (scored only)."""
-    _, dv, scored = variant
+    _, dv, scored, hnd = variant
     a = args
     facts = dict(HKV=grid[0], GROUP=a["group"], D=a["d"], PAGE=a["page"], BLOCK_M=a["block_m"],
                  BLOCK_N=a["block_n"], enable_fp_fusion=False)  # fmt: skip
     bt_stride = a["bt"].shape[1]
     if not scored:
         split_dslice_kernel[(grid[0] * (a["d"] // dv), grid[1], grid[2])](
-            a["q"], a["k"], a["v"], a["m_s"], a["l_s"], a["acc_s"], a["pos"], a["bt"], bt_stride,
-            a["max_spans"], a["scale"], a["window"], DV=dv, SPAN=a["span"], **facts, **opts)  # fmt: skip
+            a["q"], *((a["k_hnd"], a["v_hnd"]) if hnd else (a["k"], a["v"])), a["m_s"], a["l_s"],
+            a["acc_s"], a["pos"], a["bt"], bt_stride, a["max_spans"], a["scale"], a["window"],
+            DV=dv, SPAN=a["span"], HND=hnd, **facts, **opts)  # fmt: skip
         return
     stride = scores_stride(a["max_position"], a["block_n"])
     scores_kernel[(grid[0], stride // a["block_n"], grid[2])](
@@ -226,3 +237,9 @@ def launch_shape(variant: tuple, args: dict, scores, grid: tuple, opts: dict) ->
     split_scored_kernel[grid](
         a["q"], a["v"], scores, stride, a["m_s"], a["l_s"], a["acc_s"], a["pos"], a["bt"],
         bt_stride, a["max_spans"], a["scale"], a["window"], SPAN=a["span"], **facts, **opts)  # fmt: skip
+
+
+def hnd_pages(cache, page: int):
+    """A copy of a [slots, HKV, D] cache whose pages are [HKV, PAGE, D] (the same values)."""
+    slots, hkv, d = cache.shape
+    return cache.view(slots // page, page, hkv, d).transpose(1, 2).contiguous()

@@ -1,5 +1,5 @@
 """The split-KV probe's launch shapes (`benchmarks/split_probe_shapes.py`: head-dim slices of
-the P @ V chain, scores computed first) store the span states of the shipped
+the P @ V chain, scores computed first, K / V in HND pages) store the span states of the shipped
 `split_span_kernel`, bit for bit, so the probe's GPU timings compare launches of one
 definition (CPU interpreter, fp32; the probe checks the bits again on the GPU)."""
 
@@ -39,9 +39,10 @@ def _case(positions: list[int]) -> dict:
     tables = np.random.default_rng(5).permutation(r * blocks).reshape(r, blocks).astype(np.int32)
     slots = r * blocks * PAGE
     max_position = max(positions)
+    k, v = (torch.randn(slots, HKV, D, generator=g) for _ in range(2))
     return dict(
-        q=torch.randn(r, HKV * GROUP, D, generator=g), k=torch.randn(slots, HKV, D, generator=g),
-        v=torch.randn(slots, HKV, D, generator=g), pos=torch.tensor(positions, dtype=torch.int32),
+        q=torch.randn(r, HKV * GROUP, D, generator=g), k=k, v=v, k_hnd=S.hnd_pages(k, PAGE),
+        v_hnd=S.hnd_pages(v, PAGE), pos=torch.tensor(positions, dtype=torch.int32),
         bt=torch.from_numpy(tables), max_spans=max_position // SPAN + 1, scale=D**-0.5 * LOG2E,
         max_position=max_position, group=GROUP, d=D, page=PAGE, block_m=16, block_n=KEY_BLOCK,
         span=SPAN,
