@@ -25,6 +25,7 @@ more programs a span (`split_probe_shapes`: head-dim slices of the P @ V chain, 
 computed first in their own launch), bits checked, each alone and as the step with the merge.
 
     python benchmarks/split_decode_probe.py --out $OUT/split_decode_probe.json
+    python benchmarks/split_probe_dryrun.py 1 1536   # the --floor cell on the CPU, first
 
 Evidence class: measurement (bits: the comparison in this run).
 """
