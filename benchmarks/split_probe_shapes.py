@@ -216,9 +216,9 @@ def scores_stride(max_position: int, block_n: int) -> int:
 def launch_shape(variant: tuple, args: dict, scores, grid: tuple, opts: dict) -> None:
     """Run one `SHAPE_VARIANTS` launch: `args` the span kernel's tensors and scalars by name
     (q, k, v, k_hnd, v_hnd (HND only: `hnd_pages`), m_s, l_s, acc_s, pos, bt, max_spans, scale,
-    window, max_position), `grid` the
-    plan's (kv heads, programs a request, requests), `opts` its launch options; `scores` an
-    fp32 buffer of requests x heads x `scores_stride` (scored only)."""
+    window, max_position and the constexprs), `grid` the plan's (kv heads, programs a request,
+    requests), `opts` its launch options; `scores` an fp32 buffer of requests x heads x
+    `scores_stride` (scored only)."""
     _, dv, scored, hnd = variant
     a = args
     facts = dict(HKV=grid[0], GROUP=a["group"], D=a["d"], PAGE=a["page"], BLOCK_M=a["block_m"],
