@@ -41,7 +41,7 @@
 #   longctx    benchmarks/long_context.py (issue 25: span attention vs SDPA, engine at 128..128k)
 #   issue25    issue 25's H200 rows in one call (~7 min on an H100): longctx, servingb, matrix
 #   floorprobe split_decode_probe.py --floor, in its own call (2-4 min): the span launch's floors
-#              (an HND page layout too), the PDL pair, the launch shapes of split_probe_shapes.py
+#              (HND pages and TMA box loads too), the PDL pair, the launch shapes of split_probe_shapes.py
 #   splitprobe benchmarks/split_decode_probe.py (split-KV decode: span kernel and merge timed apart,
 #              merge launch variants, bits against the shipped merge)
 #   prefillprobe benchmarks/prefill_probe.py (prefill launches and the kernel before interior tiles, carried in .baseline: bits

@@ -22,7 +22,9 @@ than the definition has), to tell the launch shape's limit from the kernel's; an
 two launches with and without programmatic dependent launch (`pdl_pair`: the merge starts
 while the span kernel runs and waits for its writes), bits checked; and two launch shapes with
 more programs a span (`split_probe_shapes`: head-dim slices of the P @ V chain, and the scores
-computed first in their own launch), bits checked, each alone and as the step with the merge.
+computed first in their own launch, HND pages), bits checked, each alone and as the step with
+the merge; and the floors again with each page's [16, 128] box of a KV head read by one TMA
+copy (`floor_tma_kernel`: no per-thread addresses or requests), NHD and HND pages.
 
     python benchmarks/split_decode_probe.py --out $OUT/split_decode_probe.json
     python benchmarks/split_probe_dryrun.py 1 1536   # the --floor cell on the CPU, first
@@ -101,6 +103,11 @@ FLOOR_VARIANTS = [(512, False, 2, 3, False), (512, False, 2, 5, False), (512, Fa
                   (512, True, 2, 3, False), (512, True, 2, 5, False), (512, True, 2, 9, False),
                   (512, False, 2, 3, True), (512, False, 2, 5, True), (512, True, 2, 3, True),
                   (512, True, 2, 5, True)]  # fmt: skip
+# the same floors with TMA box loads (`floor_tma_kernel`): (keys a program, MMAs, warps,
+# pipeline stages, HND pages)
+TMA_FLOOR_VARIANTS = [(512, False, 2, 3, False), (512, False, 4, 3, False), (512, False, 4, 4, False),
+                      (512, True, 4, 3, False), (512, False, 4, 3, True), (512, True, 4, 3, True),
+                      (256, False, 4, 3, False)]  # fmt: skip
 # the launch shapes of `split_probe_shapes` (`--floor`) at these pipeline stages (0: the plan's)
 SHAPE_STAGES = (0, 3)
 TWO_PHASE_VARIANTS = [(4, 3, 64, 4), (4, 4, 64, 4), (4, 6, 64, 4), (4, 8, 64, 4), (4, 4, 32, 4),
@@ -388,6 +395,43 @@ def floor_kernel(q_ptr, k_ptr, v_ptr, sink_ptr, pos_ptr, bt_ptr, bt_stride,
     )
 
 
+@triton.jit(do_not_specialize=["bt_stride"])
+def floor_tma_kernel(q_ptr, k_desc, v_desc, sink_ptr, pos_ptr, bt_ptr, bt_stride,
+                     HKV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
+                     BLOCK_M: tl.constexpr, PART: tl.constexpr, DOTS: tl.constexpr,
+                     STAGES: tl.constexpr, HND: tl.constexpr):  # fmt: skip
+    """`floor_kernel` with each page's [PAGE, D] box of one KV head read by the tensor-memory
+    accelerator (one TMA copy a box, no per-thread addresses): `k_desc` / `v_desc` describe
+    the cache as rows of HKV * D (NHD pages: a box of 16 rows 2 KB apart) or, HND, as rows of
+    D (a box of 16 contiguous rows); a loop trip is one page (16 keys), the MMAs of DOTS on
+    [BLOCK_M, 16] scores. A request's partial last page is read whole (15 keys at most)."""
+    hk, j, req = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    start = j * PART
+    stop = tl.minimum(start + PART, tl.load(pos_ptr + req) + 1)
+    bt_row = bt_ptr + req.to(tl.int64) * bt_stride
+    d = tl.arange(0, D)
+    q = tl.load(q_ptr + (req * HKV + hk) * BLOCK_M * D + tl.arange(0, BLOCK_M)[:, None] * D + d)
+    acc = tl.zeros((BLOCK_M, D), tl.float32)
+    total = tl.zeros((PAGE, D), tl.float32)
+    for lp in tl.range(start // PAGE, (stop + PAGE - 1) // PAGE, num_stages=STAGES):
+        page = tl.load(bt_row + lp)
+        if HND:
+            k = k_desc.load([(page * HKV + hk) * PAGE, 0])
+            v = v_desc.load([(page * HKV + hk) * PAGE, 0])
+        else:
+            k = k_desc.load([page * PAGE, hk * D])
+            v = v_desc.load([page * PAGE, hk * D])
+        if DOTS:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+            acc = tl.dot(s.to(v.dtype), v, acc, input_precision="ieee")
+        else:
+            total += k.to(tl.float32) + v.to(tl.float32)
+    pid = (req * tl.num_programs(1) + j) * HKV + hk
+    tl.store(
+        sink_ptr + pid, tl.sum(tl.sum(acc, axis=1), axis=0) + tl.sum(tl.sum(total, axis=1), axis=0)
+    )
+
+
 @triton.jit(do_not_specialize=["bt_stride", "max_spans", "window"])
 def split_pdl_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt_ptr, bt_stride,
                      max_spans, qk_scale, window, HKV: tl.constexpr, GROUP: tl.constexpr,
@@ -476,6 +520,41 @@ def shapes(args: dict, grid: tuple, merge, ref, gb: float) -> dict:
                              "pct_hbm_step": round(100 * gb / (step_us / 1e6) / hbm_gbps(), 1)}  # fmt: skip
             except Exception as e:  # a variant that fails to build or run: recorded, run goes on
                 out[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+    return out
+
+
+def tma_floors(kv, hnd_caches: tuple, meta, gb: float) -> dict:
+    """us and % HBM of each `TMA_FLOOR_VARIANTS` launch (host tensor descriptors over the
+    caches: [slots, HKV * D] for NHD pages, [pages * HKV * PAGE, D] for HND), or its error."""
+    import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    r, hkv, page = meta.num_requests, NUM_KV_HEADS, 16
+    qf = randn((r * hkv * meta.block_m * HEAD_DIM,), kv.k_cache.dtype, seed=11)
+    descs = {False: [TensorDescriptor.from_tensor(c.view(c.shape[0], -1), [page, HEAD_DIM])
+                     for c in (kv.k_cache, kv.v_cache)],
+             True: [TensorDescriptor.from_tensor(c.view(-1, HEAD_DIM), [page, HEAD_DIM])
+                    for c in hnd_caches]}  # fmt: skip
+    out: dict = {}
+    for part, dots, warps, stages, hnd in TMA_FLOOR_VARIANTS:
+        grid = (hkv, -(-(meta.max_position + 1) // part), r)
+        sink = torch.empty((grid[0] * grid[1] * grid[2],), dtype=torch.float32, device="cuda")
+
+        def launch(grid=grid, sink=sink, part=part, dots=dots, warps=warps, stages=stages,
+                   hnd=hnd):  # fmt: skip
+            floor_tma_kernel[grid](qf, *descs[hnd], sink, meta.positions, meta.block_tables,
+                                   meta.block_tables.shape[1], HKV=hkv, D=HEAD_DIM, PAGE=page,
+                                   BLOCK_M=meta.block_m, PART=part, DOTS=dots, STAGES=stages,
+                                   HND=hnd, num_warps=warps)  # fmt: skip
+
+        name = "tma_{}_p{}_w{}_s{}{}".format("dots" if dots else "sum", part, warps, stages,
+                                             "_hnd" if hnd else "")  # fmt: skip
+        try:
+            ms = bench_graph(launch, 30)
+            out[name] = {"us": round(ms * 1e3, 2), "programs": grid[0] * grid[1] * grid[2],
+                         "pct_hbm": round(100 * gb / (ms / 1e3) / hbm_gbps(), 1)}  # fmt: skip
+        except Exception as e:  # a launch this stack cannot build: recorded, the run goes on
+            out[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
     return out
 
 
@@ -593,6 +672,7 @@ def cell(batch: int, context: int, merges: bool = True, splits_too: bool = True,
     if floor:
         hnd = tuple(S.hnd_pages(c, 16) for c in (kv.k_cache, kv.v_cache))
         row["floors"] = floors(q, kv, hnd, meta, gb)
+        row["tma_floors"] = tma_floors(kv, hnd, meta, gb)
         row["pdl"] = pdl_pair(q, split_launch, merge_sliced, ref, A.split_options(r * splits * hkv))
         shape_args = dict(q=q, k=kv.k_cache, v=kv.v_cache, k_hnd=hnd[0], v_hnd=hnd[1],
                           m_s=m_s, l_s=l_s, acc_s=acc_s,

@@ -7,7 +7,8 @@ and the PDL launch records the interpreter's error (it cannot run ``griddepcontr
 
     python benchmarks/split_probe_dryrun.py 1 1536     # batch 1, context 1536 (3 spans)
 
-Prints the floors run, the PDL pair and each launch shape's bits against the shipped launch.
+Prints the floors run (the TMA ones: ran, or their error), the PDL pair and each launch
+shape's bits against the shipped launch.
 Evidence class: test (of the probe; no timing means anything here).
 """
 
@@ -67,8 +68,9 @@ def main() -> None:
     A.attention_metadata = lambda *a, **kw: metadata(*a[:5], "cpu", *a[6:], **kw)
     row = P.cell(batch, context, merges=False, splits_too=False, floor=True)
     shapes = {k: v.get("bits_equal", v.get("error")) for k, v in row["shapes"].items()}
-    print(json.dumps({"splits": row["splits"], "floors": list(row["floors"]), "pdl": row["pdl"],
-                      "shapes_bits_equal": shapes}, indent=1))  # fmt: skip
+    tma = {k: v.get("error", "ran") for k, v in row["tma_floors"].items()}
+    print(json.dumps({"splits": row["splits"], "floors": list(row["floors"]), "tma_floors": tma,
+                      "pdl": row["pdl"], "shapes_bits_equal": shapes}, indent=1))  # fmt: skip
 
 
 if __name__ == "__main__":
