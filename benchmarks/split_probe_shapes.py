@@ -16,7 +16,11 @@ of the merged output):
   loads only V and its scores, and holds one MMA a tile (P @ V) instead of two;
 - **HND pages** (`split_dslice_kernel` with DV = D and HND): the shipped computation reading
   a copy of the caches whose pages are [HKV, PAGE, D] (`hnd_pages`; the plan's are [PAGE,
-  HKV, D]): a program's 16 keys of a page are one 4 KB piece, not 16 pieces of 256 bytes.
+  HKV, D]): a program's 16 keys of a page are one 4 KB piece, not 16 pieces of 256 bytes;
+- **TMA boxes** (`split_tma_kernel`, NHD or HND pages): the shipped computation with each key
+  tile's K and V read as four page boxes of [16, D], one tensor-memory-accelerator copy each
+  (no per-thread addresses), stacked in key order; keys past the last read as 0 (a `where`),
+  as the shipped masked loads give.
 
 One tile function (`_probe_tile`) covers them all and the masked / interior forms of the
 shipped `_attend_tile` / `_attend_tile_interior`: a deliberate near-copy with knobs the shipped
@@ -49,6 +53,46 @@ def _paged_rows(bt_row, key, kmask, hk, HKV: tl.constexpr, D: tl.constexpr,
 
 
 @triton.jit
+def _rows2(a, b):
+    """[R, C] `a` above [R, C] `b`: [2R, C] (join, permute, reshape: no reordering)."""
+    j = tl.permute(tl.join(a, b), (2, 0, 1))
+    return tl.reshape(j, (2 * a.shape[0], a.shape[1]))
+
+
+@triton.jit
+def _box(desc, page, hk, HKV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
+         HND: tl.constexpr):  # fmt: skip
+    """One page's [PAGE, D] box of KV head hk by one TMA copy (`desc` over rows of HKV * D,
+    NHD pages, or over rows of D, HND pages)."""
+    if HND:
+        return desc.load([(page * HKV + hk) * PAGE, 0])
+    return desc.load([page * PAGE, hk * D])
+
+
+@triton.jit
+def _tma_kv(k_desc, v_desc, bt_row, key0, last, hk, HKV: tl.constexpr, D: tl.constexpr,
+            PAGE: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+            HND: tl.constexpr):  # fmt: skip
+    """The K and V tiles of keys [key0, key0 + BLOCK_N) (four pages) as four TMA boxes each,
+    stacked in key order; MASKED: keys past `last` read as 0, as the shipped masked loads."""
+    tl.static_assert(BLOCK_N == 4 * PAGE, "a key tile is four pages")
+    lp = key0 // PAGE
+    p0 = tl.load(bt_row + lp)  # key0 <= last: the tile holds a key
+    p1 = tl.load(bt_row + lp + 1, mask=key0 + PAGE <= last, other=0)
+    p2 = tl.load(bt_row + lp + 2, mask=key0 + 2 * PAGE <= last, other=0)
+    p3 = tl.load(bt_row + lp + 3, mask=key0 + 3 * PAGE <= last, other=0)
+    k = _rows2(_rows2(_box(k_desc, p0, hk, HKV, D, PAGE, HND), _box(k_desc, p1, hk, HKV, D, PAGE, HND)),
+               _rows2(_box(k_desc, p2, hk, HKV, D, PAGE, HND), _box(k_desc, p3, hk, HKV, D, PAGE, HND)))  # fmt: skip
+    v = _rows2(_rows2(_box(v_desc, p0, hk, HKV, D, PAGE, HND), _box(v_desc, p1, hk, HKV, D, PAGE, HND)),
+               _rows2(_box(v_desc, p2, hk, HKV, D, PAGE, HND), _box(v_desc, p3, hk, HKV, D, PAGE, HND)))  # fmt: skip
+    if MASKED:
+        kmask = key0 + tl.arange(0, BLOCK_N) <= last
+        k = tl.where(kmask[:, None], k, 0.0)
+        v = tl.where(kmask[:, None], v, 0.0)
+    return k, v
+
+
+@triton.jit
 def _tile_scores(q, k_ptr, kv, kmask, qk_scale, D: tl.constexpr, MASKED: tl.constexpr):
     """The tile's scores as `_attend_tile` computes them (masked-out keys read as 0)."""
     d = tl.arange(0, D)
@@ -63,22 +107,27 @@ def _tile_scores(q, k_ptr, kv, kmask, qk_scale, D: tl.constexpr, MASKED: tl.cons
 def _probe_tile(q, k_ptr, v_ptr, s_ptr, srow, bt_row, key0, pos, lo, last, hk, qk_scale, m_i,
                 l_i, acc, dv0, HKV: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
                 PAGE: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
-                SCORED: tl.constexpr, HND: tl.constexpr):  # fmt: skip
+                SCORED: tl.constexpr, HND: tl.constexpr, TMA: tl.constexpr):  # fmt: skip
     """`_attend_tile` (MASKED) or `_attend_tile_interior` on V's columns dv0 .. dv0 + DV; the
     scores from K (SCORED false) or loaded from s_ptr at rows `srow` (stored by
-    `scores_kernel`: the same values); K and V in pages of [HKV, PAGE, D] where HND."""
+    `scores_kernel`: the same values); K and V in pages of [HKV, PAGE, D] where HND; TMA:
+    k_ptr / v_ptr are tensor descriptors, the tiles read as page boxes (`_tma_kv`; DV = D)."""
     key = key0 + tl.arange(0, BLOCK_N)
     kmask = key <= last
-    kv = _paged_rows(bt_row, key, kmask, hk, HKV, D, PAGE, MASKED, HND)
-    dv = dv0 + tl.arange(0, DV)
-    if MASKED:
-        v = tl.load(v_ptr + kv[:, None] + dv[None, :], mask=kmask[:, None], other=0.0)
+    if TMA:
+        k, v = _tma_kv(k_ptr, v_ptr, bt_row, key0, last, hk, HKV, D, PAGE, BLOCK_N, MASKED, HND)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
     else:
-        v = tl.load(v_ptr + kv[:, None] + dv[None, :])
-    if SCORED:
-        s = tl.load(s_ptr + srow[:, None] + key[None, :], mask=kmask[None, :], other=0.0)
-    else:
-        s = _tile_scores(q, k_ptr, kv, kmask, qk_scale, D, MASKED)
+        kv = _paged_rows(bt_row, key, kmask, hk, HKV, D, PAGE, MASKED, HND)
+        dv = dv0 + tl.arange(0, DV)
+        if MASKED:
+            v = tl.load(v_ptr + kv[:, None] + dv[None, :], mask=kmask[:, None], other=0.0)
+        else:
+            v = tl.load(v_ptr + kv[:, None] + dv[None, :])
+        if SCORED:
+            s = tl.load(s_ptr + srow[:, None] + key[None, :], mask=kmask[None, :], other=0.0)
+        else:
+            s = _tile_scores(q, k_ptr, kv, kmask, qk_scale, D, MASKED)
     ones = tl.full((BLOCK_N, 16), 1.0, v.dtype)
     col0 = tl.arange(0, 16)[None, :] == 0
     if MASKED:
@@ -109,7 +158,8 @@ def _probe_tile(q, k_ptr, v_ptr, s_ptr, srow, bt_row, key0, pos, lo, last, hk, q
 def _probe_span(q, k_ptr, v_ptr, s_ptr, srow, bt_row, span0, pos, lo, last, inner0, inner1, hk,
                 qk_scale, dv0, HKV: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
                 PAGE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                SPAN: tl.constexpr, SCORED: tl.constexpr, HND: tl.constexpr):  # fmt: skip
+                SPAN: tl.constexpr, SCORED: tl.constexpr, HND: tl.constexpr,
+                TMA: tl.constexpr):  # fmt: skip
     """`_attend_span` by `_probe_tile`: the span's tiles in key order from a fresh state, the
     ones in [inner0, inner1) unmasked, in three loops."""
     m_s = tl.full((BLOCK_M,), float("-inf"), tl.float32)
@@ -121,15 +171,15 @@ def _probe_span(q, k_ptr, v_ptr, s_ptr, srow, bt_row, span0, pos, lo, last, inne
     for key0 in range(span0, a, BLOCK_N):
         m_s, l_s, acc_s = _probe_tile(q, k_ptr, v_ptr, s_ptr, srow, bt_row, key0, pos, lo, last,
                                       hk, qk_scale, m_s, l_s, acc_s, dv0, HKV, D, DV, PAGE,
-                                      BLOCK_N, True, SCORED, HND)  # fmt: skip
+                                      BLOCK_N, True, SCORED, HND, TMA)  # fmt: skip
     for key0 in range(a, b, BLOCK_N):
         m_s, l_s, acc_s = _probe_tile(q, k_ptr, v_ptr, s_ptr, srow, bt_row, key0, pos, lo, last,
                                       hk, qk_scale, m_s, l_s, acc_s, dv0, HKV, D, DV, PAGE,
-                                      BLOCK_N, False, SCORED, HND)  # fmt: skip
+                                      BLOCK_N, False, SCORED, HND, TMA)  # fmt: skip
     for key0 in range(b, stop, BLOCK_N):
         m_s, l_s, acc_s = _probe_tile(q, k_ptr, v_ptr, s_ptr, srow, bt_row, key0, pos, lo, last,
                                       hk, qk_scale, m_s, l_s, acc_s, dv0, HKV, D, DV, PAGE,
-                                      BLOCK_N, True, SCORED, HND)  # fmt: skip
+                                      BLOCK_N, True, SCORED, HND, TMA)  # fmt: skip
     return m_s, l_s, acc_s
 
 
@@ -138,7 +188,7 @@ def _probe_spans(req, hk, dv0, q_ptr, k_ptr, v_ptr, s_ptr, s_stride, ms_ptr, ls_
                  pos_ptr, bt_ptr, bt_stride, max_spans, qk_scale, window, HKV: tl.constexpr,
                  GROUP: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, PAGE: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPAN: tl.constexpr,
-                 SCORED: tl.constexpr, HND: tl.constexpr):  # fmt: skip
+                 SCORED: tl.constexpr, HND: tl.constexpr, TMA: tl.constexpr):  # fmt: skip
     """`_split_spans` on V columns dv0 .. dv0 + DV: spans j, j + S, ... (j = program_id(1)),
     each state stored at [req * max_spans + span] (m and l by the slice at column 0 only)."""
     r, live, tok, pos, lo, q, last, inner0, inner1, bt_row = _decode_rows(
@@ -149,7 +199,7 @@ def _probe_spans(req, hk, dv0, q_ptr, k_ptr, v_ptr, s_ptr, s_stride, ms_ptr, ls_
     for span in range(tl.program_id(1), last // SPAN + 1, tl.num_programs(1)):
         m_s, l_s, acc_s = _probe_span(q, k_ptr, v_ptr, s_ptr, srow, bt_row, span * SPAN, pos, lo,
                                       last, inner0, inner1, hk, qk_scale, dv0, HKV, D, DV, PAGE,
-                                      BLOCK_M, BLOCK_N, SPAN, SCORED, HND)  # fmt: skip
+                                      BLOCK_M, BLOCK_N, SPAN, SCORED, HND, TMA)  # fmt: skip
         at = _state_offsets(tok * max_spans + span, hk, r, HKV, GROUP)
         tl.store(ms_ptr + at, m_s, mask=live & (dv0 == 0))
         tl.store(ls_ptr + at, l_s, mask=live & (dv0 == 0))
@@ -169,7 +219,7 @@ def split_dslice_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, 
     hk, dv0 = tl.program_id(0) // slices, tl.program_id(0) % slices * DV
     _probe_spans(tl.program_id(2), hk, dv0, q_ptr, k_ptr, v_ptr, ms_ptr, 0, ms_ptr, ls_ptr,
                  accs_ptr, pos_ptr, bt_ptr, bt_stride, max_spans, qk_scale, window, HKV, GROUP, D,
-                 DV, PAGE, BLOCK_M, BLOCK_N, SPAN, False, HND)  # fmt: skip
+                 DV, PAGE, BLOCK_M, BLOCK_N, SPAN, False, HND, False)  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["bt_stride", "s_stride", "window"])
@@ -200,12 +250,24 @@ def split_scored_kernel(q_ptr, v_ptr, s_ptr, s_stride, ms_ptr, ls_ptr, accs_ptr,
     from `scores_kernel`'s output (no K load, no QK MMA in the span's chain)."""
     _probe_spans(tl.program_id(2), tl.program_id(0), 0, q_ptr, v_ptr, v_ptr, s_ptr, s_stride,
                  ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt_ptr, bt_stride, max_spans, qk_scale,
-                 window, HKV, GROUP, D, D, PAGE, BLOCK_M, BLOCK_N, SPAN, True, False)  # fmt: skip
+                 window, HKV, GROUP, D, D, PAGE, BLOCK_M, BLOCK_N, SPAN, True, False, False)  # fmt: skip
 
 
-# probe variants: (name, V columns a program (D: whole), scores first, HND pages)
-SHAPE_VARIANTS = [("dslice64", 64, False, False), ("dslice32", 32, False, False),
-                  ("scored", 128, True, False), ("hnd", 128, False, True)]  # fmt: skip
+@triton.jit(do_not_specialize=["bt_stride", "max_spans", "window"])
+def split_tma_kernel(q_ptr, k_desc, v_desc, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt_ptr, bt_stride,
+                     max_spans, qk_scale, window, HKV: tl.constexpr, GROUP: tl.constexpr,
+                     D: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, SPAN: tl.constexpr, HND: tl.constexpr):  # fmt: skip
+    """`split_span_kernel` with its K and V tiles read as TMA page boxes (`_tma_kv`)."""
+    _probe_spans(tl.program_id(2), tl.program_id(0), 0, q_ptr, k_desc, v_desc, ms_ptr, 0, ms_ptr,
+                 ls_ptr, accs_ptr, pos_ptr, bt_ptr, bt_stride, max_spans, qk_scale, window, HKV,
+                 GROUP, D, D, PAGE, BLOCK_M, BLOCK_N, SPAN, False, HND, True)  # fmt: skip
+
+
+# probe variants: (name, V columns a program (D: whole), scores first, HND pages, TMA boxes)
+SHAPE_VARIANTS = [("dslice64", 64, False, False, False), ("dslice32", 32, False, False, False),
+                  ("scored", 128, True, False, False), ("hnd", 128, False, True, False),
+                  ("tma", 128, False, False, True), ("tma_hnd", 128, False, True, True)]  # fmt: skip
 
 
 def scores_stride(max_position: int, block_n: int) -> int:
@@ -219,11 +281,17 @@ def launch_shape(variant: tuple, args: dict, scores, grid: tuple, opts: dict) ->
     window, max_position and the constexprs), `grid` the plan's (kv heads, programs a request,
     requests), `opts` its launch options; `scores` an fp32 buffer of requests x heads x
     `scores_stride` (scored only)."""
-    _, dv, scored, hnd = variant
+    _, dv, scored, hnd, tma = variant
     a = args
     facts = dict(HKV=grid[0], GROUP=a["group"], D=a["d"], PAGE=a["page"], BLOCK_M=a["block_m"],
                  BLOCK_N=a["block_n"], enable_fp_fusion=False)  # fmt: skip
     bt_stride = a["bt"].shape[1]
+    if tma:
+        split_tma_kernel[grid](
+            a["q"], *tma_descriptors(a, hnd), a["m_s"], a["l_s"], a["acc_s"], a["pos"], a["bt"],
+            bt_stride, a["max_spans"], a["scale"], a["window"], SPAN=a["span"], HND=hnd, **facts,
+            **opts)  # fmt: skip
+        return
     if not scored:
         split_dslice_kernel[(grid[0] * (a["d"] // dv), grid[1], grid[2])](
             a["q"], *((a["k_hnd"], a["v_hnd"]) if hnd else (a["k"], a["v"])), a["m_s"], a["l_s"],
@@ -243,3 +311,16 @@ def hnd_pages(cache, page: int):
     """A copy of a [slots, HKV, D] cache whose pages are [HKV, PAGE, D] (the same values)."""
     slots, hkv, d = cache.shape
     return cache.view(slots // page, page, hkv, d).transpose(1, 2).contiguous()
+
+
+def tma_descriptors(args: dict, hnd: bool) -> tuple:
+    """Host tensor descriptors of K and V for `split_tma_kernel`: boxes of [PAGE, D] over the
+    plan's cache as rows of HKV * D (NHD), or over the HND copy as rows of D."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    box = [args["page"], args["d"]]
+    if hnd:
+        return tuple(TensorDescriptor.from_tensor(args[n].view(-1, args["d"]), box)
+                     for n in ("k_hnd", "v_hnd"))  # fmt: skip
+    return tuple(TensorDescriptor.from_tensor(args[n].view(args[n].shape[0], -1), box)
+                 for n in ("k", "v"))  # fmt: skip

@@ -40,6 +40,12 @@ def _case(positions: list[int]) -> dict:
     slots = r * blocks * PAGE
     max_position = max(positions)
     k, v = (torch.randn(slots, HKV, D, generator=g) for _ in range(2))
+    for req, pos in enumerate(positions):  # slots past a request's last key hold NaN, as an
+        keys = np.arange(pos + 1, blocks * PAGE)  # unwritten cache may: no launch may read them
+        unwritten = torch.from_numpy(
+            tables[req, keys // PAGE].astype(np.int64) * PAGE + keys % PAGE
+        )
+        k[unwritten], v[unwritten] = float("nan"), float("nan")
     return dict(
         q=torch.randn(r, HKV * GROUP, D, generator=g), k=k, v=v, k_hnd=S.hnd_pages(k, PAGE),
         v_hnd=S.hnd_pages(v, PAGE), pos=torch.tensor(positions, dtype=torch.int32),
