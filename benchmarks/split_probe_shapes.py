@@ -19,8 +19,11 @@ of the merged output):
   HKV, D]): a program's 16 keys of a page are one 4 KB piece, not 16 pieces of 256 bytes;
 - **TMA boxes** (`split_tma_kernel`, NHD or HND pages): the shipped computation with each key
   tile's K and V read as four page boxes of [16, D], one tensor-memory-accelerator copy each
-  (no per-thread addresses), stacked in key order; keys past the last read as 0 (a `where`),
-  as the shipped masked loads give.
+  (no per-thread addresses); keys past the last read as 0 (a `where`), as the shipped masked
+  loads give. TMA 1 stacks the boxes into the tiles in key order; TMA 2 keeps them apart:
+  the scores are the four boxes' QK MMAs side by side (an output element is its row of q and
+  its key's row of K), P @ ones and P @ V four chained MMAs of 16 keys each, which is the
+  chain of k steps a 64-key MMA runs, in the same order from the same accumulator.
 
 One tile function (`_probe_tile`) covers them all and the masked / interior forms of the
 shipped `_attend_tile` / `_attend_tile_interior`: a deliberate near-copy with knobs the shipped
@@ -104,6 +107,41 @@ def _tile_scores(q, k_ptr, kv, kmask, qk_scale, D: tl.constexpr, MASKED: tl.cons
 
 
 @triton.jit
+def _softmax_p(s, m_i, key, key0, pos, lo, dtype: tl.constexpr, BLOCK_N: tl.constexpr,
+               MASKED: tl.constexpr):  # fmt: skip
+    """The shipped tile update's p (in `dtype`), alpha, new maximum and `active` rows from the
+    tile's scores `s` (MASKED: the guarded form; else the interior one, `active` unused)."""
+    if MASKED:
+        keep = (key[None, :] <= pos[:, None]) & (key[None, :] >= lo[:, None])
+        s = tl.where(keep, s, float("-inf"))
+        active = (key0 <= pos) & (key0 + BLOCK_N > lo)
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = ex2q(tl.where(active, m_i - m_new, 0.0))
+        p = tl.where(active[:, None] & keep, ex2q(s - m_new[:, None]), 0.0).to(dtype)
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        active = m_new == m_new
+        alpha = ex2q(m_i - m_new)
+        p = ex2q(s - m_new[:, None]).to(dtype)
+    return p, alpha, m_new, active
+
+
+@triton.jit
+def _commit(m_i, l_i, acc, m_new, l_new, acc_new, active, MASKED: tl.constexpr):
+    """The tile's new state: where `active` (MASKED), else unconditionally."""
+    if MASKED:
+        return (tl.where(active, m_new, m_i), tl.where(active, l_new, l_i),
+                tl.where(active[:, None], acc_new, acc))  # fmt: skip
+    return m_new, l_new, acc_new
+
+
+@triton.jit
+def _first_col_sum(x):
+    """Row sums taken from column 0 of an MMA output [M, 16] (the shipped denominator)."""
+    return tl.sum(tl.where(tl.arange(0, 16)[None, :] == 0, x, 0.0), axis=1)
+
+
+@triton.jit
 def _probe_tile(q, k_ptr, v_ptr, s_ptr, srow, bt_row, key0, pos, lo, last, hk, qk_scale, m_i,
                 l_i, acc, dv0, HKV: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
                 PAGE: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
@@ -111,47 +149,112 @@ def _probe_tile(q, k_ptr, v_ptr, s_ptr, srow, bt_row, key0, pos, lo, last, hk, q
     """`_attend_tile` (MASKED) or `_attend_tile_interior` on V's columns dv0 .. dv0 + DV; the
     scores from K (SCORED false) or loaded from s_ptr at rows `srow` (stored by
     `scores_kernel`: the same values); K and V in pages of [HKV, PAGE, D] where HND; TMA:
-    k_ptr / v_ptr are tensor descriptors, the tiles read as page boxes (`_tma_kv`; DV = D)."""
+    k_ptr / v_ptr are tensor descriptors, the tiles read as page boxes (DV = D), stacked into
+    tiles (1: `_tma_kv`) or used box by box (2: `_tma_paged_tile`)."""
     key = key0 + tl.arange(0, BLOCK_N)
     kmask = key <= last
-    if TMA:
-        k, v = _tma_kv(k_ptr, v_ptr, bt_row, key0, last, hk, HKV, D, PAGE, BLOCK_N, MASKED, HND)
-        s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+    if TMA == 2:
+        m_i, l_i, acc = _tma_paged_tile(q, k_ptr, v_ptr, bt_row, key0, pos, lo, last, hk,
+                                        qk_scale, m_i, l_i, acc, HKV, D, PAGE, BLOCK_N, MASKED,
+                                        HND)  # fmt: skip
     else:
-        kv = _paged_rows(bt_row, key, kmask, hk, HKV, D, PAGE, MASKED, HND)
-        dv = dv0 + tl.arange(0, DV)
-        if MASKED:
-            v = tl.load(v_ptr + kv[:, None] + dv[None, :], mask=kmask[:, None], other=0.0)
+        if TMA == 1:
+            k, v = _tma_kv(k_ptr, v_ptr, bt_row, key0, last, hk, HKV, D, PAGE, BLOCK_N, MASKED,
+                           HND)  # fmt: skip
+            s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
         else:
-            v = tl.load(v_ptr + kv[:, None] + dv[None, :])
-        if SCORED:
-            s = tl.load(s_ptr + srow[:, None] + key[None, :], mask=kmask[None, :], other=0.0)
-        else:
-            s = _tile_scores(q, k_ptr, kv, kmask, qk_scale, D, MASKED)
-    ones = tl.full((BLOCK_N, 16), 1.0, v.dtype)
-    col0 = tl.arange(0, 16)[None, :] == 0
-    if MASKED:
-        keep = (key[None, :] <= pos[:, None]) & (key[None, :] >= lo[:, None])
-        s = tl.where(keep, s, float("-inf"))
-        active = (key0 <= pos) & (key0 + BLOCK_N > lo)
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = ex2q(tl.where(active, m_i - m_new, 0.0))
-        p = tl.where(active[:, None] & keep, ex2q(s - m_new[:, None]), 0.0).to(v.dtype)
-        row_sum = tl.sum(tl.where(col0, tl.dot(p, ones, input_precision="ieee"), 0.0), axis=1)
-        l_new = tl.fma(l_i, alpha, row_sum)
+            kv = _paged_rows(bt_row, key, kmask, hk, HKV, D, PAGE, MASKED, HND)
+            dv = dv0 + tl.arange(0, DV)
+            if MASKED:
+                v = tl.load(v_ptr + kv[:, None] + dv[None, :], mask=kmask[:, None], other=0.0)
+            else:
+                v = tl.load(v_ptr + kv[:, None] + dv[None, :])
+            if SCORED:
+                s = tl.load(s_ptr + srow[:, None] + key[None, :], mask=kmask[None, :], other=0.0)
+            else:
+                s = _tile_scores(q, k_ptr, kv, kmask, qk_scale, D, MASKED)
+        p, alpha, m_new, active = _softmax_p(s, m_i, key, key0, pos, lo, v.dtype, BLOCK_N, MASKED)
+        ones = tl.full((BLOCK_N, 16), 1.0, v.dtype)
+        l_new = tl.fma(l_i, alpha, _first_col_sum(tl.dot(p, ones, input_precision="ieee")))
         acc_new = tl.dot(p, v, acc * alpha[:, None], input_precision="ieee")
-        m_i = tl.where(active, m_new, m_i)
-        l_i = tl.where(active, l_new, l_i)
-        acc = tl.where(active[:, None], acc_new, acc)
-    else:
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = ex2q(m_i - m_new)
-        p = ex2q(s - m_new[:, None]).to(v.dtype)
-        row_sum = tl.sum(tl.where(col0, tl.dot(p, ones, input_precision="ieee"), 0.0), axis=1)
-        l_i = tl.fma(l_i, alpha, row_sum)
-        acc = tl.dot(p, v, acc * alpha[:, None], input_precision="ieee")
-        m_i = m_new
+        m_i, l_i, acc = _commit(m_i, l_i, acc, m_new, l_new, acc_new, active, MASKED)
     return m_i, l_i, acc
+
+
+@triton.jit
+def _cols2(a, b):
+    """[R, C] `a` beside [R, C] `b`: [R, 2C] (join, permute, reshape: no reordering)."""
+    j = tl.permute(tl.join(a, b), (0, 2, 1))
+    return tl.reshape(j, (a.shape[0], 2 * a.shape[1]))
+
+
+@triton.jit
+def _halves(x):
+    """[R, 2C] -> its column halves [R, C], [R, C] (the inverse of `_cols2`)."""
+    r = tl.reshape(x, (x.shape[0], 2, x.shape[1] // 2))
+    return tl.split(tl.permute(r, (0, 2, 1)))
+
+
+@triton.jit
+def _page_of(bt_row, lp, first, last, MASKED: tl.constexpr):
+    """The physical page of logical page lp (first key `first`); MASKED: 0 past `last`."""
+    if MASKED:
+        return tl.load(bt_row + lp, mask=first <= last, other=0)
+    return tl.load(bt_row + lp)
+
+
+@triton.jit
+def _masked_box(desc, page, first, last, hk, HKV: tl.constexpr, D: tl.constexpr,
+                PAGE: tl.constexpr, MASKED: tl.constexpr, HND: tl.constexpr):  # fmt: skip
+    """`page`'s box of KV head hk, keys first .. first + PAGE - 1; MASKED: rows past `last` 0."""
+    box = _box(desc, page, hk, HKV, D, PAGE, HND)
+    if MASKED:
+        box = tl.where((first + tl.arange(0, PAGE) <= last)[:, None], box, 0.0)
+    return box
+
+
+@triton.jit
+def _tma_paged_tile(q, k_desc, v_desc, bt_row, key0, pos, lo, last, hk, qk_scale, m_i, l_i, acc,
+                    HKV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
+                    BLOCK_N: tl.constexpr, MASKED: tl.constexpr, HND: tl.constexpr):  # fmt: skip
+    """The tile update on four TMA page boxes without stacking them: the scores of each box
+    (its own QK MMA: an output element is its row of q and its key's row of K, the same chain)
+    side by side, then P @ V and P @ ones as four chained MMAs of 16 keys, the chain a
+    64-key MMA is (k steps of 16 in key order, from the same accumulator)."""
+    lp, f1, f2, f3 = key0 // PAGE, key0 + PAGE, key0 + 2 * PAGE, key0 + 3 * PAGE
+    g0 = _page_of(bt_row, lp, key0, last, MASKED)
+    g1 = _page_of(bt_row, lp + 1, f1, last, MASKED)
+    g2 = _page_of(bt_row, lp + 2, f2, last, MASKED)
+    g3 = _page_of(bt_row, lp + 3, f3, last, MASKED)
+    k0 = _masked_box(k_desc, g0, key0, last, hk, HKV, D, PAGE, MASKED, HND)
+    k1 = _masked_box(k_desc, g1, f1, last, hk, HKV, D, PAGE, MASKED, HND)
+    k2 = _masked_box(k_desc, g2, f2, last, hk, HKV, D, PAGE, MASKED, HND)
+    k3 = _masked_box(k_desc, g3, f3, last, hk, HKV, D, PAGE, MASKED, HND)
+    s01 = _cols2(tl.dot(q, tl.trans(k0), input_precision="ieee"),
+                 tl.dot(q, tl.trans(k1), input_precision="ieee"))  # fmt: skip
+    s23 = _cols2(tl.dot(q, tl.trans(k2), input_precision="ieee"),
+                 tl.dot(q, tl.trans(k3), input_precision="ieee"))  # fmt: skip
+    s = _cols2(s01, s23) * qk_scale
+    key = key0 + tl.arange(0, BLOCK_N)
+    p, alpha, m_new, active = _softmax_p(s, m_i, key, key0, pos, lo, k0.dtype, BLOCK_N, MASKED)
+    p01, p23 = _halves(p)
+    p0, p1 = _halves(p01)
+    p2, p3 = _halves(p23)
+    ones = tl.full((PAGE, 16), 1.0, k0.dtype)
+    rs = tl.dot(p0, ones, input_precision="ieee")
+    rs = tl.dot(p1, ones, rs, input_precision="ieee")
+    rs = tl.dot(p2, ones, rs, input_precision="ieee")
+    rs = tl.dot(p3, ones, rs, input_precision="ieee")
+    l_new = tl.fma(l_i, alpha, _first_col_sum(rs))
+    v0 = _masked_box(v_desc, g0, key0, last, hk, HKV, D, PAGE, MASKED, HND)
+    v1 = _masked_box(v_desc, g1, f1, last, hk, HKV, D, PAGE, MASKED, HND)
+    v2 = _masked_box(v_desc, g2, f2, last, hk, HKV, D, PAGE, MASKED, HND)
+    v3 = _masked_box(v_desc, g3, f3, last, hk, HKV, D, PAGE, MASKED, HND)
+    a = tl.dot(p0, v0, acc * alpha[:, None], input_precision="ieee")
+    a = tl.dot(p1, v1, a, input_precision="ieee")
+    a = tl.dot(p2, v2, a, input_precision="ieee")
+    a = tl.dot(p3, v3, a, input_precision="ieee")
+    return _commit(m_i, l_i, acc, m_new, l_new, a, active, MASKED)
 
 
 @triton.jit
@@ -219,7 +322,7 @@ def split_dslice_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, 
     hk, dv0 = tl.program_id(0) // slices, tl.program_id(0) % slices * DV
     _probe_spans(tl.program_id(2), hk, dv0, q_ptr, k_ptr, v_ptr, ms_ptr, 0, ms_ptr, ls_ptr,
                  accs_ptr, pos_ptr, bt_ptr, bt_stride, max_spans, qk_scale, window, HKV, GROUP, D,
-                 DV, PAGE, BLOCK_M, BLOCK_N, SPAN, False, HND, False)  # fmt: skip
+                 DV, PAGE, BLOCK_M, BLOCK_N, SPAN, False, HND, 0)  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["bt_stride", "s_stride", "window"])
@@ -250,24 +353,28 @@ def split_scored_kernel(q_ptr, v_ptr, s_ptr, s_stride, ms_ptr, ls_ptr, accs_ptr,
     from `scores_kernel`'s output (no K load, no QK MMA in the span's chain)."""
     _probe_spans(tl.program_id(2), tl.program_id(0), 0, q_ptr, v_ptr, v_ptr, s_ptr, s_stride,
                  ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt_ptr, bt_stride, max_spans, qk_scale,
-                 window, HKV, GROUP, D, D, PAGE, BLOCK_M, BLOCK_N, SPAN, True, False, False)  # fmt: skip
+                 window, HKV, GROUP, D, D, PAGE, BLOCK_M, BLOCK_N, SPAN, True, False, 0)  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["bt_stride", "max_spans", "window"])
 def split_tma_kernel(q_ptr, k_desc, v_desc, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt_ptr, bt_stride,
                      max_spans, qk_scale, window, HKV: tl.constexpr, GROUP: tl.constexpr,
                      D: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr, SPAN: tl.constexpr, HND: tl.constexpr):  # fmt: skip
-    """`split_span_kernel` with its K and V tiles read as TMA page boxes (`_tma_kv`)."""
+                     BLOCK_N: tl.constexpr, SPAN: tl.constexpr, HND: tl.constexpr,
+                     TMA: tl.constexpr):  # fmt: skip
+    """`split_span_kernel` with its K and V tiles read as TMA page boxes, stacked (TMA 1) or
+    box by box (TMA 2)."""
     _probe_spans(tl.program_id(2), tl.program_id(0), 0, q_ptr, k_desc, v_desc, ms_ptr, 0, ms_ptr,
                  ls_ptr, accs_ptr, pos_ptr, bt_ptr, bt_stride, max_spans, qk_scale, window, HKV,
-                 GROUP, D, D, PAGE, BLOCK_M, BLOCK_N, SPAN, False, HND, True)  # fmt: skip
+                 GROUP, D, D, PAGE, BLOCK_M, BLOCK_N, SPAN, False, HND, TMA)  # fmt: skip
 
 
-# probe variants: (name, V columns a program (D: whole), scores first, HND pages, TMA boxes)
-SHAPE_VARIANTS = [("dslice64", 64, False, False, False), ("dslice32", 32, False, False, False),
-                  ("scored", 128, True, False, False), ("hnd", 128, False, True, False),
-                  ("tma", 128, False, False, True), ("tma_hnd", 128, False, True, True)]  # fmt: skip
+# probe variants: (name, V columns a program (D: whole), scores first, HND pages, TMA boxes (0:
+# none, 1: stacked into tiles, 2: box by box))
+SHAPE_VARIANTS = [("dslice64", 64, False, False, 0), ("dslice32", 32, False, False, 0),
+                  ("scored", 128, True, False, 0), ("hnd", 128, False, True, 0),
+                  ("tma", 128, False, False, 1), ("tma_hnd", 128, False, True, 1),
+                  ("tma_boxes", 128, False, False, 2), ("tma_boxes_hnd", 128, False, True, 2)]  # fmt: skip
 
 
 def scores_stride(max_position: int, block_n: int) -> int:
@@ -289,8 +396,8 @@ def launch_shape(variant: tuple, args: dict, scores, grid: tuple, opts: dict) ->
     if tma:
         split_tma_kernel[grid](
             a["q"], *tma_descriptors(a, hnd), a["m_s"], a["l_s"], a["acc_s"], a["pos"], a["bt"],
-            bt_stride, a["max_spans"], a["scale"], a["window"], SPAN=a["span"], HND=hnd, **facts,
-            **opts)  # fmt: skip
+            bt_stride, a["max_spans"], a["scale"], a["window"], SPAN=a["span"], HND=hnd, TMA=tma,
+            **facts, **opts)  # fmt: skip
         return
     if not scored:
         split_dslice_kernel[(grid[0] * (a["d"] // dv), grid[1], grid[2])](
