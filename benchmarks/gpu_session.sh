@@ -40,7 +40,7 @@
 #   sha256     benchmarks/sha256_check.py (the device SHA-256: compile time, ms per batch, == hashlib)
 #   longctx    benchmarks/long_context.py (issue 25: span attention vs SDPA, engine at 128..128k)
 #   issue25    issue 25's H200 rows in one call (~7 min on an H100): longctx, servingb, matrix
-#   floorprobe split_decode_probe.py --floor, in its own call (2-4 min): the span launch's floors
+#   floorprobe split_decode_probe.py --floor, in its own call (about 5 min): the span launch's floors
 #              (HND pages and TMA box loads too), the PDL pair, the launch shapes of split_probe_shapes.py
 #   splitprobe benchmarks/split_decode_probe.py (split-KV decode: span kernel and merge timed apart,
 #              merge launch variants, bits against the shipped merge)
@@ -191,7 +191,7 @@ for job in "$@"; do
     deploy28) lscpu | grep -E "Model name|^CPU\(s\)|Thread|MHz" | tee "$OUT/host_cpu.txt"
               timeout 560 python3 benchmarks/deploy_published.py --out "$OUT/deploy_published.json" ${DEPLOY_ARGS:-} 2>&1 | tail -12 ;;
     issue25) OUT="$OUT" bash "$0" longctx servingb matrix ;;
-    floorprobe) timeout 540 python3 benchmarks/split_decode_probe.py --floor \
+    floorprobe) timeout 580 python3 benchmarks/split_decode_probe.py --floor \
              --out "$OUT/split_decode_probe_floor.json" 2>&1 | cut -c1-400 | tail -12 ;;
     *) echo "unknown job $job" ;;
   esac
