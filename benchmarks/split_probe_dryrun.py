@@ -5,7 +5,7 @@ and its bit comparisons run before device time is spent on them. The probe's CUD
 pieces are stood in for here: tensors on the CPU, every timing one untimed call (0.01 ms),
 and the PDL launch records the interpreter's error (it cannot run ``griddepcontrol``).
 
-    python benchmarks/split_probe_dryrun.py 1 1536     # batch 1, context 1536 (3 spans)
+    python benchmarks/split_probe_dryrun.py 1 1536 [OUT.json]   # batch 1, context 1536
 
 Prints the floors run (the TMA ones: ran, or their error), the PDL pair and each launch
 shape's bits against the shipped launch.
@@ -67,6 +67,8 @@ def main() -> None:
     P.bench_graph = lambda fn, rep: (fn(), 0.01)[1]
     A.attention_metadata = lambda *a, **kw: metadata(*a[:5], "cpu", *a[6:], **kw)
     row = P.cell(batch, context, merges=False, splits_too=False, floor=True)
+    if len(sys.argv) > 3:  # a JSON as the probe writes it (for `split_probe_report.py`)
+        Path(sys.argv[3]).write_text(json.dumps({"machine": "CPU dry run", "rows": [row]}))
     shapes = {k: v.get("bits_equal", v.get("error")) for k, v in row["shapes"].items()}
     tma = {k: v.get("error", "ran") for k, v in row["tma_floors"].items()}
     print(json.dumps({"splits": row["splits"], "floors": list(row["floors"]), "tma_floors": tma,
