@@ -137,11 +137,11 @@ def shapes_report() -> dict:
     base = {**prefill_consts(), "BLOCK_M": attention.DECODE_BLOCK_M}
     opts = attention.split_options(KV_HEADS * 8)  # batch 1 x 4k: 8 spans x 8 KV heads
     kernels = [("shipped", K.split_span_kernel, base),
-               ("dslice64", S.split_dslice_kernel, {**base, "DV": 64, "HND": False}),
-               ("dslice32", S.split_dslice_kernel, {**base, "DV": 32, "HND": False}),
+               ("dslice64", S.split_shape_kernel, {**base, "DV": 64, "HND": False, "TMA": 0}),
+               ("dslice32", S.split_shape_kernel, {**base, "DV": 32, "HND": False, "TMA": 0}),
                ("scored", S.split_scored_kernel, base),
-               ("hnd", S.split_dslice_kernel, {**base, "DV": D, "HND": True})]  # fmt: skip
-    # (`split_tma_kernel` is left out: its TMA waits' spin loops sit after the function body
+               ("hnd", S.split_shape_kernel, {**base, "DV": D, "HND": True, "TMA": 0})]  # fmt: skip
+    # (the TMA forms of `split_shape_kernel` are left out: its TMA waits' spin loops sit after the function body
     # and branch back into it, so `loops_with_mma` cannot isolate its tile loop)
     doc: dict = {"options": opts}
     for name, fn, consts in kernels:

@@ -362,6 +362,39 @@ def _kv_tile(k_ptr, v_ptr, bt_row, key0, stop, hk, HKV: tl.constexpr, D: tl.cons
     return k, v
 
 
+@triton.jit
+def _floor_program(q_ptr, pos_ptr, bt_ptr, bt_stride, HKV: tl.constexpr, D: tl.constexpr,
+                   BLOCK_M: tl.constexpr, PART: tl.constexpr):  # fmt: skip
+    """A floor program (kv head, j, request): its keys [start, stop), block-table row, q."""
+    hk, j, req = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    start = j * PART
+    stop = tl.minimum(start + PART, tl.load(pos_ptr + req) + 1)
+    bt_row = bt_ptr + req.to(tl.int64) * bt_stride
+    d = tl.arange(0, D)
+    q = tl.load(q_ptr + (req * HKV + hk) * BLOCK_M * D + tl.arange(0, BLOCK_M)[:, None] * D + d)
+    return hk, start, stop, bt_row, q
+
+
+@triton.jit
+def _floor_use(q, k, v, acc, total, DOTS: tl.constexpr):
+    """A floor's use of a K / V tile: the two MMAs without the softmax (DOTS), else a sum."""
+    if DOTS:
+        s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        acc = tl.dot(s.to(v.dtype), v, acc, input_precision="ieee")
+    else:
+        total += k.to(tl.float32) + v.to(tl.float32)
+    return acc, total
+
+
+@triton.jit
+def _floor_sink(sink_ptr, acc, total, HKV: tl.constexpr):
+    """Store one value of the program's results, so that no load is dead."""
+    pid = (tl.program_id(2) * tl.num_programs(1) + tl.program_id(1)) * HKV + tl.program_id(0)
+    tl.store(
+        sink_ptr + pid, tl.sum(tl.sum(acc, axis=1), axis=0) + tl.sum(tl.sum(total, axis=1), axis=0)
+    )
+
+
 @triton.jit(do_not_specialize=["bt_stride"])
 def floor_kernel(q_ptr, k_ptr, v_ptr, sink_ptr, pos_ptr, bt_ptr, bt_stride,
                  HKV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -374,25 +407,14 @@ def floor_kernel(q_ptr, k_ptr, v_ptr, sink_ptr, pos_ptr, bt_ptr, bt_stride,
     HND: from a copy of the caches whose pages are [HKV, PAGE, D] (FlashInfer's "HND"; the
     plan's are [PAGE, HKV, D]): a page's 16 keys of one head are 4 KB in one piece, not 16
     pieces of 256 bytes. One value a program is stored, so no load is dead."""
-    hk, j, req = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    start = j * PART
-    stop = tl.minimum(start + PART, tl.load(pos_ptr + req) + 1)
-    bt_row = bt_ptr + req.to(tl.int64) * bt_stride
-    d = tl.arange(0, D)
-    q = tl.load(q_ptr + (req * HKV + hk) * BLOCK_M * D + tl.arange(0, BLOCK_M)[:, None] * D + d)
+    hk, start, stop, bt_row, q = _floor_program(q_ptr, pos_ptr, bt_ptr, bt_stride, HKV, D,
+                                                BLOCK_M, PART)  # fmt: skip
     acc = tl.zeros((BLOCK_M, D), tl.float32)
     total = tl.zeros((BLOCK_N, D), tl.float32)
     for key0 in tl.range(start, stop, BLOCK_N, num_stages=STAGES):
         k, v = _kv_tile(k_ptr, v_ptr, bt_row, key0, stop, hk, HKV, D, PAGE, BLOCK_N, HND)
-        if DOTS:
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")
-            acc = tl.dot(s.to(v.dtype), v, acc, input_precision="ieee")
-        else:
-            total += k.to(tl.float32) + v.to(tl.float32)
-    pid = (req * tl.num_programs(1) + j) * HKV + hk
-    tl.store(
-        sink_ptr + pid, tl.sum(tl.sum(acc, axis=1), axis=0) + tl.sum(tl.sum(total, axis=1), axis=0)
-    )
+        acc, total = _floor_use(q, k, v, acc, total, DOTS)
+    _floor_sink(sink_ptr, acc, total, HKV)
 
 
 @triton.jit(do_not_specialize=["bt_stride"])
@@ -405,31 +427,16 @@ def floor_tma_kernel(q_ptr, k_desc, v_desc, sink_ptr, pos_ptr, bt_ptr, bt_stride
     the cache as rows of HKV * D (NHD pages: a box of 16 rows 2 KB apart) or, HND, as rows of
     D (a box of 16 contiguous rows); a loop trip is one page (16 keys), the MMAs of DOTS on
     [BLOCK_M, 16] scores. A request's partial last page is read whole (15 keys at most)."""
-    hk, j, req = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    start = j * PART
-    stop = tl.minimum(start + PART, tl.load(pos_ptr + req) + 1)
-    bt_row = bt_ptr + req.to(tl.int64) * bt_stride
-    d = tl.arange(0, D)
-    q = tl.load(q_ptr + (req * HKV + hk) * BLOCK_M * D + tl.arange(0, BLOCK_M)[:, None] * D + d)
+    hk, start, stop, bt_row, q = _floor_program(q_ptr, pos_ptr, bt_ptr, bt_stride, HKV, D,
+                                                BLOCK_M, PART)  # fmt: skip
     acc = tl.zeros((BLOCK_M, D), tl.float32)
     total = tl.zeros((PAGE, D), tl.float32)
     for lp in tl.range(start // PAGE, (stop + PAGE - 1) // PAGE, num_stages=STAGES):
         page = tl.load(bt_row + lp)
-        if HND:
-            k = k_desc.load([(page * HKV + hk) * PAGE, 0])
-            v = v_desc.load([(page * HKV + hk) * PAGE, 0])
-        else:
-            k = k_desc.load([page * PAGE, hk * D])
-            v = v_desc.load([page * PAGE, hk * D])
-        if DOTS:
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")
-            acc = tl.dot(s.to(v.dtype), v, acc, input_precision="ieee")
-        else:
-            total += k.to(tl.float32) + v.to(tl.float32)
-    pid = (req * tl.num_programs(1) + j) * HKV + hk
-    tl.store(
-        sink_ptr + pid, tl.sum(tl.sum(acc, axis=1), axis=0) + tl.sum(tl.sum(total, axis=1), axis=0)
-    )
+        k = S._box(k_desc, page, hk, HKV, D, PAGE, HND)
+        v = S._box(v_desc, page, hk, HKV, D, PAGE, HND)
+        acc, total = _floor_use(q, k, v, acc, total, DOTS)
+    _floor_sink(sink_ptr, acc, total, HKV)
 
 
 @triton.jit(do_not_specialize=["bt_stride", "max_spans", "window"])
@@ -459,33 +466,42 @@ def bits(t):
     return t.contiguous().view(torch.int16 if t.element_size() == 2 else torch.int32)
 
 
-def floors(q, kv, hnd_caches: tuple, meta, gb: float) -> dict:
-    """us and % HBM of each `FLOOR_VARIANTS` launch on this cell's paged K / V (`hnd_caches`:
-    their copies in HND pages)."""
+def floors(kv, hnd_caches: tuple, meta, gb: float, tma: bool = False) -> dict:
+    """us and % HBM of each `FLOOR_VARIANTS` launch of `floor_kernel` on this cell's paged K / V
+    and their HND copies (`hnd_caches`), or with `tma` of each `TMA_FLOOR_VARIANTS` launch of
+    `floor_tma_kernel` (host tensor descriptors: [slots, HKV * D] rows for NHD pages, [pages *
+    HKV * PAGE, D] for HND); a launch that fails is recorded as its error."""
     import torch
 
     from samebits.kernels.triton import attention as A
 
-    r, hkv = meta.num_requests, NUM_KV_HEADS
-    qf = randn((r * hkv * meta.block_m * HEAD_DIM,), q.dtype, seed=11)
+    r, hkv, page = meta.num_requests, NUM_KV_HEADS, 16
+    qf = randn((r * hkv * meta.block_m * HEAD_DIM,), kv.k_cache.dtype, seed=11)
     layouts = {False: (kv.k_cache, kv.v_cache), True: hnd_caches}
+    if tma:
+        layouts = {hnd: tuple(S.box_descriptor(c, hnd, page) for c in caches)
+                   for hnd, caches in layouts.items()}  # fmt: skip
+    kernel, extra = (floor_tma_kernel, {}) if tma else (floor_kernel, {"BLOCK_N": A.KEY_BLOCK})
     out: dict = {}
-    for part, dots, warps, stages, hnd in FLOOR_VARIANTS:
+    for part, dots, warps, stages, hnd in TMA_FLOOR_VARIANTS if tma else FLOOR_VARIANTS:
         grid = (hkv, -(-(meta.max_position + 1) // part), r)
         sink = torch.empty((grid[0] * grid[1] * grid[2],), dtype=torch.float32, device="cuda")
 
         def launch(grid=grid, sink=sink, part=part, dots=dots, warps=warps, stages=stages,
                    hnd=hnd):  # fmt: skip
-            floor_kernel[grid](qf, *layouts[hnd], sink, meta.positions, meta.block_tables,
-                               meta.block_tables.shape[1], HKV=hkv, D=HEAD_DIM, PAGE=16,
-                               BLOCK_M=meta.block_m, BLOCK_N=A.KEY_BLOCK, PART=part, DOTS=dots,
-                               STAGES=stages, HND=hnd, num_warps=warps)  # fmt: skip
+            kernel[grid](qf, *layouts[hnd], sink, meta.positions, meta.block_tables,
+                         meta.block_tables.shape[1], HKV=hkv, D=HEAD_DIM, PAGE=page,
+                         BLOCK_M=meta.block_m, PART=part, DOTS=dots, STAGES=stages, HND=hnd,
+                         num_warps=warps, **extra)  # fmt: skip
 
-        ms = bench_graph(launch, 30)
-        name = "floor_{}_p{}_w{}_s{}{}".format("dots" if dots else "sum", part, warps, stages,
-                                               "_hnd" if hnd else "")  # fmt: skip
-        out[name] = {"us": round(ms * 1e3, 2), "programs": grid[0] * grid[1] * grid[2],
-                     "pct_hbm": round(100 * gb / (ms / 1e3) / hbm_gbps(), 1)}  # fmt: skip
+        name = "{}_{}_p{}_w{}_s{}{}".format("tma" if tma else "floor", "dots" if dots else "sum",
+                                            part, warps, stages, "_hnd" if hnd else "")  # fmt: skip
+        try:
+            ms = bench_graph(launch, 30)
+            out[name] = {"us": round(ms * 1e3, 2), "programs": grid[0] * grid[1] * grid[2],
+                         "pct_hbm": round(100 * gb / (ms / 1e3) / hbm_gbps(), 1)}  # fmt: skip
+        except Exception as e:  # a launch this stack cannot build: recorded, the run goes on
+            out[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
     return out
 
 
@@ -520,41 +536,6 @@ def shapes(args: dict, grid: tuple, merge, ref, gb: float) -> dict:
                              "pct_hbm_step": round(100 * gb / (step_us / 1e6) / hbm_gbps(), 1)}  # fmt: skip
             except Exception as e:  # a variant that fails to build or run: recorded, run goes on
                 out[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
-    return out
-
-
-def tma_floors(kv, hnd_caches: tuple, meta, gb: float) -> dict:
-    """us and % HBM of each `TMA_FLOOR_VARIANTS` launch (host tensor descriptors over the
-    caches: [slots, HKV * D] for NHD pages, [pages * HKV * PAGE, D] for HND), or its error."""
-    import torch
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    r, hkv, page = meta.num_requests, NUM_KV_HEADS, 16
-    qf = randn((r * hkv * meta.block_m * HEAD_DIM,), kv.k_cache.dtype, seed=11)
-    descs = {False: [TensorDescriptor.from_tensor(c.view(c.shape[0], -1), [page, HEAD_DIM])
-                     for c in (kv.k_cache, kv.v_cache)],
-             True: [TensorDescriptor.from_tensor(c.view(-1, HEAD_DIM), [page, HEAD_DIM])
-                    for c in hnd_caches]}  # fmt: skip
-    out: dict = {}
-    for part, dots, warps, stages, hnd in TMA_FLOOR_VARIANTS:
-        grid = (hkv, -(-(meta.max_position + 1) // part), r)
-        sink = torch.empty((grid[0] * grid[1] * grid[2],), dtype=torch.float32, device="cuda")
-
-        def launch(grid=grid, sink=sink, part=part, dots=dots, warps=warps, stages=stages,
-                   hnd=hnd):  # fmt: skip
-            floor_tma_kernel[grid](qf, *descs[hnd], sink, meta.positions, meta.block_tables,
-                                   meta.block_tables.shape[1], HKV=hkv, D=HEAD_DIM, PAGE=page,
-                                   BLOCK_M=meta.block_m, PART=part, DOTS=dots, STAGES=stages,
-                                   HND=hnd, num_warps=warps)  # fmt: skip
-
-        name = "tma_{}_p{}_w{}_s{}{}".format("dots" if dots else "sum", part, warps, stages,
-                                             "_hnd" if hnd else "")  # fmt: skip
-        try:
-            ms = bench_graph(launch, 30)
-            out[name] = {"us": round(ms * 1e3, 2), "programs": grid[0] * grid[1] * grid[2],
-                         "pct_hbm": round(100 * gb / (ms / 1e3) / hbm_gbps(), 1)}  # fmt: skip
-        except Exception as e:  # a launch this stack cannot build: recorded, the run goes on
-            out[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
     return out
 
 
@@ -671,8 +652,8 @@ def cell(batch: int, context: int, merges: bool = True, splits_too: bool = True,
     eq: dict = {}
     if floor:
         hnd = tuple(S.hnd_pages(c, 16) for c in (kv.k_cache, kv.v_cache))
-        row["floors"] = floors(q, kv, hnd, meta, gb)
-        row["tma_floors"] = tma_floors(kv, hnd, meta, gb)
+        row["floors"] = floors(kv, hnd, meta, gb)
+        row["tma_floors"] = floors(kv, hnd, meta, gb, tma=True)
         row["pdl"] = pdl_pair(q, split_launch, merge_sliced, ref, A.split_options(r * splits * hkv))
         shape_args = dict(q=q, k=kv.k_cache, v=kv.v_cache, k_hnd=hnd[0], v_hnd=hnd[1],
                           m_s=m_s, l_s=l_s, acc_s=acc_s,

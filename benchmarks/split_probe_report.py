@@ -16,18 +16,15 @@ from pathlib import Path
 
 
 def _cell(row: dict) -> str:
-    return f"{row['batch']} x {row['context'] / 1024:g}k"
+    c = row["context"]
+    return f"{row['batch']} x " + (f"{c // 1024}k" if c % 1024 == 0 else str(c))
 
 
 def _us(entry: dict | None) -> str:
-    """'us (% HBM)' of one timed entry, its error, or a dash."""
+    """'us (% HBM)' of one floor, its error, or a dash."""
     if not entry:
         return "-"
-    if "error" in entry:
-        return "error"
-    pct = entry.get("pct_hbm", entry.get("pct_hbm_step"))
-    us = entry.get("us", entry.get("step_us"))
-    return f"{us} ({pct}%)" if pct is not None else f"{us}"
+    return "error" if "error" in entry else f"{entry['us']} ({entry['pct_hbm']}%)"
 
 
 def _grid(rows: list[dict], key: str, show) -> str:

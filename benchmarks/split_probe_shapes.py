@@ -4,7 +4,7 @@
 operations on the same values, so the same bits: checked in the probe run, as integer views
 of the merged output):
 
-- **head-dim slices** (`split_dslice_kernel`): program (kv head x slice, j, r) runs span j's
+- **head-dim slices** (`split_shape_kernel`): program (kv head x slice, j, r) runs span j's
   whole softmax (the same scores, maxima, p and row sums as every other slice of it) and the
   P @ V MMA chain on its DV columns of V only; an MMA output element depends on its own row of
   p and column of V, so the slices' columns are the full chain's. It stores m and l from slice
@@ -14,10 +14,10 @@ of the merged output):
   ``q k^T * scale`` (the tile's one `tl.dot`, the same operands) in its own program, stored
   as fp32 (exact), then the spans' online softmax reads them instead of K: each span's chain
   loads only V and its scores, and holds one MMA a tile (P @ V) instead of two;
-- **HND pages** (`split_dslice_kernel` with DV = D and HND): the shipped computation reading
+- **HND pages** (`split_shape_kernel` with DV = D and HND): the shipped computation reading
   a copy of the caches whose pages are [HKV, PAGE, D] (`hnd_pages`; the plan's are [PAGE,
   HKV, D]): a program's 16 keys of a page are one 4 KB piece, not 16 pieces of 256 bytes;
-- **TMA boxes** (`split_tma_kernel`, NHD or HND pages): the shipped computation with each key
+- **TMA boxes** (`split_shape_kernel`, NHD or HND pages): the shipped computation with each key
   tile's K and V read as four page boxes of [16, D], one tensor-memory-accelerator copy each
   (no per-thread addresses); keys past the last read as 0 (a `where`), as the shipped masked
   loads give. TMA 1 stacks the boxes into the tiles in key order; TMA 2 keeps them apart:
@@ -73,25 +73,54 @@ def _box(desc, page, hk, HKV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
 
 
 @triton.jit
+def _page_of(bt_row, lp, first, last, MASKED: tl.constexpr):
+    """The physical page of logical page lp (first key `first`); MASKED: 0 past `last`."""
+    if MASKED:
+        return tl.load(bt_row + lp, mask=first <= last, other=0)
+    return tl.load(bt_row + lp)
+
+
+@triton.jit
+def _masked_box(desc, page, first, last, hk, HKV: tl.constexpr, D: tl.constexpr,
+                PAGE: tl.constexpr, MASKED: tl.constexpr, HND: tl.constexpr):  # fmt: skip
+    """`page`'s box of KV head hk, keys first .. first + PAGE - 1; MASKED: rows past `last` 0."""
+    box = _box(desc, page, hk, HKV, D, PAGE, HND)
+    if MASKED:
+        box = tl.where((first + tl.arange(0, PAGE) <= last)[:, None], box, 0.0)
+    return box
+
+
+@triton.jit
+def _four_pages(bt_row, key0, last, PAGE: tl.constexpr, MASKED: tl.constexpr):
+    """The physical pages of the four logical pages of key tile key0 (`_page_of`)."""
+    lp = key0 // PAGE
+    return (_page_of(bt_row, lp, key0, last, MASKED),
+            _page_of(bt_row, lp + 1, key0 + PAGE, last, MASKED),
+            _page_of(bt_row, lp + 2, key0 + 2 * PAGE, last, MASKED),
+            _page_of(bt_row, lp + 3, key0 + 3 * PAGE, last, MASKED))  # fmt: skip
+
+
+@triton.jit
+def _stacked(desc, g0, g1, g2, g3, key0, last, hk, HKV: tl.constexpr, D: tl.constexpr,
+             PAGE: tl.constexpr, MASKED: tl.constexpr, HND: tl.constexpr):  # fmt: skip
+    """Pages g0..g3's boxes (`_masked_box`) stacked in key order: the [4 * PAGE, D] tile."""
+    b0 = _masked_box(desc, g0, key0, last, hk, HKV, D, PAGE, MASKED, HND)
+    b1 = _masked_box(desc, g1, key0 + PAGE, last, hk, HKV, D, PAGE, MASKED, HND)
+    b2 = _masked_box(desc, g2, key0 + 2 * PAGE, last, hk, HKV, D, PAGE, MASKED, HND)
+    b3 = _masked_box(desc, g3, key0 + 3 * PAGE, last, hk, HKV, D, PAGE, MASKED, HND)
+    return _rows2(_rows2(b0, b1), _rows2(b2, b3))
+
+
+@triton.jit
 def _tma_kv(k_desc, v_desc, bt_row, key0, last, hk, HKV: tl.constexpr, D: tl.constexpr,
             PAGE: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
             HND: tl.constexpr):  # fmt: skip
     """The K and V tiles of keys [key0, key0 + BLOCK_N) (four pages) as four TMA boxes each,
     stacked in key order; MASKED: keys past `last` read as 0, as the shipped masked loads."""
     tl.static_assert(BLOCK_N == 4 * PAGE, "a key tile is four pages")
-    lp = key0 // PAGE
-    p0 = tl.load(bt_row + lp)  # key0 <= last: the tile holds a key
-    p1 = tl.load(bt_row + lp + 1, mask=key0 + PAGE <= last, other=0)
-    p2 = tl.load(bt_row + lp + 2, mask=key0 + 2 * PAGE <= last, other=0)
-    p3 = tl.load(bt_row + lp + 3, mask=key0 + 3 * PAGE <= last, other=0)
-    k = _rows2(_rows2(_box(k_desc, p0, hk, HKV, D, PAGE, HND), _box(k_desc, p1, hk, HKV, D, PAGE, HND)),
-               _rows2(_box(k_desc, p2, hk, HKV, D, PAGE, HND), _box(k_desc, p3, hk, HKV, D, PAGE, HND)))  # fmt: skip
-    v = _rows2(_rows2(_box(v_desc, p0, hk, HKV, D, PAGE, HND), _box(v_desc, p1, hk, HKV, D, PAGE, HND)),
-               _rows2(_box(v_desc, p2, hk, HKV, D, PAGE, HND), _box(v_desc, p3, hk, HKV, D, PAGE, HND)))  # fmt: skip
-    if MASKED:
-        kmask = key0 + tl.arange(0, BLOCK_N) <= last
-        k = tl.where(kmask[:, None], k, 0.0)
-        v = tl.where(kmask[:, None], v, 0.0)
+    g0, g1, g2, g3 = _four_pages(bt_row, key0, last, PAGE, MASKED)
+    k = _stacked(k_desc, g0, g1, g2, g3, key0, last, hk, HKV, D, PAGE, MASKED, HND)
+    v = _stacked(v_desc, g0, g1, g2, g3, key0, last, hk, HKV, D, PAGE, MASKED, HND)
     return k, v
 
 
@@ -196,24 +225,6 @@ def _halves(x):
 
 
 @triton.jit
-def _page_of(bt_row, lp, first, last, MASKED: tl.constexpr):
-    """The physical page of logical page lp (first key `first`); MASKED: 0 past `last`."""
-    if MASKED:
-        return tl.load(bt_row + lp, mask=first <= last, other=0)
-    return tl.load(bt_row + lp)
-
-
-@triton.jit
-def _masked_box(desc, page, first, last, hk, HKV: tl.constexpr, D: tl.constexpr,
-                PAGE: tl.constexpr, MASKED: tl.constexpr, HND: tl.constexpr):  # fmt: skip
-    """`page`'s box of KV head hk, keys first .. first + PAGE - 1; MASKED: rows past `last` 0."""
-    box = _box(desc, page, hk, HKV, D, PAGE, HND)
-    if MASKED:
-        box = tl.where((first + tl.arange(0, PAGE) <= last)[:, None], box, 0.0)
-    return box
-
-
-@triton.jit
 def _tma_paged_tile(q, k_desc, v_desc, bt_row, key0, pos, lo, last, hk, qk_scale, m_i, l_i, acc,
                     HKV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
                     BLOCK_N: tl.constexpr, MASKED: tl.constexpr, HND: tl.constexpr):  # fmt: skip
@@ -221,11 +232,8 @@ def _tma_paged_tile(q, k_desc, v_desc, bt_row, key0, pos, lo, last, hk, qk_scale
     (its own QK MMA: an output element is its row of q and its key's row of K, the same chain)
     side by side, then P @ V and P @ ones as four chained MMAs of 16 keys, the chain a
     64-key MMA is (k steps of 16 in key order, from the same accumulator)."""
-    lp, f1, f2, f3 = key0 // PAGE, key0 + PAGE, key0 + 2 * PAGE, key0 + 3 * PAGE
-    g0 = _page_of(bt_row, lp, key0, last, MASKED)
-    g1 = _page_of(bt_row, lp + 1, f1, last, MASKED)
-    g2 = _page_of(bt_row, lp + 2, f2, last, MASKED)
-    g3 = _page_of(bt_row, lp + 3, f3, last, MASKED)
+    f1, f2, f3 = key0 + PAGE, key0 + 2 * PAGE, key0 + 3 * PAGE
+    g0, g1, g2, g3 = _four_pages(bt_row, key0, last, PAGE, MASKED)
     k0 = _masked_box(k_desc, g0, key0, last, hk, HKV, D, PAGE, MASKED, HND)
     k1 = _masked_box(k_desc, g1, f1, last, hk, HKV, D, PAGE, MASKED, HND)
     k2 = _masked_box(k_desc, g2, f2, last, hk, HKV, D, PAGE, MASKED, HND)
@@ -310,19 +318,20 @@ def _probe_spans(req, hk, dv0, q_ptr, k_ptr, v_ptr, s_ptr, s_stride, ms_ptr, ls_
 
 
 @triton.jit(do_not_specialize=["bt_stride", "max_spans", "window"])
-def split_dslice_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt_ptr, bt_stride,
-                        max_spans, qk_scale, window, HKV: tl.constexpr, GROUP: tl.constexpr,
-                        D: tl.constexpr, DV: tl.constexpr, PAGE: tl.constexpr,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPAN: tl.constexpr,
-                        HND: tl.constexpr):  # fmt: skip
+def split_shape_kernel(q_ptr, k_ptr, v_ptr, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt_ptr, bt_stride,
+                       max_spans, qk_scale, window, HKV: tl.constexpr, GROUP: tl.constexpr,
+                       D: tl.constexpr, DV: tl.constexpr, PAGE: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPAN: tl.constexpr,
+                       HND: tl.constexpr, TMA: tl.constexpr):  # fmt: skip
     """Program (kv head x D / DV slices, j, r): `split_span_kernel`'s spans j, j + S, ... of
     token r on V columns slice * DV .. + DV (the slice is the grid's fastest axis; DV = D:
-    the shipped computation), from pages of [HKV, PAGE, D] where HND."""
+    the shipped computation), from pages of [HKV, PAGE, D] where HND; TMA (DV = D): k_ptr /
+    v_ptr are tensor descriptors, read as page boxes (`_probe_tile`)."""
     slices: tl.constexpr = D // DV
     hk, dv0 = tl.program_id(0) // slices, tl.program_id(0) % slices * DV
     _probe_spans(tl.program_id(2), hk, dv0, q_ptr, k_ptr, v_ptr, ms_ptr, 0, ms_ptr, ls_ptr,
                  accs_ptr, pos_ptr, bt_ptr, bt_stride, max_spans, qk_scale, window, HKV, GROUP, D,
-                 DV, PAGE, BLOCK_M, BLOCK_N, SPAN, False, HND, 0)  # fmt: skip
+                 DV, PAGE, BLOCK_M, BLOCK_N, SPAN, False, HND, TMA)  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["bt_stride", "s_stride", "window"])
@@ -356,19 +365,6 @@ def split_scored_kernel(q_ptr, v_ptr, s_ptr, s_stride, ms_ptr, ls_ptr, accs_ptr,
                  window, HKV, GROUP, D, D, PAGE, BLOCK_M, BLOCK_N, SPAN, True, False, 0)  # fmt: skip
 
 
-@triton.jit(do_not_specialize=["bt_stride", "max_spans", "window"])
-def split_tma_kernel(q_ptr, k_desc, v_desc, ms_ptr, ls_ptr, accs_ptr, pos_ptr, bt_ptr, bt_stride,
-                     max_spans, qk_scale, window, HKV: tl.constexpr, GROUP: tl.constexpr,
-                     D: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr, SPAN: tl.constexpr, HND: tl.constexpr,
-                     TMA: tl.constexpr):  # fmt: skip
-    """`split_span_kernel` with its K and V tiles read as TMA page boxes, stacked (TMA 1) or
-    box by box (TMA 2)."""
-    _probe_spans(tl.program_id(2), tl.program_id(0), 0, q_ptr, k_desc, v_desc, ms_ptr, 0, ms_ptr,
-                 ls_ptr, accs_ptr, pos_ptr, bt_ptr, bt_stride, max_spans, qk_scale, window, HKV,
-                 GROUP, D, D, PAGE, BLOCK_M, BLOCK_N, SPAN, False, HND, TMA)  # fmt: skip
-
-
 # probe variants: (name, V columns a program (D: whole), scores first, HND pages, TMA boxes (0:
 # none, 1: stacked into tiles, 2: box by box))
 SHAPE_VARIANTS = [("dslice64", 64, False, False, 0), ("dslice32", 32, False, False, 0),
@@ -393,17 +389,13 @@ def launch_shape(variant: tuple, args: dict, scores, grid: tuple, opts: dict) ->
     facts = dict(HKV=grid[0], GROUP=a["group"], D=a["d"], PAGE=a["page"], BLOCK_M=a["block_m"],
                  BLOCK_N=a["block_n"], enable_fp_fusion=False)  # fmt: skip
     bt_stride = a["bt"].shape[1]
-    if tma:
-        split_tma_kernel[grid](
-            a["q"], *tma_descriptors(a, hnd), a["m_s"], a["l_s"], a["acc_s"], a["pos"], a["bt"],
-            bt_stride, a["max_spans"], a["scale"], a["window"], SPAN=a["span"], HND=hnd, TMA=tma,
-            **facts, **opts)  # fmt: skip
-        return
     if not scored:
-        split_dslice_kernel[(grid[0] * (a["d"] // dv), grid[1], grid[2])](
-            a["q"], *((a["k_hnd"], a["v_hnd"]) if hnd else (a["k"], a["v"])), a["m_s"], a["l_s"],
-            a["acc_s"], a["pos"], a["bt"], bt_stride, a["max_spans"], a["scale"], a["window"],
-            DV=dv, SPAN=a["span"], HND=hnd, **facts, **opts)  # fmt: skip
+        names = ("k_hnd", "v_hnd") if hnd else ("k", "v")
+        k, v = (box_descriptor(a[n], hnd, a["page"]) if tma else a[n] for n in names)
+        split_shape_kernel[(grid[0] * (a["d"] // dv), grid[1], grid[2])](
+            a["q"], k, v, a["m_s"], a["l_s"], a["acc_s"], a["pos"], a["bt"], bt_stride,
+            a["max_spans"], a["scale"], a["window"], DV=dv, SPAN=a["span"], HND=hnd, TMA=tma,
+            **facts, **opts)  # fmt: skip
         return
     stride = scores_stride(a["max_position"], a["block_n"])
     scores_kernel[(grid[0], stride // a["block_n"], grid[2])](
@@ -420,14 +412,11 @@ def hnd_pages(cache, page: int):
     return cache.view(slots // page, page, hkv, d).transpose(1, 2).contiguous()
 
 
-def tma_descriptors(args: dict, hnd: bool) -> tuple:
-    """Host tensor descriptors of K and V for `split_tma_kernel`: boxes of [PAGE, D] over the
-    plan's cache as rows of HKV * D (NHD), or over the HND copy as rows of D."""
+def box_descriptor(cache, hnd: bool, page: int):
+    """A host tensor descriptor of [page, D] boxes over a cache: as rows of HKV * D (the plan's
+    [slots, HKV, D] cache, NHD pages) or, `hnd`, as rows of D (a `hnd_pages` copy)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    box = [args["page"], args["d"]]
-    if hnd:
-        return tuple(TensorDescriptor.from_tensor(args[n].view(-1, args["d"]), box)
-                     for n in ("k_hnd", "v_hnd"))  # fmt: skip
-    return tuple(TensorDescriptor.from_tensor(args[n].view(args[n].shape[0], -1), box)
-                 for n in ("k", "v"))  # fmt: skip
+    d = cache.shape[-1]
+    rows = cache.view(-1, d) if hnd else cache.view(cache.shape[0], -1)
+    return TensorDescriptor.from_tensor(rows, [page, d])
