@@ -20,11 +20,11 @@ times only floors of the span launch (`floor_kernel`: the same grid and paged K 
 no softmax, or none of the tile arithmetic), and with parts smaller than a span (more programs
 than the definition has), to tell the launch shape's limit from the kernel's; and the step's
 two launches with and without programmatic dependent launch (`pdl_pair`: the merge starts
-while the span kernel runs and waits for its writes), bits checked; and two launch shapes with
-more programs a span (`split_probe_shapes`: head-dim slices of the P @ V chain, and the scores
-computed first in their own launch, HND pages), bits checked, each alone and as the step with
-the merge; and the floors again with each page's [16, 128] box of a KV head read by one TMA
-copy (`floor_tma_kernel`: no per-thread addresses or requests), NHD and HND pages.
+while the span kernel runs and waits for its writes), bits checked; the floors again with each
+page's [16, 128] box of a KV head read by one TMA copy (`floor_tma_kernel`: no per-thread
+addresses), NHD and HND pages; and the launch shapes of `split_probe_shapes` (head-dim slices,
+scores first, HND pages, TMA page boxes), bits checked, each alone and as the step with the
+merge.
 
     python benchmarks/split_decode_probe.py --out $OUT/split_decode_probe.json
     python benchmarks/split_probe_dryrun.py 1 1536   # the --floor cell on the CPU, first
@@ -348,15 +348,11 @@ def merge_two_phase_kernel(o_ptr, ms_ptr, ls_ptr, accs_ptr, w_ptr, pos_ptr, max_
 def _kv_tile(k_ptr, v_ptr, bt_row, key0, stop, hk, HKV: tl.constexpr, D: tl.constexpr,
              PAGE: tl.constexpr, BLOCK_N: tl.constexpr, HND: tl.constexpr):  # fmt: skip
     """The K and V tiles of keys [key0, key0 + BLOCK_N) below `stop`, paged as the plan reads
-    them (pages [PAGE, HKV, D], "NHD"), or from a copy of pages [HKV, PAGE, D] ("HND")."""
+    them (`split_probe_shapes._paged_rows`: NHD pages, or the HND copy's)."""
     d = tl.arange(0, D)
     key = key0 + tl.arange(0, BLOCK_N)
     kmask = key < stop
-    page = tl.load(bt_row + key // PAGE, mask=kmask, other=0).to(tl.int64)
-    if HND:
-        kv = ((page * HKV + hk) * PAGE + key % PAGE) * D
-    else:
-        kv = ((page * PAGE + key % PAGE) * HKV + hk) * D
+    kv = S._paged_rows(bt_row, key, kmask, hk, HKV, D, PAGE, True, HND)
     k = tl.load(k_ptr + kv[:, None] + d[None, :], mask=kmask[:, None], other=0.0)
     v = tl.load(v_ptr + kv[:, None] + d[None, :], mask=kmask[:, None], other=0.0)
     return k, v
